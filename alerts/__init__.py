@@ -1,0 +1,1 @@
+"""alerts package of llm-slo."""

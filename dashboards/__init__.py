@@ -1,0 +1,1 @@
+"""dashboards package of llm-slo."""

@@ -1,0 +1,1 @@
+"""middleware package of llm-slo."""
