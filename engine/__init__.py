@@ -1,0 +1,34 @@
+"""The bundled PyTorch inference engine: Llama-style model, paged KV cache, continuous batching
+with priorities, streaming, and instrumentation hooks. It knows nothing of middleware or SLOs.
+"""
+
+from engine.config import CheckpointError, EngineConfig, ModelConfig
+from engine.engine import ColdStart, Engine, RequestStream
+from engine.hooks import EngineHooks, StepStats
+from engine.outputs import (
+    EngineError,
+    EngineOverloaded,
+    EngineStepFailed,
+    EngineStopped,
+    RequestOutput,
+    RequestTooLarge,
+)
+from engine.sampling import SamplingParams
+
+__all__ = [
+    "CheckpointError",
+    "ColdStart",
+    "Engine",
+    "EngineConfig",
+    "EngineError",
+    "EngineHooks",
+    "EngineOverloaded",
+    "EngineStepFailed",
+    "EngineStopped",
+    "ModelConfig",
+    "RequestOutput",
+    "RequestStream",
+    "RequestTooLarge",
+    "SamplingParams",
+    "StepStats",
+]

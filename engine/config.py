@@ -1,0 +1,127 @@
+"""Model and engine configuration."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be loaded; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The subset of a Hugging Face Llama `config.json` the engine needs."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    torch_dtype: str = "float32"
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], source: str = "config.json") -> ModelConfig:
+        required = (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+        )
+        missing = [key for key in required if key not in raw]
+        if missing:
+            raise CheckpointError(
+                f"{source}: missing {', '.join(missing)}; a Llama-style config.json needs "
+                f"{', '.join(required)}"
+            )
+        model_type = raw.get("model_type", "llama")
+        if model_type not in ("llama", "mistral", "qwen2"):
+            raise CheckpointError(
+                f"{source}: model_type '{model_type}' is not supported; use a Llama-architecture "
+                "checkpoint (model_type 'llama')"
+            )
+        if raw.get("hidden_act", "silu") != "silu":
+            raise CheckpointError(f"{source}: hidden_act must be 'silu' (SwiGLU)")
+        heads = int(raw["num_attention_heads"])
+        kv_heads = int(raw.get("num_key_value_heads") or heads)
+        if heads % kv_heads:
+            raise CheckpointError(
+                f"{source}: num_attention_heads ({heads}) must be a multiple of "
+                f"num_key_value_heads ({kv_heads})"
+            )
+        head_dim = int(raw.get("head_dim") or int(raw["hidden_size"]) // heads)
+        eos = raw.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+        rope_scaling = raw.get("rope_scaling")
+        rope_theta = raw.get("rope_theta")
+        if rope_theta is None and isinstance(raw.get("rope_parameters"), dict):
+            rope_theta = raw["rope_parameters"].get("rope_theta")
+            if raw["rope_parameters"].get("rope_type", "default") != "default":
+                rope_scaling = raw["rope_parameters"]
+        return cls(
+            vocab_size=int(raw["vocab_size"]),
+            hidden_size=int(raw["hidden_size"]),
+            intermediate_size=int(raw["intermediate_size"]),
+            num_hidden_layers=int(raw["num_hidden_layers"]),
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            head_dim=head_dim,
+            max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(rope_theta if rope_theta is not None else 10000.0),
+            rope_scaling=rope_scaling,
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            attention_bias=bool(raw.get("attention_bias", False)),
+            mlp_bias=bool(raw.get("mlp_bias", False)),
+            bos_token_id=raw.get("bos_token_id"),
+            eos_token_ids=eos_ids,
+            torch_dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
+        )
+
+    @classmethod
+    def from_file(cls, path: Path) -> ModelConfig:
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError as error:
+            raise CheckpointError(
+                f"{path}: not found; a checkpoint directory needs config.json"
+            ) from error
+        except json.JSONDecodeError as error:
+            raise CheckpointError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from error
+        if not isinstance(raw, dict):
+            raise CheckpointError(f"{path}: expected a JSON object")
+        return cls.from_dict(raw, source=str(path))
+
+
+@dataclass
+class EngineConfig:
+    """How the engine runs: device, precision, KV-cache size and scheduling limits."""
+
+    device: str = "auto"  # "auto" picks CUDA when present, else CPU
+    dtype: str = "auto"  # "auto": bfloat16 on CUDA, float32 on CPU
+    block_size: int = 16  # tokens per KV-cache block
+    num_kv_blocks: int | None = None  # None: sized from kv_cache_bytes
+    kv_cache_bytes: int = 256 * 1024 * 1024
+    max_batch_size: int = 64  # running sequences decoded together
+    max_prefill_tokens: int = 4096  # prefill token budget per step
+    max_waiting: int = 256  # bounded waiting queue; beyond it generate() raises EngineOverloaded
+    max_model_len: int | None = None  # default: the model's max_position_embeddings
+    max_tokens_cap: int | None = None  # upper bound for max_tokens; default: max_model_len
+    seed: int = 0  # seeds the generator of sampled requests that bring no seed
+    warmup: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,46 @@
+"""The two forward passes of the engine: prefill (whole prompts) and decode (one token each).
+
+Kept separate, as in gpt-fast, because they map one-to-one onto the prefill and decode
+phases users see in their latency breakdown.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.kv_cache import PagedKVCache
+from engine.model import LlamaForCausalLM
+from engine.scheduler import Sequence
+
+
+def prefill(
+    model: LlamaForCausalLM, cache: PagedKVCache, sequences: list[Sequence]
+) -> torch.Tensor:
+    """Run every uncached token of each sequence; returns logits of each last token [B, vocab]."""
+    starts = [s.num_cached for s in sequences]
+    new_counts = [s.num_tokens - s.num_cached for s in sequences]
+    batch, positions = cache.build_batch([s.block_table for s in sequences], starts, new_counts)
+    width = max(new_counts)
+    ids = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, (sequence, start) in enumerate(zip(sequences, starts, strict=True)):
+        pending = sequence.all_ids[start:]
+        ids[row, : len(pending)] = torch.tensor(pending, dtype=torch.long)
+    hidden = model(ids.to(cache.device), positions, cache.keys, cache.values, batch)
+    last = torch.tensor([count - 1 for count in new_counts], device=hidden.device)
+    last_hidden = hidden[torch.arange(len(sequences), device=hidden.device), last]
+    for sequence in sequences:
+        sequence.num_cached = sequence.num_tokens
+    return model.logits(last_hidden)
+
+
+def decode(model: LlamaForCausalLM, cache: PagedKVCache, sequences: list[Sequence]) -> torch.Tensor:
+    """Feed the newest token of every sequence in one batched forward; returns [B, vocab]."""
+    starts = [s.num_tokens - 1 for s in sequences]
+    batch, positions = cache.build_batch(
+        [s.block_table for s in sequences], starts, [1] * len(sequences)
+    )
+    ids = torch.tensor([[s.output_ids[-1]] for s in sequences], dtype=torch.long)
+    hidden = model(ids.to(cache.device), positions, cache.keys, cache.values, batch)
+    for sequence in sequences:
+        sequence.num_cached = sequence.num_tokens
+    return model.logits(hidden[:, 0])
