@@ -70,8 +70,12 @@ class RequestStream:
         self.finished = False
 
     def _deliver(self, item: RequestOutput | BaseException) -> None:
-        """Called on the worker thread."""
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        """Called on the worker thread. A caller whose event loop is gone cannot read any more."""
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody is listening
+            self.finished = True
+            self._engine.abort(self.request_id)
 
     def __aiter__(self) -> RequestStream:
         return self

@@ -1,0 +1,256 @@
+"""Continuous batching, preemption, cancellation, priorities, sampling and hooks of the engine."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from engine import (  # noqa: E402
+    Engine,
+    EngineConfig,
+    EngineOverloaded,
+    EngineStepFailed,
+    RequestTooLarge,
+    SamplingParams,
+    StepStats,
+)
+from tests.checkpoints import write_hf_llama  # noqa: E402
+
+GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+PROMPTS = [f"request {i}: " + "lorem ipsum " * (i % 5) for i in range(12)]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_hf_llama(tmp_path_factory.mktemp("hf-llama"), seed=7)
+
+
+def make_engine(checkpoint: Path, **config: Any) -> Engine:
+    return Engine.from_pretrained(checkpoint, EngineConfig(device="cpu", dtype="float32", **config))
+
+
+@pytest.fixture
+def engine(checkpoint: Path) -> Iterator[Engine]:
+    engine = make_engine(checkpoint, block_size=8)
+    yield engine
+    engine.stop_sync()
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_concurrent_greedy_equals_alone(engine: Engine) -> None:
+    async def alone() -> list[tuple[int, ...]]:
+        return [(await engine.complete(p, GREEDY)).token_ids for p in PROMPTS]
+
+    async def together() -> list[tuple[int, ...]]:
+        outs = await asyncio.gather(*(engine.complete(p, GREEDY) for p in PROMPTS))
+        return [o.token_ids for o in outs]
+
+    assert run(alone()) == run(together())
+    assert engine.num_free_blocks == engine.num_blocks
+
+
+def test_preemption_keeps_outputs_and_frees_blocks(checkpoint: Path) -> None:
+    reference = make_engine(checkpoint, block_size=8)
+    expected = [run(reference.complete(p, GREEDY)).token_ids for p in PROMPTS]
+    reference.stop_sync()
+
+    # 12 blocks of 8 tokens cannot hold 12 sequences of up to ~90 tokens: preemption must happen.
+    small = make_engine(checkpoint, block_size=8, num_kv_blocks=12)
+    preempted = []
+    small.add_hooks(type("H", (), {"on_step": lambda self, s: preempted.append(s.num_preempted)})())
+
+    async def together() -> list[tuple[int, ...]]:
+        return [
+            o.token_ids for o in await asyncio.gather(*(small.complete(p, GREEDY) for p in PROMPTS))
+        ]
+
+    assert run(together()) == expected
+    assert sum(preempted) > 0
+    assert small.num_free_blocks == small.num_blocks
+    small.stop_sync()
+
+
+def test_cancellation_frees_blocks_within_a_step(engine: Engine) -> None:
+    async def scenario() -> None:
+        params = SamplingParams(max_tokens=200, temperature=0, ignore_eos=True)
+        streams = [engine.generate(p, params) for p in PROMPTS[:6]]
+        for stream in streams:
+            await anext(stream)
+        assert engine.num_free_blocks < engine.num_blocks
+        for stream in streams:
+            await stream.aclose()
+        await engine.wait_idle(timeout_s=5)
+
+    run(scenario())
+    assert engine.num_free_blocks == engine.num_blocks
+    assert engine.scheduler.running == []
+
+
+def test_priority_order_then_fifo(checkpoint: Path) -> None:
+    engine = make_engine(checkpoint, block_size=8, max_batch_size=1)
+    order: list[str] = []
+    engine.add_hooks(type("H", (), {"on_schedule": lambda self, rid, t: order.append(rid)})())
+
+    async def scenario() -> None:
+        blocker = engine.submit(
+            "blocker",
+            SamplingParams(max_tokens=30, temperature=0, ignore_eos=True),
+            request_id="blocker",
+        )
+        await anext(blocker)  # the blocker is running; everything below waits behind it
+        params = SamplingParams(max_tokens=2, temperature=0, ignore_eos=True)
+        streams = [
+            engine.submit("x", params, priority=2, request_id="low-1"),
+            engine.submit("x", params, priority=0, request_id="high-1"),
+            engine.submit("x", params, priority=1, request_id="mid-1"),
+            engine.submit("x", params, priority=0, request_id="high-2"),
+        ]
+        for stream in [blocker, *streams]:
+            async for _ in stream:
+                pass
+
+    run(scenario())
+    assert order == ["blocker", "high-1", "high-2", "mid-1", "low-1"]
+    engine.stop_sync()
+
+
+def test_overload_raises_at_once(checkpoint: Path) -> None:
+    engine = make_engine(checkpoint, max_batch_size=1, max_waiting=2)
+
+    async def scenario() -> None:
+        params = SamplingParams(max_tokens=50, temperature=0, ignore_eos=True)
+        running = engine.submit("a", params)
+        await anext(running)
+        engine.submit("b", params)
+        engine.submit("c", params)
+        with pytest.raises(EngineOverloaded) as caught:
+            engine.submit("d", params)
+        assert caught.value.retry_after_s > 0
+        assert "waiting" in str(caught.value)
+
+    run(scenario())
+    engine.stop_sync()
+
+
+def test_too_large_requests_are_refused(engine: Engine) -> None:
+    async def scenario() -> None:
+        with pytest.raises(RequestTooLarge, match="context"):
+            engine.submit("x" * 500, SamplingParams(max_tokens=100))
+        with pytest.raises(RequestTooLarge, match="cap"):
+            engine.submit("x", SamplingParams(max_tokens=10_000))
+        with pytest.raises(RequestTooLarge, match="empty"):
+            engine.submit([], SamplingParams(max_tokens=1))
+
+    run(scenario())
+
+
+def test_seeded_sampling_is_repeatable_and_varies_with_seed(engine: Engine) -> None:
+    def sample(seed: int) -> tuple[int, ...]:
+        params = SamplingParams(
+            max_tokens=20, temperature=1.0, top_p=0.9, top_k=50, seed=seed, ignore_eos=True
+        )
+        return run(engine.complete("seeded", params)).token_ids
+
+    assert sample(1) == sample(1)
+    assert sample(1) != sample(2)
+
+
+def test_stop_string_truncates_and_finishes(engine: Engine) -> None:
+    free = run(
+        engine.complete("stop test", SamplingParams(max_tokens=30, temperature=0, ignore_eos=True))
+    )
+    stop = free.text[5:8]
+    assert len(stop) == 3
+    stopped = run(
+        engine.complete(
+            "stop test", SamplingParams(max_tokens=30, temperature=0, ignore_eos=True, stop=(stop,))
+        )
+    )
+    assert stopped.finish_reason == "stop"
+    assert stopped.text == free.text[: free.text.index(stop)]
+    assert stop not in stopped.text
+
+
+def test_streamed_text_never_splits_a_character(engine: Engine) -> None:
+    # Feed a multi-byte text back as "generated" tokens through the detokenizer.
+    from engine.tokenizer import IncrementalDetokenizer
+
+    text = "naïve café — 日本語 😀!"
+    ids = engine.tokenizer.encode(text, add_special_tokens=False)
+    detok = IncrementalDetokenizer.for_prompt(engine.tokenizer, [])
+    pieces = [detok.step(ids[: i + 1]) for i in range(len(ids))]
+    assert "".join(pieces) == text
+    assert all("\ufffd" not in piece for piece in pieces)
+
+
+def test_hooks_see_every_phase_in_order(engine: Engine) -> None:
+    events: list[tuple[str, str]] = []
+    stamps: list[int] = []
+
+    class Recorder:
+        def __getattr__(self, name: str) -> Any:
+            if not name.startswith("on_"):
+                raise AttributeError(name)
+
+            def record(*args: Any) -> None:
+                if name == "on_step":
+                    assert isinstance(args[0], StepStats)
+                    return
+                events.append((name, args[0]))
+                stamps.append(args[1])
+
+            return record
+
+    engine.add_hooks(Recorder())
+    out = run(
+        engine.complete("hooks", SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))
+    )
+    names = [name for name, rid in events if rid == out.request_id]
+    assert names == [
+        "on_enqueue",
+        "on_schedule",
+        "on_prefill_start",
+        "on_prefill_end",
+        "on_token",
+        "on_detokenize",
+        "on_token",
+        "on_detokenize",
+        "on_token",
+        "on_detokenize",
+        "on_finish",
+    ]
+    assert stamps == sorted(stamps)
+
+
+def test_step_failure_fails_only_that_batch(engine: Engine) -> None:
+    def fail_poisoned(request_ids: list[str]) -> None:
+        if "poison" in request_ids:
+            raise RuntimeError("injected fault")
+
+    engine.step_faults = fail_poisoned
+
+    async def scenario() -> None:
+        with pytest.raises(EngineStepFailed):
+            async for _ in engine.generate("bad", GREEDY, request_id="poison"):
+                pass
+        healthy = await engine.complete("good", GREEDY)
+        assert len(healthy.token_ids) == GREEDY.max_tokens
+
+    run(scenario())
+    assert engine.num_free_blocks == engine.num_blocks
+
+
+def test_cold_start_is_measured(engine: Engine) -> None:
+    engine.start_sync()
+    cold = engine.cold_start
+    assert cold is not None and cold.load_s > 0 and cold.warmup_s > 0
+    assert engine.gpu_stats() == [] or all(g.memory_total_bytes > 0 for g in engine.gpu_stats())
