@@ -22,8 +22,12 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
         description="Start the bundled engine (or a Hugging Face-format checkpoint) behind an "
         "OpenAI-compatible HTTP API with uvicorn.",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8000, help="port to bind (default: %(default)s)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=8000, help="port to bind (default: %(default)s)"
+    )
     parser.add_argument(
         "--model",
         default="bundled:tiny",
@@ -46,9 +50,20 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from slo.serving import serve
+    import uvicorn
 
-    return serve(args)
+    from engine import CheckpointError, Engine, EngineConfig
+    from engine.api import create_app
+
+    config = EngineConfig(device=args.device, dtype=args.dtype, max_waiting=args.max_waiting)
+    try:
+        engine = Engine.from_pretrained(args.model, config)
+    except CheckpointError as error:
+        raise UsageError(f"--model {args.model}: {error}") from error
+    app = create_app(engine)
+    print(f"serving {engine.name} on http://{args.host}:{args.port} (OpenAI-compatible: /v1/...)")
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
 
 
 _COMMAND_BUILDERS: list[Callable[[argparse._SubParsersAction], None]] = [

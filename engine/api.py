@@ -1,0 +1,353 @@
+"""OpenAI-compatible HTTP API for the engine (Starlette). Knows nothing of middleware or SLOs.
+
+Routes: POST /v1/completions, POST /v1/chat/completions (streaming and not, SSE like OpenAI's,
+with `usage`), GET /v1/models, GET /health. Errors use OpenAI's JSON shape
+`{"error": {"message", "type", "param", "code"}}`; bad input is a 4xx that says what to change.
+
+A middleware in front may set `scope["state"]["priority"]` (int, lower is served first) and
+`scope["state"]["request_id"]` (str) for each request; the API passes both to the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from engine.api_schema import ApiError, CompletionRequest, parse_chat, parse_completion
+from engine.engine import Engine, RequestStream
+from engine.outputs import EngineOverloaded, EngineStepFailed, EngineStopped, RequestTooLarge
+
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+
+
+def error_response(error: ApiError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+async def read_json(request: Request, max_body_bytes: int) -> dict[str, Any]:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_body_bytes:
+        raise ApiError(
+            413,
+            f"request body is {declared} bytes, above the limit of {max_body_bytes}; send a shorter prompt",
+            code="body_too_large",
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_body_bytes:
+            raise ApiError(
+                413,
+                f"request body is above the limit of {max_body_bytes} bytes; send a shorter prompt",
+                code="body_too_large",
+            )
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw:
+        raise ApiError(400, "request body is empty; send a JSON object")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        where = (
+            f" at line {error.lineno} column {error.colno}"
+            if isinstance(error, json.JSONDecodeError)
+            else ""
+        )
+        raise ApiError(400, f"request body is not valid JSON{where}; send a JSON object") from error
+    if not isinstance(body, dict):
+        raise ApiError(400, f"request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {payload}\n\n".encode()
+
+
+class OpenAIApi:
+    def __init__(self, engine: Engine, model_name: str, max_body_bytes: int) -> None:
+        self.engine = engine
+        self.model_name = model_name
+        self.max_body_bytes = max_body_bytes
+        self.created = int(time.time())
+
+    # ------------------------------------------------------------------ plain endpoints
+    async def models(self, request: Request) -> JSONResponse:
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.model_name,
+                        "object": "model",
+                        "created": self.created,
+                        "owned_by": "llm-slo",
+                        "max_model_len": self.engine.max_model_len,
+                    }
+                ],
+            }
+        )
+
+    async def health(self, request: Request) -> JSONResponse:
+        cold = self.engine.cold_start
+        ready = self.engine.started
+        return JSONResponse(
+            {
+                "status": "ok" if ready else "starting",
+                "model": self.model_name,
+                "cold_start_s": None if cold is None else round(cold.total_s, 6),
+                "kv_blocks_free": self.engine.num_free_blocks,
+                "kv_blocks_total": self.engine.num_blocks,
+                "active_requests": self.engine.num_active_requests,
+            },
+            status_code=200 if ready else 503,
+        )
+
+    # -------------------------------------------------------------- generation endpoints
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=False)
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, request: Request, chat: bool) -> Response:
+        try:
+            body = await read_json(request, self.max_body_bytes)
+            parsed = parse_chat(body, self.engine) if chat else parse_completion(body, self.engine)
+            if parsed.model != self.model_name:
+                raise ApiError(
+                    404,
+                    f"model '{parsed.model}' does not exist; this server serves '{self.model_name}'",
+                    param="model",
+                    code="model_not_found",
+                    kind="not_found_error",
+                )
+            state = request.scope.get("state") or {}
+            priority = state.get("priority", 0)
+            stream = self.engine.submit(
+                parsed.prompt_ids,
+                parsed.params,
+                priority=int(priority),
+                request_id=state.get("request_id"),
+            )
+        except ApiError as error:
+            return error_response(error)
+        except RequestTooLarge as error:
+            return error_response(
+                ApiError(
+                    400,
+                    str(error),
+                    param="max_tokens" if "max_tokens" in str(error) else "prompt",
+                    code="context_length_exceeded",
+                )
+            )
+        except EngineOverloaded as error:
+            retry = str(max(1, math.ceil(error.retry_after_s)))
+            return error_response(
+                ApiError(
+                    429,
+                    f"the server is overloaded: {error}",
+                    kind="rate_limit_error",
+                    code="overloaded",
+                    headers={"retry-after": retry},
+                )
+            )
+        except EngineStopped as error:
+            return error_response(
+                ApiError(
+                    503,
+                    str(error),
+                    kind="server_error",
+                    code="unavailable",
+                    headers={"retry-after": "1"},
+                )
+            )
+        if parsed.stream:
+            return StreamingResponse(
+                self._stream_events(stream, parsed, chat),
+                media_type="text/event-stream",
+                headers={"cache-control": "no-cache", "x-request-id": stream.request_id},
+            )
+        return await self._complete(request, stream, parsed, chat)
+
+    def _ids(self, stream: RequestStream, chat: bool) -> dict[str, Any]:
+        return {
+            "id": ("chatcmpl-" if chat else "cmpl-") + stream.request_id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+        }
+
+    async def _stream_events(
+        self, stream: RequestStream, parsed: CompletionRequest, chat: bool
+    ) -> AsyncIterator[bytes]:
+        head = self._ids(stream, chat)
+        completion_tokens = 0
+        try:
+            if chat:
+                yield sse(
+                    {
+                        **head,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {"role": "assistant", "content": ""},
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        ],
+                    }
+                )
+            async for output in stream:
+                completion_tokens = output.completion_tokens
+                if not output.text and output.finish_reason is None:
+                    continue
+                if chat:
+                    delta = {"content": output.text} if output.text else {}
+                    choice = {
+                        "index": 0,
+                        "delta": delta,
+                        "logprobs": None,
+                        "finish_reason": output.finish_reason,
+                    }
+                else:
+                    choice = {
+                        "index": 0,
+                        "text": output.text,
+                        "logprobs": None,
+                        "finish_reason": output.finish_reason,
+                    }
+                yield sse({**head, "choices": [choice]})
+            if parsed.include_usage:
+                yield sse(
+                    {**head, "choices": [], "usage": usage(stream.prompt_tokens, completion_tokens)}
+                )
+            yield sse("[DONE]")
+        except EngineStepFailed as error:
+            yield sse(ApiError(500, str(error), kind="server_error", code="engine_error").body())
+        finally:
+            stream.cancel()
+
+    async def _complete(
+        self, request: Request, stream: RequestStream, parsed: CompletionRequest, chat: bool
+    ) -> Response:
+        collected = asyncio.ensure_future(_collect(stream))
+        disconnected = asyncio.ensure_future(_wait_for_disconnect(request))
+        try:
+            await asyncio.wait({collected, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            disconnected.cancel()
+        if not collected.done():  # the client left: stop generating for nobody
+            collected.cancel()
+            stream.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await collected
+            return Response(status_code=499)
+        try:
+            text, finish_reason, completion_tokens = collected.result()
+        except EngineStepFailed as error:
+            return error_response(
+                ApiError(500, str(error), kind="server_error", code="engine_error")
+            )
+        head = self._ids(stream, chat)
+        if chat:
+            head["object"] = "chat.completion"
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        return JSONResponse(
+            {**head, "choices": [choice], "usage": usage(stream.prompt_tokens, completion_tokens)},
+            headers={"x-request-id": stream.request_id},
+        )
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+async def _collect(stream: RequestStream) -> tuple[str, str | None, int]:
+    pieces: list[str] = []
+    finish_reason: str | None = None
+    completion_tokens = 0
+    try:
+        async for output in stream:
+            pieces.append(output.text)
+            finish_reason = output.finish_reason
+            completion_tokens = output.completion_tokens
+    finally:
+        stream.cancel()
+    return "".join(pieces), finish_reason, completion_tokens
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    message = {
+        404: f"no route {request.url.path}; routes: /v1/completions, /v1/chat/completions, /v1/models, /health",
+        405: f"method {request.method} is not allowed on {request.url.path}",
+    }.get(exc.status_code, str(exc.detail))
+    return error_response(ApiError(exc.status_code, message, kind=kind))
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    return error_response(
+        ApiError(500, "internal server error", kind="server_error", code="internal_error")
+    )
+
+
+def create_app(
+    engine: Engine, model_name: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> Starlette:
+    """The ASGI app; starting it (lifespan) warms the engine up, stopping it stops the engine."""
+    api = OpenAIApi(engine, model_name or engine.name, max_body_bytes)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await engine.start()
+        try:
+            yield
+        finally:
+            await engine.stop()
+
+    routes = [
+        Route("/v1/completions", api.completions, methods=["POST"]),
+        Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
+        Route("/v1/models", api.models, methods=["GET"]),
+        Route("/health", api.health, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+    )
+    app.state.engine = engine
+    app.state.model_name = api.model_name
+    return app

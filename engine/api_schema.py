@@ -1,0 +1,289 @@
+"""Validation of OpenAI-style request bodies into engine requests, with errors that say the fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from engine.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class ApiError(Exception):
+    """An HTTP error in OpenAI's JSON shape."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.kind = kind
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+@dataclass
+class CompletionRequest:
+    model: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _number(body: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ApiError(
+            400,
+            f"'{name}' must be a number between {low:g} and {high:g}, got {value!r}",
+            param=name,
+        )
+    return float(value)
+
+
+def _integer(
+    body: dict[str, Any], name: str, default: int | None, low: int, high: int | None = None
+) -> int | None:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise ApiError(400, f"'{name}' must be an integer {bound}, got {value!r}", param=name)
+    return value
+
+
+def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ApiError(400, f"'{name}' must be true or false, got {value!r}", param=name)
+    return value
+
+
+def _model(body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError(400, "'model' is required: the name from GET /v1/models", param="model")
+    return model
+
+
+def _stop(body: dict[str, Any]) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = [stop]
+    if (
+        not isinstance(stop, list)
+        or len(stop) > 4
+        or not all(isinstance(s, str) and s for s in stop)
+    ):
+        raise ApiError(
+            400,
+            "'stop' must be a non-empty string or a list of up to 4 non-empty strings",
+            param="stop",
+        )
+    return tuple(stop)
+
+
+def _sampling(
+    body: dict[str, Any], engine: Engine, prompt_tokens: int, default_max_tokens: int | None
+) -> SamplingParams:
+    cap = engine.max_tokens_cap
+    max_tokens = _integer(body, "max_completion_tokens", None, 1, None)
+    if max_tokens is None:
+        max_tokens = _integer(body, "max_tokens", None, 1, None)
+    if max_tokens is None:
+        room = engine.max_model_len - prompt_tokens
+        max_tokens = max(
+            1,
+            min(cap, room)
+            if default_max_tokens is None
+            else min(default_max_tokens, cap, max(room, 1)),
+        )
+    if max_tokens > cap:
+        raise ApiError(
+            400,
+            f"'max_tokens' is {max_tokens}, above this server's cap of {cap}; ask for at most {cap}",
+            param="max_tokens",
+        )
+    n = _integer(body, "n", 1, 1, None)
+    if n != 1:
+        raise ApiError(
+            400,
+            "'n' must be 1: this server returns one choice per request; send several requests instead",
+            param="n",
+        )
+    if body.get("logprobs") not in (None, False, 0):
+        raise ApiError(
+            400, "'logprobs' is not supported by this server; remove it", param="logprobs"
+        )
+    seed = _integer(body, "seed", None, -(2**63), 2**63 - 1)
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_positive_top_p(body),
+        top_k=_integer(body, "top_k", 0, 0, None) or 0,
+        seed=seed,
+        stop=_stop(body),
+        ignore_eos=_boolean(body, "ignore_eos", False),
+    )
+
+
+def _positive_top_p(body: dict[str, Any]) -> float:
+    top_p = _number(body, "top_p", 1.0, 0.0, 1.0)
+    if top_p == 0:
+        raise ApiError(
+            400, "'top_p' must be above 0 (use temperature 0 for greedy decoding)", param="top_p"
+        )
+    return top_p
+
+
+def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
+    stream = _boolean(body, "stream", False)
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise ApiError(
+            400,
+            "'stream_options' must be an object like {\"include_usage\": true}",
+            param="stream_options",
+        )
+    include_usage = bool((options or {}).get("include_usage", False))
+    return stream, include_usage
+
+
+def _check_prompt_length(engine: Engine, prompt_ids: list[int], param: str) -> None:
+    if not prompt_ids:
+        raise ApiError(400, f"'{param}' is empty; send at least one character", param=param)
+    if len(prompt_ids) >= engine.max_model_len:
+        raise ApiError(
+            400,
+            f"'{param}' has {len(prompt_ids)} tokens, the model's context is {engine.max_model_len}; shorten it",
+            param=param,
+            code="context_length_exceeded",
+        )
+
+
+def parse_completion(body: dict[str, Any], engine: Engine) -> CompletionRequest:
+    model = _model(body)
+    if "prompt" not in body:
+        raise ApiError(
+            400, "'prompt' is required: a string (or a list of token ids)", param="prompt"
+        )
+    prompt = body["prompt"]
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        prompt_ids = engine.encode_prompt(prompt)
+    elif (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
+        vocab = engine.model_config.vocab_size
+        if any(not 0 <= t < vocab for t in prompt):
+            raise ApiError(
+                400, f"'prompt' token ids must be between 0 and {vocab - 1}", param="prompt"
+            )
+        prompt_ids = list(prompt)
+    else:
+        raise ApiError(
+            400,
+            "'prompt' must be a string, a one-element list of strings, or a list of token ids",
+            param="prompt",
+        )
+    _check_prompt_length(engine, prompt_ids, "prompt")
+    if body.get("echo"):
+        raise ApiError(400, "'echo' is not supported by this server; remove it", param="echo")
+    stream, include_usage = _stream_flags(body)
+    params = _sampling(body, engine, len(prompt_ids), default_max_tokens=16)
+    return CompletionRequest(model, prompt_ids, params, stream, include_usage)
+
+
+def _message_text(message: Any, index: int) -> dict[str, str]:
+    if not isinstance(message, dict):
+        raise ApiError(
+            400,
+            f"'messages[{index}]' must be an object with 'role' and 'content'",
+            param=f"messages[{index}]",
+        )
+    role = message.get("role")
+    if role not in CHAT_ROLES:
+        raise ApiError(
+            400,
+            f"'messages[{index}].role' must be one of {', '.join(CHAT_ROLES)}, got {role!r}",
+            param=f"messages[{index}].role",
+        )
+    content = message.get("content")
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
+                raise ApiError(
+                    400,
+                    f'\'messages[{index}].content\' parts must be {{"type": "text", "text": ...}}; this server takes text only',
+                    param=f"messages[{index}].content",
+                )
+            parts.append(part["text"])
+        content = "".join(parts)
+    if content is None and role == "assistant":
+        content = ""
+    if not isinstance(content, str):
+        raise ApiError(
+            400, f"'messages[{index}].content' must be a string", param=f"messages[{index}].content"
+        )
+    return {"role": role, "content": content}
+
+
+def parse_chat(body: dict[str, Any], engine: Engine) -> CompletionRequest:
+    model = _model(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(
+            400,
+            '\'messages\' is required: a non-empty list of {"role", "content"} objects',
+            param="messages",
+        )
+    normalized = [_message_text(message, index) for index, message in enumerate(messages)]
+    prompt_ids = engine.tokenizer.encode_chat(normalized)
+    _check_prompt_length(engine, prompt_ids, "messages")
+    stream, include_usage = _stream_flags(body)
+    params = _sampling(body, engine, len(prompt_ids), default_max_tokens=None)
+    return CompletionRequest(model, prompt_ids, params, stream, include_usage)
