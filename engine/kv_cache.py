@@ -94,15 +94,13 @@ class PagedKVCache:
         """
         bsz = len(block_tables)
         max_new = max(num_new_tokens)
-        context_lens = [
-            start + new for start, new in zip(start_positions, num_new_tokens, strict=True)
-        ]
+        context_lens = [start + new for start, new in zip(start_positions, num_new_tokens, strict=True)]
         max_context = max(context_lens)
         max_blocks = blocks_needed(max_context, self.block_size)
-        table = torch.zeros((bsz, max_blocks), dtype=torch.long)
-        for row, blocks in enumerate(block_tables):
-            used = blocks_needed(context_lens[row], self.block_size)
-            table[row, :used] = torch.tensor(blocks[:used], dtype=torch.long)
+        table = torch.tensor(
+            [list(blocks[:max_blocks]) + [0] * (max_blocks - min(len(blocks), max_blocks)) for blocks in block_tables],
+            dtype=torch.long,
+        )
         steps = torch.arange(max_new)
         starts = torch.tensor(start_positions, dtype=torch.long)
         news = torch.tensor(num_new_tokens, dtype=torch.long)
@@ -115,16 +113,21 @@ class PagedKVCache:
             + key_positions % self.block_size
         )
         token_slots = torch.gather(context_slots, 1, positions)
-        slot_mapping = token_slots[valid]
-        lens = torch.tensor(context_lens, dtype=torch.long)
-        mask = (key_positions.view(1, 1, -1) <= positions.unsqueeze(-1)) & (
-            key_positions.view(1, 1, -1) < lens.view(-1, 1, 1)
-        )
+        padded = min(num_new_tokens) != max_new
+        token_index = valid.reshape(-1).nonzero().squeeze(1) if padded else None
+        slot_mapping = token_slots[valid] if padded else token_slots.reshape(-1)
+        mask = None
+        if bsz > 1 or max_new > 1:
+            lens = torch.tensor(context_lens, dtype=torch.long)
+            mask = (key_positions.view(1, 1, -1) <= positions.unsqueeze(-1)) & (
+                key_positions.view(1, 1, -1) < lens.view(-1, 1, 1)
+            )
+            mask = mask.unsqueeze(1).to(self.device)
         device = self.device
         batch = AttentionBatch(
+            token_index=None if token_index is None else token_index.to(device),
             slot_mapping=slot_mapping.to(device),
-            valid=valid.to(device),
             context_slots=context_slots.to(device),
-            mask=mask.unsqueeze(1).to(device),
+            mask=mask,
         )
         return batch, positions.to(device)

@@ -119,4 +119,5 @@ def load_model(
     model.inv_freq = rope_inverse_frequencies(config)
     model.to(device)
     model.eval()
+    model.fuse()
     return model, config

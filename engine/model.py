@@ -64,28 +64,26 @@ def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
     )
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 @dataclass
 class AttentionBatch:
     """Where this forward's tokens go in the paged cache and which keys each may see.
 
-    slot_mapping: [N] cache slot of each valid token (flattened over the batch).
-    valid: [B, T] which query positions are real tokens (the rest is padding).
+    token_index: [N] flat index (into B*T) of each real token; None when there is no padding.
+    slot_mapping: [N] cache slot of each real token.
     context_slots: [B, L] cache slot of each key position 0..L-1 of every sequence.
-    mask: [B, 1, T, L] True where a query may attend to a key.
+    mask: [B, 1, T, L] True where a query may attend to a key; None when every query may see
+    every key (one sequence decoding one token).
     """
 
+    token_index: torch.Tensor | None
     slot_mapping: torch.Tensor
-    valid: torch.Tensor
     context_slots: torch.Tensor
-    mask: torch.Tensor
+    mask: torch.Tensor | None
 
 
 class Attention(nn.Module):
+    """Holds the checkpoint's q/k/v/o projections; `fuse` packs q, k and v into one matmul."""
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.num_heads = config.num_attention_heads
@@ -97,40 +95,6 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
 
-    def forward(
-        self,
-        hidden: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-        batch: AttentionBatch,
-    ) -> torch.Tensor:
-        bsz, seq_len, _ = hidden.shape
-        q = self.q_proj(hidden).view(bsz, seq_len, self.num_heads, self.head_dim)
-        k = self.k_proj(hidden).view(bsz, seq_len, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(hidden).view(bsz, seq_len, self.num_kv_heads, self.head_dim)
-        cos = cos.unsqueeze(2)
-        sin = sin.unsqueeze(2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-
-        # The cache is flat over slots: [num_blocks * block_size, kv_heads, head_dim].
-        key_cache[batch.slot_mapping] = k[batch.valid]
-        value_cache[batch.slot_mapping] = v[batch.valid]
-        keys = key_cache[batch.context_slots].transpose(1, 2)  # [B, kv_heads, L, D]
-        values = value_cache[batch.context_slots].transpose(1, 2)
-
-        out = F.scaled_dot_product_attention(
-            q.transpose(1, 2),
-            keys,
-            values,
-            attn_mask=batch.mask,
-            enable_gqa=self.num_kv_heads != self.num_heads,
-        )
-        out = out.transpose(1, 2).reshape(bsz, seq_len, self.num_heads * self.head_dim)
-        return self.o_proj(out)
-
 
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
@@ -139,9 +103,6 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=bias)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(hidden)) * self.up_proj(hidden))
 
 
 class DecoderLayer(nn.Module):
@@ -161,8 +122,35 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
+@dataclass
+class FusedLayer:
+    """One decoder layer's weights packed for the forward pass (q|k|v and gate|up fused)."""
+
+    input_norm: torch.Tensor
+    qkv_weight: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    o_weight: torch.Tensor
+    o_bias: torch.Tensor | None
+    post_norm: torch.Tensor
+    gate_up_weight: torch.Tensor
+    gate_up_bias: torch.Tensor | None
+    down_weight: torch.Tensor
+    down_bias: torch.Tensor | None
+
+
+def _cat_bias(*linears: nn.Linear) -> torch.Tensor | None:
+    if linears[0].bias is None:
+        return None
+    return torch.cat([linear.bias for linear in linears])
+
+
 class LlamaForCausalLM(nn.Module):
-    """The decoder plus the LM head; `forward` returns final hidden states, `logits` projects."""
+    """The decoder plus the LM head; `forward` returns final hidden states, `logits` projects.
+
+    The modules mirror Hugging Face's names for loading. The forward pass runs on packed
+    weights (`fuse`, called by the loader) through plain functions: at the sizes this engine
+    serves on a CPU, per-op overhead, not arithmetic, is what a decode step costs.
+    """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -172,13 +160,42 @@ class LlamaForCausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
+        self.fused: list[FusedLayer] = []
 
-    def rope(
-        self, positions: torch.Tensor, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def fuse(self) -> None:
+        """Pack the weights for inference; call again after changing any weight."""
+        fused = []
+        for layer in self.model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            fused.append(
+                FusedLayer(
+                    input_norm=layer.input_layernorm.weight.detach(),
+                    qkv_weight=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach(),
+                    qkv_bias=_cat_bias(attn.q_proj, attn.k_proj, attn.v_proj),
+                    o_weight=attn.o_proj.weight.detach(),
+                    o_bias=attn.o_proj.bias,
+                    post_norm=layer.post_attention_layernorm.weight.detach(),
+                    gate_up_weight=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(),
+                    gate_up_bias=_cat_bias(mlp.gate_proj, mlp.up_proj),
+                    down_weight=mlp.down_proj.weight.detach(),
+                    down_bias=mlp.down_proj.bias,
+                )
+            )
+        self.fused = fused
+
+    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sign-folded sin for `x * cos + roll(x, half) * sin` (HF's rotate_half form)."""
         freqs = positions.to(torch.float32).unsqueeze(-1) * self.inv_freq.to(torch.float32)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+        cos = torch.cat((freqs, freqs), dim=-1).cos()
+        sin = freqs.sin()
+        signed_sin = torch.cat((-sin, sin), dim=-1)
+        return cos.to(dtype).unsqueeze(2), signed_sin.to(dtype).unsqueeze(2)
+
+    def _norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if hidden.dtype == torch.float32:
+            return F.rms_norm(hidden, (hidden.shape[-1],), weight, self.config.rms_norm_eps)
+        normed = F.rms_norm(hidden.float(), (hidden.shape[-1],), None, self.config.rms_norm_eps)
+        return weight * normed.to(hidden.dtype)
 
     def forward(
         self,
@@ -188,18 +205,42 @@ class LlamaForCausalLM(nn.Module):
         value_caches: list[torch.Tensor],
         batch: AttentionBatch,
     ) -> torch.Tensor:
-        hidden = self.model.embed_tokens(input_ids)
+        if not self.fused:
+            self.fuse()
+        config = self.config
+        bsz, seq_len = input_ids.shape
+        heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        q_size, kv_size = heads * head_dim, kv_heads * head_dim
+        half = head_dim // 2
+        gqa = heads != kv_heads
+        hidden = F.embedding(input_ids, self.model.embed_tokens.weight)
         cos, sin = self.rope(positions, hidden.dtype)
-        for layer, key_cache, value_cache in zip(
-            self.model.layers, key_caches, value_caches, strict=True
-        ):
-            residual = hidden
-            hidden = layer.self_attn(
-                layer.input_layernorm(hidden), cos, sin, key_cache, value_cache, batch
+        for layer, key_cache, value_cache in zip(self.fused, key_caches, value_caches, strict=True):
+            qkv = F.linear(self._norm(hidden, layer.input_norm), layer.qkv_weight, layer.qkv_bias)
+            # q and k are adjacent in the packed projection: rotate both in one go.
+            qk = qkv[..., : q_size + kv_size].view(bsz, seq_len, heads + kv_heads, head_dim)
+            qk = qk * cos + torch.roll(qk, half, dims=-1) * sin
+            q = qk[:, :, :heads]
+            k = qk[:, :, heads:]
+            v = qkv[..., q_size + kv_size :].view(bsz, seq_len, kv_heads, head_dim)
+            new_k = k.reshape(bsz * seq_len, kv_heads, head_dim)
+            new_v = v.reshape(bsz * seq_len, kv_heads, head_dim)
+            if batch.token_index is not None:
+                new_k = new_k.index_select(0, batch.token_index)
+                new_v = new_v.index_select(0, batch.token_index)
+            key_cache.index_copy_(0, batch.slot_mapping, new_k)
+            value_cache.index_copy_(0, batch.slot_mapping, new_v)
+            keys = key_cache[batch.context_slots].transpose(1, 2)  # [B, kv_heads, L, D]
+            values = value_cache[batch.context_slots].transpose(1, 2)
+            attn = F.scaled_dot_product_attention(
+                q.transpose(1, 2), keys, values, attn_mask=batch.mask, enable_gqa=gqa
             )
-            hidden = residual + hidden
-            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-        return self.model.norm(hidden)
+            attn = attn.transpose(1, 2).reshape(bsz, seq_len, q_size)
+            hidden = hidden + F.linear(attn, layer.o_weight, layer.o_bias)
+            gate_up = F.linear(self._norm(hidden, layer.post_norm), layer.gate_up_weight, layer.gate_up_bias)
+            gate, up = gate_up.chunk(2, dim=-1)
+            hidden = hidden + F.linear(F.silu(gate) * up, layer.down_weight, layer.down_bias)
+        return self._norm(hidden, self.model.norm.weight)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()

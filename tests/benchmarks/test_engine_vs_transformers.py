@@ -1,0 +1,210 @@
+"""The bundled engine against transformers' `generate()` on the same checkpoint, same run.
+
+    python -m pytest tests/benchmarks/test_engine_vs_transformers.py -o addopts="" -s
+
+Reports three ratios (goals from the foundation issue):
+- tokens/s at batch 1, engine / transformers (goal >= 2x);
+- aggregate tokens/s of 16 concurrent requests through continuous batching / the same 16
+  requests one after another in transformers (goal >= 5x);
+- decode step time with hooks on / hooks off (goal: within 1%).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
+from tests.checkpoints import write_hf_llama  # noqa: E402
+
+NEW_TOKENS = 64
+CONCURRENT = 16
+PROMPT = "The benchmark prompt is a sentence of moderate length for the prefill phase."
+RESULTS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Llama-shaped, small enough for a 2-core CPU: 4 layers, 256 wide, GQA 8/2 heads.
+    return write_hf_llama(
+        tmp_path_factory.mktemp("bench-llama"),
+        seed=11,
+        hidden_size=256,
+        intermediate_size=688,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+    )
+
+
+@pytest.fixture(scope="module")
+def engine(checkpoint: Path) -> Iterator[Engine]:
+    engine = Engine.from_pretrained(checkpoint, EngineConfig(device="cpu", dtype="float32"))
+    engine.start_sync()
+    yield engine
+    engine.stop_sync()
+
+
+@pytest.fixture(scope="module")
+def reference(checkpoint: Path) -> Any:
+    return transformers.LlamaForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+
+
+GREEDY = SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True)
+
+
+def hf_generate(model: Any, ids: list[int]) -> list[int]:
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return out[0, len(ids) :].tolist()
+
+
+def record(name: str, benchmark: Any, tokens: int) -> None:
+    RESULTS[name] = tokens / benchmark.stats.stats.median
+    benchmark.extra_info["tokens_per_s"] = round(RESULTS[name], 1)
+
+
+@pytest.mark.benchmark(group="batch-1")
+def test_transformers_batch1(benchmark: Any, reference: Any, engine: Engine) -> None:
+    ids = engine.tokenizer.encode(PROMPT)
+    tokens = benchmark.pedantic(hf_generate, args=(reference, ids), rounds=5, warmup_rounds=1)
+    assert len(tokens) == NEW_TOKENS
+    record("transformers_batch1", benchmark, NEW_TOKENS)
+
+
+@pytest.mark.benchmark(group="batch-1")
+def test_engine_batch1(benchmark: Any, engine: Engine, reference: Any) -> None:
+    ids = engine.tokenizer.encode(PROMPT)
+    out = benchmark.pedantic(
+        lambda: asyncio.run(engine.complete(ids, GREEDY)), rounds=5, warmup_rounds=1
+    )
+    assert list(out.token_ids) == hf_generate(reference, ids)  # same work, same answer
+    record("engine_batch1", benchmark, NEW_TOKENS)
+
+
+def prompts() -> list[str]:
+    return [f"{PROMPT} Request number {i}." for i in range(CONCURRENT)]
+
+
+@pytest.mark.benchmark(group="16-requests")
+def test_transformers_16_sequential(benchmark: Any, reference: Any, engine: Engine) -> None:
+    all_ids = [engine.tokenizer.encode(p) for p in prompts()]
+    benchmark.pedantic(
+        lambda: [hf_generate(reference, ids) for ids in all_ids], rounds=2, warmup_rounds=0
+    )
+    record("transformers_16_sequential", benchmark, NEW_TOKENS * CONCURRENT)
+
+
+@pytest.mark.benchmark(group="16-requests")
+def test_engine_16_concurrent(benchmark: Any, engine: Engine) -> None:
+    all_ids = [engine.tokenizer.encode(p) for p in prompts()]
+
+    async def together() -> list[Any]:
+        return await asyncio.gather(*(engine.complete(ids, GREEDY) for ids in all_ids))
+
+    outs = benchmark.pedantic(lambda: asyncio.run(together()), rounds=3, warmup_rounds=1)
+    assert all(len(o.token_ids) == NEW_TOKENS for o in outs)
+    record("engine_16_concurrent", benchmark, NEW_TOKENS * CONCURRENT)
+
+
+class CountingHooks:
+    """Hooks that do what a real bridge does per event: a dict lookup and a store."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, int] = {}
+
+    def on_enqueue(self, request_id: str, time_ns: int, prompt_tokens: int, priority: int) -> None:
+        self.marks[request_id] = time_ns
+
+    def on_schedule(self, request_id: str, time_ns: int) -> None:
+        self.marks[request_id] = time_ns
+
+    def on_prefill_start(self, request_id: str, time_ns: int, num_tokens: int) -> None:
+        self.marks[request_id] = time_ns
+
+    def on_prefill_end(self, request_id: str, time_ns: int) -> None:
+        self.marks[request_id] = time_ns
+
+    def on_token(self, request_id: str, time_ns: int, token_index: int) -> None:
+        self.marks[request_id] = time_ns
+
+    def on_detokenize(self, request_id: str, time_ns: int, duration_ns: int) -> None:
+        self.marks[request_id] = time_ns
+
+    def on_finish(self, request_id: str, time_ns: int, reason: str) -> None:
+        self.marks.pop(request_id, None)
+
+    def on_step(self, stats: Any) -> None:
+        self.marks["step"] = stats.step
+
+
+def run_16(engine: Engine) -> None:
+    all_ids = [engine.tokenizer.encode(p) for p in prompts()]
+
+    async def together() -> None:
+        await asyncio.gather(*(engine.complete(ids, GREEDY) for ids in all_ids))
+
+    asyncio.run(together())
+
+
+@pytest.mark.benchmark(group="hooks")
+@pytest.mark.parametrize("hooks_on", [False, True], ids=["hooks-off", "hooks-on"])
+def test_engine_hooks_overhead(benchmark: Any, engine: Engine, hooks_on: bool) -> None:
+    hooks = CountingHooks()
+    if hooks_on:
+        engine.add_hooks(hooks)
+    try:
+        benchmark.pedantic(run_16, args=(engine,), rounds=7, warmup_rounds=1)
+    finally:
+        if hooks_on:
+            engine.remove_hooks(hooks)
+    steps = NEW_TOKENS  # one step per generated token for 16 requests admitted together
+    RESULTS["hooks_on" if hooks_on else "hooks_off"] = benchmark.stats.stats.median / steps
+    if hooks_on:
+        assert hooks.marks.get("step", 0) > 0
+
+
+def test_report_ratios() -> None:
+    needed = {
+        "engine_batch1",
+        "transformers_batch1",
+        "engine_16_concurrent",
+        "transformers_16_sequential",
+        "hooks_on",
+        "hooks_off",
+    }
+    if not needed <= RESULTS.keys():
+        pytest.skip("run the whole module to get the ratios")
+    ratios = {
+        "batch1_tokens_per_s_engine_over_transformers (goal >= 2)": RESULTS["engine_batch1"]
+        / RESULTS["transformers_batch1"],
+        "16_concurrent_over_16_sequential_transformers (goal >= 5)": RESULTS["engine_16_concurrent"]
+        / RESULTS["transformers_16_sequential"],
+        "hooks_on_over_hooks_off_step_time (goal <= 1.01)": RESULTS["hooks_on"]
+        / RESULTS["hooks_off"],
+    }
+    print(
+        "\n"
+        + json.dumps(
+            {
+                "tokens_per_s": {k: round(v, 1) for k, v in RESULTS.items() if "hooks" not in k},
+                "ratios": {k: round(v, 3) for k, v in ratios.items()},
+            },
+            indent=2,
+        )
+    )
