@@ -124,4 +124,5 @@ class EngineConfig:
     max_tokens_cap: int | None = None  # upper bound for max_tokens; default: max_model_len
     seed: int = 0  # seeds the generator of sampled requests that bring no seed
     warmup: bool = True
+    step_delay_s: float = 0.0  # sleep added to every step: for alert drills and fault tests
     extra: dict[str, Any] = field(default_factory=dict)

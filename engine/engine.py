@@ -435,6 +435,8 @@ class Engine:
                 self.scheduler.remove(sequence)
                 self._finish(sequence, "cancelled", deliver=False)
 
+        if self.config.step_delay_s > 0:
+            time.sleep(self.config.step_delay_s)
         preempted = self.scheduler.reserve_decode_slots()
         decoding = list(self.scheduler.running)
         admitted = self.scheduler.admit()

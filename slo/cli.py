@@ -44,6 +44,12 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
         help="requests allowed to wait for a batch slot before new ones get 429 (default: %(default)s)",
     )
     parser.add_argument(
+        "--step-delay-ms",
+        type=float,
+        default=0.0,
+        help="slow every engine step down by this much, to drill latency alerts (default: 0)",
+    )
+    parser.add_argument(
         "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"
     )
     parser.set_defaults(handler=_serve)
@@ -55,7 +61,14 @@ def _serve(args: argparse.Namespace) -> int:
     from engine import CheckpointError, Engine, EngineConfig
     from engine.api import create_app
 
-    config = EngineConfig(device=args.device, dtype=args.dtype, max_waiting=args.max_waiting)
+    if args.step_delay_ms < 0:
+        raise UsageError(f"--step-delay-ms must be >= 0, got {args.step_delay_ms}")
+    config = EngineConfig(
+        device=args.device,
+        dtype=args.dtype,
+        max_waiting=args.max_waiting,
+        step_delay_s=args.step_delay_ms / 1000,
+    )
     try:
         engine = Engine.from_pretrained(args.model, config)
     except CheckpointError as error:
