@@ -1,1 +1,19 @@
-"""middleware package of llm-slo."""
+"""Pure ASGI middleware: per-request latency breakdown, spans, Prometheus metrics, records and
+live SLOs for LLM serving. Never imports torch or the bundled engine.
+"""
+
+from middleware.bridge import EngineBridge
+from middleware.clock import Clock, ScriptedClock, SystemClock
+from middleware.core import LatencyMiddleware
+from middleware.timeline import Breakdown, RequestTimeline, current_timeline
+
+__all__ = [
+    "Breakdown",
+    "Clock",
+    "EngineBridge",
+    "LatencyMiddleware",
+    "RequestTimeline",
+    "ScriptedClock",
+    "SystemClock",
+    "current_timeline",
+]

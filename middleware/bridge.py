@@ -1,0 +1,78 @@
+"""The engine bridge: hook methods that fill each request's timeline from the engine's events.
+
+Register it on the bundled engine with `engine.add_hooks(middleware.engine_hooks())`. Any
+engine that calls the same methods works (the protocol is structural). Requests are found by
+the id the middleware hands the app in `scope["state"]["request_id"]`, or, for engines that
+pick their own ids, through the request's context when `on_enqueue` runs on the caller's thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from middleware.timeline import RequestTimeline, current_timeline
+
+
+class EngineBridge:
+    def __init__(self, on_step: Callable[[Any], None] | None = None) -> None:
+        self._timelines: dict[str, RequestTimeline] = {}
+        self._lock = threading.Lock()
+        self._on_step = on_step
+
+    def register(self, timeline: RequestTimeline) -> None:
+        with self._lock:
+            self._timelines[timeline.request_id] = timeline
+
+    def unregister(self, timeline: RequestTimeline) -> None:
+        with self._lock:
+            self._timelines.pop(timeline.request_id, None)
+
+    def __len__(self) -> int:
+        return len(self._timelines)
+
+    # ----------------------------------------------------------------- the hook protocol
+    def on_enqueue(self, request_id: str, time_ns: int, prompt_tokens: int, priority: int) -> None:
+        timeline = self._timelines.get(request_id)
+        if timeline is None:
+            timeline = current_timeline()
+            if timeline is None:
+                return  # a request that does not pass through this middleware
+            with self._lock:
+                self._timelines[request_id] = timeline
+        timeline.mark("enqueue", time_ns, tokens=prompt_tokens)
+
+    def on_schedule(self, request_id: str, time_ns: int) -> None:
+        timeline = self._timelines.get(request_id)
+        if timeline is not None:
+            timeline.schedule_ns.append(time_ns)
+
+    def on_prefill_start(self, request_id: str, time_ns: int, num_tokens: int) -> None:
+        timeline = self._timelines.get(request_id)
+        if timeline is not None and timeline.prefill_start_ns is None:
+            timeline.prefill_start_ns = time_ns
+
+    def on_prefill_end(self, request_id: str, time_ns: int) -> None:
+        timeline = self._timelines.get(request_id)
+        if timeline is not None and timeline.prefill_end_ns is None:
+            timeline.prefill_end_ns = time_ns
+
+    def on_token(self, request_id: str, time_ns: int, token_index: int) -> None:
+        timeline = self._timelines.get(request_id)
+        if timeline is not None:
+            timeline.token_ns.append(time_ns)
+
+    def on_detokenize(self, request_id: str, time_ns: int, duration_ns: int) -> None:
+        timeline = self._timelines.get(request_id)
+        if timeline is not None:
+            timeline.detokenize_ns += duration_ns
+
+    def on_finish(self, request_id: str, time_ns: int, reason: str) -> None:
+        timeline = self._timelines.get(request_id)
+        if timeline is not None:
+            timeline.finish_reason = reason
+
+    def on_step(self, stats: Any) -> None:
+        if self._on_step is not None:
+            self._on_step(stats)

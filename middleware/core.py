@@ -1,0 +1,432 @@
+"""`LatencyMiddleware`: pure ASGI; splits every LLM request into phases and reports it everywhere.
+
+    app = LatencyMiddleware(app, spec="slo.yaml", store="sqlite:///records.db")
+    engine.add_hooks(app.engine_hooks())
+
+Per request (state made inside `__call__`, never on `self`): a `RequestTimeline`, the tier
+from the spec's match rules (its priority and a request id are handed to the app in
+`scope["state"]`), and on the last byte sent: the breakdown, spans, Prometheus metrics, one
+record to the store (off the request path) and the live SLO windows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from middleware.bridge import EngineBridge
+from middleware.clock import Clock, SystemClock
+from middleware.live import LiveSLO
+from middleware.metrics import MetricSet
+from middleware.timeline import (
+    Breakdown,
+    RequestTimeline,
+    reset_current_timeline,
+    set_current_timeline,
+)
+from middleware.tracing import DropCounter, RequestTracer
+from middleware.types import ASGIApp, Message, Receive, Scope, Send
+from slo.spec import SLOSpec
+from slo.store import RecordStore
+
+logger = logging.getLogger("middleware")
+
+DEFAULT_LLM_ROUTES = ("/v1/completions", "/v1/chat/completions")
+OTHER_ROUTE = "other"
+
+
+class _Response:
+    """What the app sent back for one request."""
+
+    __slots__ = ("complete", "disconnected", "is_stream", "started", "status")
+
+    def __init__(self) -> None:
+        self.status = 500
+        self.started = False
+        self.complete = False
+        self.disconnected = False
+        self.is_stream = False
+
+
+def _load_spec(spec: SLOSpec | str | Path | None) -> SLOSpec:
+    if spec is None:
+        return SLOSpec.default()
+    if isinstance(spec, SLOSpec):
+        return spec
+    return SLOSpec.load(spec)
+
+
+def _open_store(store: RecordStore | str | None) -> RecordStore | None:
+    if store is None or isinstance(store, RecordStore):
+        return store
+    return RecordStore(store)
+
+
+def classify_outcome(
+    status: int, disconnected: bool, complete: bool, hint: str | None, raised: bool
+) -> str:
+    if disconnected and not complete:
+        return "cancelled"
+    if raised:
+        return "server_error"
+    if hint:
+        return hint
+    if status < 400:
+        return "ok"
+    if status == 429:
+        return "rate_limited"
+    if status == 503:
+        return "shed"
+    if status in (408, 504):
+        return "timeout"
+    if status == 499:
+        return "cancelled"
+    if status < 500:
+        return "client_error"
+    return "server_error"
+
+
+def server_timing_value(breakdown: Breakdown) -> str:
+    """A `Server-Timing` value in milliseconds (the standard header browsers and tools read)."""
+    parts = [f"{name};dur={value * 1000:.3f}" for name, value in breakdown.phases.items()]
+    if breakdown.ttft_s is not None:
+        parts.append(f"ttft;dur={breakdown.ttft_s * 1000:.3f}")
+    parts.append(f"e2e;dur={breakdown.e2e_s * 1000:.3f}")
+    return ", ".join(parts)
+
+
+def timings_comment(breakdown: Breakdown) -> bytes:
+    """The final SSE comment (`: ...`) carrying the server's timings; SSE clients ignore comments."""
+    timings = {f"{name}_s": round(value, 6) for name, value in breakdown.phases.items()}
+    timings["e2e_s"] = round(breakdown.e2e_s, 6)
+    if breakdown.ttft_s is not None:
+        timings["ttft_s"] = round(breakdown.ttft_s, 6)
+    timings["output_tokens"] = breakdown.output_tokens
+    return b": llm-slo-timings " + json.dumps(timings, separators=(",", ":")).encode() + b"\n\n"
+
+
+class LatencyMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        spec: SLOSpec | str | Path | None = None,
+        store: RecordStore | str | None = "sqlite:///slo-records.db",
+        *,
+        model: str = "unknown",
+        llm_routes: Iterable[str] = DEFAULT_LLM_ROUTES,
+        metrics_path: str = "/metrics",
+        slo_path: str = "/slo",
+        clock: Clock | None = None,
+        tracer_provider: Any | None = None,
+        registry: Any | None = None,
+        server_timing: bool = True,
+        gpu_stats: Callable[[], Iterable[Any]] | None = None,
+        alertmanager_url: str | None = None,
+    ) -> None:
+        self.app = app
+        self.spec = _load_spec(spec)
+        self.store = _open_store(store)
+        self.model = model
+        self.clock = clock or SystemClock()
+        self.metrics_path = metrics_path
+        self.slo_path = slo_path
+        routes = set(llm_routes)
+        for tier in self.spec.tiers:
+            routes.update(r for r in tier.match.routes if not any(c in r for c in "*?["))
+        self.llm_routes = frozenset(routes)
+        self.server_timing = server_timing
+        self.metrics = MetricSet(self.spec, model, registry)
+        self.span_drops = DropCounter()
+        self.tracer = RequestTracer(tracer_provider, self.span_drops)
+        self.bridge = EngineBridge(on_step=self.metrics.observe_engine_step)
+        self.live = LiveSLO(self.spec, clock=self.clock, alertmanager_url=alertmanager_url)
+        self.gpu_stats = gpu_stats
+        self.requests_seen = 0
+        # perf_counter_ns -> unix ns, for spans; fixed once so every span agrees.
+        self._epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
+
+    def engine_hooks(self) -> EngineBridge:
+        """Hooks for the bundled engine (`engine.add_hooks(...)`) that fill request timelines."""
+        return self.bridge
+
+    def observe_cold_start(self, seconds: float) -> None:
+        self.metrics.cold_start.labels(model=self.model).observe(seconds)
+
+    def route_label(self, path: str) -> str | None:
+        """The bounded route label of an LLM request, or None for requests not measured."""
+        if path in self.llm_routes:
+            return path
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if path == self.metrics_path:
+            await self._serve_metrics(scope, send)
+            return
+        if path == self.slo_path or path == self.slo_path + ".html":
+            await self._serve_slo(path.endswith(".html"), send)
+            return
+        route = self.route_label(path)
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        await self._measure(scope, receive, send, route)
+
+    async def _measure(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
+        clock = self.clock
+        request_id = f"req-{uuid.uuid4().hex[:16]}"
+        timeline = RequestTimeline.begin(request_id, clock)
+        headers = {
+            key.decode("latin-1").lower(): value.decode("latin-1")
+            for key, value in scope.get("headers", ())
+        }
+        state = scope.setdefault("state", {})
+        tier = self.spec.resolve_tier(headers, route, state.get("api_key_id"))
+        state["priority"] = tier.priority
+        state["request_id"] = request_id
+        state["tier"] = tier.name
+        response = _Response()
+        server_timing = self.server_timing
+
+        async def receive_wrapper() -> Message:
+            message = await receive()
+            kind = message["type"]
+            if kind == "http.request":
+                if not message.get("more_body", False):
+                    timeline.body_received(clock.now_ns())
+            elif kind == "http.disconnect":
+                response.disconnected = True
+            return message
+
+        async def send_wrapper(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.start":
+                response.status = message["status"]
+                response.started = True
+                raw_headers = list(message.get("headers", ()))
+                for key, value in raw_headers:
+                    if key.lower() == b"content-type" and value.startswith(b"text/event-stream"):
+                        response.is_stream = True
+                if server_timing and not response.is_stream:
+                    raw_headers.append(
+                        (b"server-timing", server_timing_value(timeline.breakdown()).encode())
+                    )
+                    message = {**message, "headers": raw_headers}
+                await send(message)
+                return
+            if kind == "http.response.body":
+                body = message.get("body", b"")
+                final = not message.get("more_body", False)
+                if final and server_timing and response.is_stream and response.status < 400:
+                    await send(
+                        {
+                            "type": "http.response.body",
+                            "body": timings_comment(timeline.breakdown()),
+                            "more_body": True,
+                        }
+                    )
+                started = clock.now_ns()
+                await send(message)
+                timeline.body_sent(started, clock.now_ns(), bool(body))
+                if final:
+                    response.complete = True
+                return
+            await send(message)
+
+        self.bridge.register(timeline)
+        context_token = set_current_timeline(timeline)
+        raised = False
+        try:
+            await self.app(scope, receive_wrapper, send_wrapper)
+        except BaseException:
+            raised = True
+            raise
+        finally:
+            reset_current_timeline(context_token)
+            self.bridge.unregister(timeline)
+            try:
+                self._finish(timeline, tier.name, route, headers, state, response, raised)
+            except Exception:  # reporting must never break the response
+                logger.exception("llm-slo: failed to report request %s", request_id)
+
+    def _finish(
+        self,
+        timeline: RequestTimeline,
+        tier: str,
+        route: str,
+        headers: dict[str, str],
+        state: dict[str, Any],
+        response: _Response,
+        raised: bool,
+    ) -> None:
+        self.requests_seen += 1
+        outcome = classify_outcome(
+            response.status, response.disconnected, response.complete, state.get("outcome"), raised
+        )
+        status = 500 if raised and not response.started else response.status
+        breakdown = timeline.breakdown()
+        produced = status < 400 and breakdown.output_tokens > 0
+        trace_id = self.tracer.trace_id_from_header(headers)
+        if self.tracer.enabled:
+            attributes = span_attributes(
+                self.model, route, tier, status, response.is_stream, timeline, breakdown, outcome
+            )
+            trace_id = (
+                self.tracer.emit(
+                    timeline,
+                    breakdown,
+                    attributes,
+                    self.tracer.parent_context(headers),
+                    f"POST {route}",
+                    self._epoch_offset_ns,
+                )
+                or trace_id
+            )
+        self.metrics.observe(
+            tier, route, outcome, breakdown if produced else None, timeline.input_tokens, trace_id
+        )
+        self.live.observe(tier, outcome, breakdown if produced else None)
+        if self.store is not None:
+            self.store.add(
+                record_fields(
+                    timeline,
+                    breakdown,
+                    tier,
+                    self.model,
+                    route,
+                    outcome,
+                    status,
+                    response.is_stream,
+                    trace_id,
+                    produced,
+                )
+            )
+
+    async def _serve_metrics(self, scope: Scope, send: Send) -> None:
+        if self.gpu_stats is not None:
+            self.metrics.observe_gpus(self.gpu_stats())
+        accept = ""
+        for key, value in scope.get("headers", ()):
+            if key.lower() == b"accept":
+                accept = value.decode("latin-1")
+        body, content_type = self.metrics.exposition(accept)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", content_type.encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def _serve_slo(self, as_html: bool, send: Send) -> None:
+        status = self.live.status()
+        if as_html:
+            body = self.live.render_html(status).encode()
+            content_type = b"text/html; charset=utf-8"
+        else:
+            body = json.dumps(status, indent=2).encode()
+            content_type = b"application/json"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", content_type)],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    def close(self) -> None:
+        """Flush records and stop background work (call on shutdown)."""
+        if self.store is not None:
+            self.store.close()
+        self.live.close()
+
+
+def record_fields(
+    timeline: RequestTimeline,
+    breakdown: Breakdown,
+    tier: str,
+    model: str,
+    route: str,
+    outcome: str,
+    status: int,
+    stream: bool,
+    trace_id: str | None,
+    produced: bool,
+) -> dict[str, Any]:
+    """One record as a plain dict with every field (the store takes dicts; cheap to build)."""
+    return {
+        "request_id": timeline.request_id,
+        "trace_id": trace_id,
+        "timestamp": timeline.wall_start_s,
+        "tier": tier,
+        "model": model,
+        "route": route,
+        "outcome": outcome,
+        "status_code": status,
+        "stream": stream,
+        "input_tokens": timeline.input_tokens,
+        "output_tokens": breakdown.output_tokens if produced else 0,
+        "cached_tokens": timeline.cached_tokens,
+        "e2e_s": breakdown.e2e_s,
+        "ttft_s": breakdown.ttft_s if produced else None,
+        "tpot_s": breakdown.tpot_s if produced else None,
+        "itl_s": list(breakdown.itl_s) if produced else None,
+        "network_s": breakdown.network_s,
+        "queue_s": breakdown.queue_s,
+        "prefill_s": breakdown.prefill_s,
+        "decode_s": breakdown.decode_s,
+        "detokenize_s": breakdown.detokenize_s,
+        "other_s": breakdown.other_s,
+        "client_ttft_s": None,
+        "client_e2e_s": None,
+        "client_tpot_s": None,
+        "client_itl_s": None,
+    }
+
+
+def span_attributes(
+    model: str,
+    route: str,
+    tier: str,
+    status: int,
+    stream: bool,
+    timeline: RequestTimeline,
+    breakdown: Breakdown,
+    outcome: str,
+) -> dict[str, Any]:
+    """GenAI semantic-convention attributes plus the `gen_ai.latency.*` keys vLLM emits."""
+    attributes: dict[str, Any] = {
+        "http.request.method": "POST",
+        "http.route": route,
+        "http.response.status_code": status,
+        "gen_ai.operation.name": "chat" if "chat" in route else "text_completion",
+        "gen_ai.request.model": model,
+        "gen_ai.response.model": model,
+        "gen_ai.usage.input_tokens": timeline.input_tokens,
+        "gen_ai.usage.output_tokens": breakdown.output_tokens,
+        "gen_ai.request.id": timeline.request_id,
+        "gen_ai.latency.e2e": breakdown.e2e_s,
+        "llm_slo.tier": tier,
+        "llm_slo.outcome": outcome,
+        "llm_slo.stream": stream,
+    }
+    if timeline.finish_reason:
+        attributes["gen_ai.response.finish_reasons"] = (timeline.finish_reason,)
+    if breakdown.ttft_s is not None:
+        attributes["gen_ai.latency.time_to_first_token"] = breakdown.ttft_s
+    if breakdown.queue_s is not None:
+        attributes["gen_ai.latency.time_in_queue"] = breakdown.queue_s
+    if breakdown.prefill_s is not None:
+        attributes["gen_ai.latency.time_in_model_prefill"] = breakdown.prefill_s
+        attributes["gen_ai.latency.time_in_model_decode"] = breakdown.decode_s
+    return attributes

@@ -1,0 +1,315 @@
+"""Live SLOs inside the server: per-tier sliding windows, error budgets, burn rates, alerts.
+
+Counts are kept per tier on the same bucket boundaries as the Prometheus histograms (the spec's
+thresholds are boundaries), in fixed-memory rings, one per window the spec and its alert policy
+use. Events are counted as `slo check` counts them (see `slo.evaluate`): latency objectives
+over ok requests with a value (itl over every gap), availability as ok over every request but
+client_error and cancelled, goodput as ok requests meeting every per-request latency objective.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from middleware.alerting import evaluate_alerts, push_to_alertmanager
+from middleware.clock import Clock, SystemClock
+from middleware.timeline import Breakdown
+from middleware.windows import WindowSet
+from slo.objectives import Objective
+from slo.sli import CATALOG, OUTCOMES, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, buckets_for
+from slo.spec import SLOSpec, Tier
+from slo.units import format_duration
+
+logger = logging.getLogger("middleware.live")
+
+BREAKDOWN_FIELD = {
+    "ttft": "ttft_s",
+    "tpot": "tpot_s",
+    "e2e": "e2e_s",
+    "queue": "queue_s",
+    "prefill": "prefill_s",
+    "decode": "decode_s",
+    "detokenize": "detokenize_s",
+    "network": "network_s",
+    "other": "other_s",
+}
+
+
+@dataclass
+class _Layout:
+    """Where each count lives in a tier's row of columns."""
+
+    outcome_column: dict[str, int]
+    goodput_column: int
+    histogram_start: dict[str, int]  # sli -> first bucket column (buckets then +Inf)
+    bounds: dict[str, np.ndarray]
+    width: int
+
+
+def histogram_quantile(q: float, bounds: np.ndarray, counts: np.ndarray) -> float | None:
+    """Prometheus' `histogram_quantile` on cumulative-free bucket counts (last = +Inf)."""
+    total = counts.sum()
+    if total <= 0:
+        return None
+    rank = q * total
+    cumulative = np.cumsum(counts)
+    index = int(np.searchsorted(cumulative, rank, side="left"))
+    if index >= len(bounds):  # in the +Inf bucket: Prometheus answers the highest finite bound
+        return float(bounds[-1])
+    upper = float(bounds[index])
+    lower = 0.0 if index == 0 else float(bounds[index - 1])
+    below = 0.0 if index == 0 else float(cumulative[index - 1])
+    in_bucket = float(counts[index])
+    if in_bucket <= 0:
+        return upper
+    return lower + (upper - lower) * (rank - below) / in_bucket
+
+
+class TierWindows:
+    def __init__(self, spec: SLOSpec, tier: Tier, windows_s: list[float]) -> None:
+        self.tier = tier
+        slis = sorted({o.sli for o in tier.objectives if o.kind == "latency" and o.sli})
+        column = 0
+        outcome_column = {}
+        for outcome in OUTCOMES:
+            outcome_column[outcome] = column
+            column += 1
+        goodput_column = column
+        column += 1
+        starts, bounds = {}, {}
+        for sli in slis:
+            bounds[sli] = np.asarray(buckets_for(sli, spec), dtype=np.float64)
+            starts[sli] = column
+            column += len(bounds[sli]) + 1
+        self.layout = _Layout(outcome_column, goodput_column, starts, bounds, column)
+        self.windows = WindowSet(windows_s, column)
+        self.latency_objectives = [o for o in tier.objectives if o.kind == "latency"]
+        self._lock = threading.Lock()
+
+    def observe(self, now_s: float, outcome: str, breakdown: Breakdown | None) -> None:
+        layout = self.layout
+        columns = [layout.outcome_column[outcome]]
+        if outcome == "ok" and breakdown is not None:
+            for sli, start in layout.histogram_start.items():
+                values = breakdown.itl_s if sli == "itl" else _single(breakdown, sli)
+                if values:
+                    indexes = np.searchsorted(layout.bounds[sli], np.asarray(values), side="left")
+                    columns.extend(int(start + i) for i in indexes)
+            if all(_meets(o, breakdown) for o in self.latency_objectives):
+                columns.append(layout.goodput_column)
+        with self._lock:
+            self.windows.add(now_s, np.asarray(columns, dtype=np.int64), np.ones(len(columns)))
+
+    def totals(self, window_s: float, now_s: float) -> np.ndarray:
+        with self._lock:
+            return self.windows.total(window_s, now_s)
+
+    def events_and_good(self, objective: Objective, totals: np.ndarray) -> tuple[float, float]:
+        layout = self.layout
+        if objective.kind == "latency" and objective.sli in layout.histogram_start:
+            start = layout.histogram_start[objective.sli]
+            bounds = layout.bounds[objective.sli]
+            counts = totals[start : start + len(bounds) + 1]
+            # The threshold is a bucket boundary: buckets up to it hold exactly the good events.
+            edge = int(np.searchsorted(bounds, objective.threshold_s or 0.0, side="right"))
+            return float(counts.sum()), float(counts[:edge].sum())
+        counted = sum(
+            totals[layout.outcome_column[o]]
+            for o in OUTCOMES
+            if o not in OUTCOMES_EXCLUDED_FROM_AVAILABILITY
+        )
+        if objective.kind == "goodput":
+            return float(counted), float(totals[layout.goodput_column])
+        return float(counted), float(totals[layout.outcome_column["ok"]])
+
+    def quantile(self, sli: str, q: float, totals: np.ndarray) -> float | None:
+        layout = self.layout
+        if sli not in layout.histogram_start:
+            return None
+        start = layout.histogram_start[sli]
+        bounds = layout.bounds[sli]
+        return histogram_quantile(q, bounds, totals[start : start + len(bounds) + 1])
+
+
+def _single(breakdown: Breakdown, sli: str) -> list[float]:
+    value = getattr(breakdown, BREAKDOWN_FIELD.get(sli, ""), None)
+    return [] if value is None else [value]
+
+
+def _meets(objective: Objective, breakdown: Breakdown) -> bool:
+    if objective.sli == "itl" or objective.sli not in BREAKDOWN_FIELD:
+        return True
+    value = getattr(breakdown, BREAKDOWN_FIELD[objective.sli])
+    if value is None:
+        return True
+    threshold = objective.threshold_s or 0.0
+    return value <= threshold if objective.inclusive else value < threshold
+
+
+class LiveSLO:
+    """Per-tier windows fed by the middleware; `status()` is what `/slo` returns."""
+
+    def __init__(
+        self,
+        spec: SLOSpec,
+        clock: Clock | None = None,
+        alertmanager_url: str | None = None,
+        evaluation_interval_s: float = 15.0,
+    ) -> None:
+        self.spec = spec
+        self.clock = clock or SystemClock()
+        windows = {spec.window_s, *spec.alert_policy.windows_s, *threshold_windows(spec)}
+        self.windows_s = sorted(windows)
+        self.tiers = {tier.name: TierWindows(spec, tier, self.windows_s) for tier in spec.tiers}
+        self.alertmanager_url = alertmanager_url
+        self.evaluation_interval_s = evaluation_interval_s
+        self._stop = threading.Event()
+        self._pending: dict[tuple[str, ...], float] = {}
+        self._alerts_lock = threading.Lock()
+        self._pusher: threading.Thread | None = None
+        self.pushed = 0
+        if alertmanager_url:
+            self._pusher = threading.Thread(
+                target=self._push_loop, name="llm-slo-alert-push", daemon=True
+            )
+            self._pusher.start()
+
+    def observe(self, tier: str, outcome: str, breakdown: Breakdown | None) -> None:
+        self.tiers[tier].observe(self.clock.wall_s(), outcome, breakdown)
+
+    def status(self) -> dict[str, Any]:
+        now = self.clock.wall_s()
+        tiers = []
+        for name, windows in self.tiers.items():
+            totals = {w: windows.totals(w, now) for w in self.windows_s}
+            window_totals = totals[self.spec.window_s]
+            objectives = []
+            for objective in windows.tier.objectives:
+                if not objective.has_error_budget:
+                    continue
+                events, good = windows.events_and_good(objective, window_totals)
+                objectives.append(
+                    objective_status(self.spec, windows, objective, events, good, totals)
+                )
+            requests = int(sum(window_totals[windows.layout.outcome_column[o]] for o in OUTCOMES))
+            tiers.append(
+                {
+                    "tier": name,
+                    "priority": windows.tier.priority,
+                    "requests": requests,
+                    "objectives": objectives,
+                }
+            )
+        alerts = self.firing_alerts(now)
+        return {
+            "window": format_duration(self.spec.window_s),
+            "evaluated_at": now,
+            "tiers": tiers,
+            "alerts": alerts,
+        }
+
+    def firing_alerts(self, now_s: float | None = None) -> list[dict[str, Any]]:
+        with self._alerts_lock:
+            return evaluate_alerts(
+                self.spec,
+                self.tiers,
+                self.clock.wall_s() if now_s is None else now_s,
+                self._pending,
+            )
+
+    def render_html(self, status: dict[str, Any]) -> str:
+        rows = []
+        for tier in status["tiers"]:
+            for objective in tier["objectives"]:
+                attainment = objective["attainment"]
+                shown = "–" if attainment is None else f"{attainment:.4%}"
+                remaining = objective["error_budget_remaining"]
+                budget = "–" if remaining is None else f"{remaining:.1%}"
+                rows.append(
+                    f"<tr class='{objective['verdict']}'><td>{html.escape(tier['tier'])}</td><td>{html.escape(objective['objective'])}</td>"
+                    f"<td>{int(objective['events'])}</td><td>{shown}</td><td>{budget}</td><td>{objective['verdict']}</td></tr>"
+                )
+        alerts = (
+            "".join(
+                f"<li>{html.escape(a['alertname'])} ({html.escape(a['labels'].get('tier', ''))}, {html.escape(a['labels'].get('severity', ''))})</li>"
+                for a in status["alerts"]
+            )
+            or "<li>none</li>"
+        )
+        return (
+            "<!doctype html><html><head><meta charset='utf-8'><title>llm-slo: live SLOs</title>"
+            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}"
+            ".violated{background:#fdd}.met{background:#dfd}.insufficient_data{background:#eee}</style></head><body>"
+            f"<h1>Live SLOs (window {html.escape(status['window'])})</h1><table><tr><th>tier</th><th>objective</th><th>events</th>"
+            f"<th>attainment</th><th>budget left</th><th>verdict</th></tr>{''.join(rows)}</table><h2>Firing alerts</h2><ul>{alerts}</ul></body></html>"
+        )
+
+    def _push_loop(self) -> None:
+        while not self._stop.wait(self.evaluation_interval_s):
+            try:
+                alerts = self.firing_alerts()
+                if alerts and self.alertmanager_url:
+                    push_to_alertmanager(self.alertmanager_url, alerts, self.evaluation_interval_s)
+                    self.pushed += len(alerts)
+            except Exception:  # Alertmanager down must not hurt the server
+                logger.warning(
+                    "llm-slo: could not push alerts to %s", self.alertmanager_url, exc_info=True
+                )
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def threshold_windows(spec: SLOSpec) -> list[float]:
+    from middleware.alerting import THRESHOLD_WINDOW_S
+
+    return [THRESHOLD_WINDOW_S] if spec.alert_policy.thresholds else []
+
+
+def objective_status(
+    spec: SLOSpec,
+    windows: TierWindows,
+    objective: Objective,
+    events: float,
+    good: float,
+    totals: dict[float, np.ndarray],
+) -> dict[str, Any]:
+    budget = 1.0 - objective.target
+    attainment = good / events if events else None
+    if events < spec.min_events or attainment is None:
+        verdict = "insufficient_data"
+    else:
+        verdict = "met" if attainment >= objective.target else "violated"
+    burn_rates: dict[str, float | None] = {}
+    for window in spec.alert_policy.windows_s:
+        window_events, window_good = windows.events_and_good(objective, totals[window])
+        burn_rates[format_duration(window)] = (
+            None
+            if not window_events or budget <= 0
+            else ((window_events - window_good) / window_events) / budget
+        )
+    status: dict[str, Any] = {
+        "objective": objective.name,
+        "kind": objective.kind,
+        "target": objective.target,
+        "events": events,
+        "good": good,
+        "attainment": attainment,
+        "error_budget_remaining": None
+        if attainment is None or budget <= 0
+        else 1.0 - (1.0 - attainment) / budget,
+        "burn_rates": burn_rates,
+        "verdict": verdict,
+    }
+    if objective.kind == "latency" and objective.sli:
+        status["observed"] = windows.quantile(
+            objective.sli, objective.target, totals[spec.window_s]
+        )
+        status["sli"] = CATALOG[objective.sli].name
+    return status

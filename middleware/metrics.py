@@ -1,0 +1,190 @@
+"""Prometheus metrics, every name, unit, label and bucket taken from the SLI catalog.
+
+Label children are bound once per (tier, route) and outcome; `observe` is then a few dict
+lookups and calls. OpenMetrics output carries exemplars with trace ids. With
+`PROMETHEUS_MULTIPROC_DIR` set (multi-worker servers), values go through prometheus_client's
+multiprocess files and `/metrics` aggregates every worker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_TYPE
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+from middleware.timeline import Breakdown
+from slo.sli import CATALOG, buckets_for
+from slo.spec import SLOSpec
+
+# Per-request histograms and the record field (of Breakdown) that feeds each.
+REQUEST_HISTOGRAMS = (
+    "ttft",
+    "tpot",
+    "e2e",
+    "queue",
+    "prefill",
+    "decode",
+    "detokenize",
+    "network",
+    "other",
+)
+ENGINE_GAUGES = ("queue_depth", "running", "batch_size", "kv_usage")
+GPU_GAUGES = ("gpu_utilization", "gpu_memory")
+
+
+def _base_name(metric: str, kind: str) -> str:
+    # prometheus_client appends `_total` to counters itself.
+    return metric[: -len("_total")] if kind == "counter" and metric.endswith("_total") else metric
+
+
+class MetricSet:
+    """The catalog's metrics in one registry, for one model."""
+
+    def __init__(
+        self, spec: SLOSpec, model: str, registry: CollectorRegistry | None = None
+    ) -> None:
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.model = model
+        self.spec = spec
+        self._tier_by_priority = {tier.priority: tier.name for tier in spec.tiers}
+        self.histograms: dict[str, Histogram] = {}
+        for name in (*REQUEST_HISTOGRAMS, "itl", "input_tokens", "output_tokens"):
+            sli = CATALOG[name]
+            self.histograms[name] = Histogram(
+                sli.metric,
+                sli.description,
+                labelnames=sli.labels,
+                buckets=buckets_for(name, spec),
+                registry=self.registry,
+            )
+        requests = CATALOG["requests"]
+        self.requests = Counter(
+            _base_name(requests.metric, "counter"),
+            requests.description,
+            labelnames=requests.labels,
+            registry=self.registry,
+        )
+        throughput = CATALOG["throughput"]
+        self.output_tokens_total = Counter(
+            _base_name(throughput.metric, "counter"),
+            throughput.description,
+            labelnames=throughput.labels,
+            registry=self.registry,
+        )
+        cold = CATALOG["cold_start"]
+        self.cold_start = Histogram(
+            cold.metric,
+            cold.description,
+            labelnames=cold.labels,
+            buckets=cold.default_buckets,
+            registry=self.registry,
+        )
+        self.gauges: dict[str, Gauge] = {}
+        for name in (*ENGINE_GAUGES, *GPU_GAUGES):
+            sli = CATALOG[name]
+            self.gauges[name] = Gauge(
+                sli.metric,
+                sli.description,
+                labelnames=sli.labels,
+                registry=self.registry,
+                multiprocess_mode="livesum" if name == "queue_depth" else "max",
+            )
+        self._children: dict[tuple[str, str], dict[str, Any]] = {}
+        self._outcomes: dict[tuple[str, str, str], Any] = {}
+        self._queue_depth = {
+            tier.name: self.gauges["queue_depth"].labels(tier=tier.name, model=model)
+            for tier in spec.tiers
+        }
+
+    def _bound(self, tier: str, route: str) -> dict[str, Any]:
+        key = (tier, route)
+        children = self._children.get(key)
+        if children is None:
+            labels = {"tier": tier, "model": self.model, "route": route}
+            children = {
+                name: histogram.labels(**labels) for name, histogram in self.histograms.items()
+            }
+            children["output_tokens_total"] = self.output_tokens_total.labels(**labels)
+            self._children[key] = children
+        return children
+
+    def observe(
+        self,
+        tier: str,
+        route: str,
+        outcome: str,
+        breakdown: Breakdown | None,
+        input_tokens: int,
+        trace_id: str | None,
+    ) -> None:
+        key = (tier, route, outcome)
+        counter = self._outcomes.get(key)
+        if counter is None:
+            counter = self._outcomes[key] = self.requests.labels(
+                tier=tier, model=self.model, route=route, outcome=outcome
+            )
+        counter.inc()
+        if breakdown is None:
+            return
+        children = self._bound(tier, route)
+        exemplar = {"trace_id": trace_id} if trace_id and not self.multiprocess else None
+        values = {
+            "e2e": breakdown.e2e_s,
+            "ttft": breakdown.ttft_s,
+            "tpot": breakdown.tpot_s,
+            "queue": breakdown.queue_s,
+            "prefill": breakdown.prefill_s,
+            "decode": breakdown.decode_s,
+            "detokenize": breakdown.detokenize_s,
+            "network": breakdown.network_s,
+            "other": breakdown.other_s,
+        }
+        for name, value in values.items():
+            if value is not None:
+                children[name].observe(value, exemplar if name in ("e2e", "ttft") else None)
+        itl = children["itl"]
+        for gap in breakdown.itl_s:
+            itl.observe(gap)
+        children["input_tokens"].observe(input_tokens)
+        children["output_tokens"].observe(breakdown.output_tokens)
+        if breakdown.output_tokens:
+            children["output_tokens_total"].inc(breakdown.output_tokens)
+
+    def observe_engine_step(self, stats: Any) -> None:
+        """Engine gauges from the bundled engine's `on_step(StepStats)`."""
+        model = self.model
+        self.gauges["running"].labels(model=model).set(stats.num_running)
+        self.gauges["batch_size"].labels(model=model).set(stats.batch_size)
+        self.gauges["kv_usage"].labels(model=model).set(stats.kv_usage)
+        waiting = dict.fromkeys(self._queue_depth, 0)
+        for priority, count in stats.waiting_by_priority.items():
+            tier = self._tier_by_priority.get(priority)
+            if tier is not None:
+                waiting[tier] += count
+        for tier, child in self._queue_depth.items():
+            child.set(waiting[tier])
+
+    def observe_gpus(self, gpus: Iterable[Any]) -> None:
+        for gpu in gpus:
+            index = str(gpu.index)
+            self.gauges["gpu_utilization"].labels(model=self.model, gpu=index).set(
+                gpu.utilization_percent / 100
+            )
+            self.gauges["gpu_memory"].labels(model=self.model, gpu=index).set(gpu.memory_used_bytes)
+
+    def exposition(self, accept: str) -> tuple[bytes, str]:
+        registry = self.registry
+        if self.multiprocess:
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+        if "application/openmetrics-text" in accept:
+            return generate_openmetrics(registry), OPENMETRICS_TYPE
+        return generate_latest(registry), CONTENT_TYPE_LATEST

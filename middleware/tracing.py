@@ -1,0 +1,186 @@
+"""OpenTelemetry: one SERVER span per request with a child span per phase at its real times.
+
+Off unless a tracer provider with an SDK is configured, either passed in or built from the
+standard `OTEL_*` variables (`OTEL_TRACES_EXPORTER=console|otlp`, `OTEL_SERVICE_NAME`, ...).
+Off means no span objects at all. Spans are made when the request ends, from the timeline,
+with explicit start and end times, so the hot path never touches the tracer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+
+from middleware.timeline import Breakdown, RequestTimeline
+
+logger = logging.getLogger("middleware.tracing")
+
+# Sized for a streaming load: the SDK's default of 2048 drops spans under a burst of requests,
+# each bringing 7 spans. Dropped spans are counted, never silent.
+SPAN_QUEUE_SIZE = 65536
+
+
+class DropCounter:
+    def __init__(self) -> None:
+        self.dropped = 0
+        self._lock = threading.Lock()
+
+    def add(self, count: int = 1) -> None:
+        with self._lock:
+            self.dropped += count
+
+
+def counting_batch_processor(exporter: Any, drops: DropCounter) -> Any:
+    """A BatchSpanProcessor with a large queue that counts the spans it has to drop."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    class CountingBatchSpanProcessor(BatchSpanProcessor):
+        def on_end(self, span: Any) -> None:
+            inner = getattr(self, "_batch_processor", None)
+            queue = getattr(inner, "_queue", None)
+            limit = getattr(inner, "_max_queue_size", None)
+            if queue is not None and limit is not None and len(queue) >= limit:
+                drops.add()
+            super().on_end(span)
+
+    return CountingBatchSpanProcessor(
+        exporter, max_queue_size=SPAN_QUEUE_SIZE, max_export_batch_size=2048
+    )
+
+
+def provider_from_environment(drops: DropCounter) -> Any | None:
+    """An SDK tracer provider when OTEL_TRACES_EXPORTER asks for one, else None (tracing off)."""
+    exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true" or exporter_name in ("", "none"):
+        return None
+    from opentelemetry.sdk.trace import TracerProvider
+
+    if exporter_name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        exporter: Any = ConsoleSpanExporter()
+    elif exporter_name == "otlp":
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            logger.warning(
+                "OTEL_TRACES_EXPORTER=otlp needs `pip install opentelemetry-exporter-otlp-proto-http`; tracing stays off"
+            )
+            return None
+        exporter = OTLPSpanExporter()
+    else:
+        logger.warning(
+            "OTEL_TRACES_EXPORTER=%s is not supported (use console or otlp); tracing stays off",
+            exporter_name,
+        )
+        return None
+    provider = (
+        TracerProvider()
+    )  # resource and sampler from OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER...
+    provider.add_span_processor(counting_batch_processor(exporter, drops))
+    return provider
+
+
+def is_recording_provider(provider: Any) -> bool:
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+    except ImportError:  # pragma: no cover - the SDK is a core dependency
+        return False
+    return isinstance(provider, TracerProvider)
+
+
+class RequestTracer:
+    """Turns finished timelines into spans."""
+
+    def __init__(self, provider: Any | None, drops: DropCounter) -> None:
+        self.drops = drops
+        if provider is None:
+            global_provider = trace.get_tracer_provider()
+            provider = (
+                global_provider
+                if is_recording_provider(global_provider)
+                else provider_from_environment(drops)
+            )
+        self.enabled = provider is not None and is_recording_provider(provider)
+        self.tracer = provider.get_tracer("llm-slo.middleware") if self.enabled else None
+
+    @staticmethod
+    def parent_context(headers: Mapping[str, str]) -> Context | None:
+        """The caller's trace context from a W3C `traceparent` header, if any."""
+        if "traceparent" not in headers:
+            return None
+        return propagate.extract(headers)
+
+    @staticmethod
+    def trace_id_from_header(headers: Mapping[str, str]) -> str | None:
+        parts = headers.get("traceparent", "").split("-")
+        if len(parts) == 4 and len(parts[1]) == 32:
+            return parts[1]
+        return None
+
+    def emit(
+        self,
+        timeline: RequestTimeline,
+        breakdown: Breakdown,
+        attributes: dict[str, Any],
+        parent: Context | None,
+        name: str,
+        epoch_offset_ns: int,
+    ) -> str | None:
+        """Emit the request's spans; returns the trace id (hex)."""
+        tracer = self.tracer
+        if tracer is None:
+            return None
+
+        def wall(ns: int) -> int:
+            return ns + epoch_offset_ns
+
+        start = timeline.start_ns
+        end = start + round(breakdown.e2e_s * 1e9)
+        server = tracer.start_span(
+            name,
+            context=parent,
+            kind=trace.SpanKind.SERVER,
+            start_time=wall(start),
+            attributes=attributes,
+        )
+        context = trace.set_span_in_context(server)
+        for phase_name, begin, finish in phase_intervals(timeline, breakdown):
+            span = tracer.start_span(phase_name, context=context, start_time=wall(begin))
+            span.end(end_time=wall(finish))
+        if attributes.get("http.response.status_code", 200) >= 500:
+            server.set_status(trace.Status(trace.StatusCode.ERROR))
+        server.end(end_time=wall(end))
+        return format(server.get_span_context().trace_id, "032x")
+
+
+def phase_intervals(timeline: RequestTimeline, breakdown: Breakdown) -> list[tuple[str, int, int]]:
+    """(name, start_ns, end_ns) of each phase span, on the same cut points as the breakdown."""
+    start = timeline.start_ns
+    end = start + round(breakdown.e2e_s * 1e9)
+    receive_end = min(max(timeline.receive_end_ns or start, start), end)
+    spans = [("receive", start, receive_end)]
+    if timeline.engine_reported and timeline.token_ns:
+        enqueue = min(max(timeline.enqueue_ns or receive_end, receive_end), end)
+        schedule = min(
+            max(timeline.schedule_ns[0] if timeline.schedule_ns else enqueue, enqueue), end
+        )
+        first_token = min(max(timeline.token_ns[0], schedule), end)
+        last_token = min(max(timeline.token_ns[-1], first_token), end)
+        spans += [
+            ("queue", enqueue, schedule),
+            ("prefill", schedule, first_token),
+            ("decode", first_token, last_token),
+            ("detokenize", first_token, first_token + round(breakdown.detokenize_s * 1e9)),
+            ("send", last_token, end),
+        ]
+    else:
+        first_byte = min(max(timeline.first_token_byte_ns or end, start), end)
+        spans.append(("send", first_byte, end))
+    return spans

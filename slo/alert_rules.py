@@ -1,0 +1,280 @@
+"""Every alert a spec implies, as data: the one definition Prometheus and the middleware share.
+
+`alert_rules(spec)` lists them; `alerts/` renders them as Prometheus rules and the middleware's
+in-process evaluator evaluates the same list, so both agree on which alerts fire.
+
+Semantics (Prometheus evaluates exactly this; an in-process evaluator must do the same):
+
+- Event. For a latency objective on SLI `x`: one observation of `x`'s histogram, i.e. one
+  finished request for ttft, tpot, e2e and the phases (tpot only for requests with at least
+  two output tokens, as the middleware observes it) and one inter-token gap for itl. For
+  availability: one finished request whose outcome is not in
+  `OUTCOMES_EXCLUDED_FROM_AVAILABILITY` (client errors and cancellations say nothing about
+  the service).
+- Bad event. Latency: the value is above the objective's threshold, i.e. not counted in the
+  histogram bucket `le=threshold` (a value equal to the threshold is good, also for a strict
+  `<` objective: a histogram cannot tell equality apart). Availability: any outcome but `ok`.
+- Error ratio over a window W at time t: bad events / events in (t - W, t], summed over every
+  model, route and replica of the tier (event-weighted: a ratio of summed counts, never an
+  average of per-replica ratios). Undefined (no alert) when there are no events.
+- Error budget: 1 - target (`error_budget(objective)`), an exact decimal.
+- Low-traffic guard: an alert fires only if every window it looks at holds at least
+  `min_events` events (`spec.alert_policy.min_events`); with fewer, one slow request would
+  page someone.
+- burn_rate (multi-window, multi-burn-rate, SRE workbook): fires at t iff, for both the long
+  and the short window, events >= min_events and error ratio > factor x error budget (strict).
+  A rule whose factor x budget >= 1 could never fire; it is left out (see `unreachable`).
+- threshold (operations practice: p95 > 2x target, p99 > 3x, p50 above target for 15m):
+  fires at t iff events in `window_s` >= min_events and the `percentile` of the SLI over
+  `window_s` is above `threshold_s` (= factor x the objective's threshold), and has been at
+  every evaluation for `for_s` (Prometheus `for`). The percentile is Prometheus'
+  `histogram_quantile` over the window's bucket increases; `histogram_quantile` below is the
+  same computation, to run on the same bucket counts in-process. A threshold at or above the
+  highest finite bucket bound could never be reached; such alerts are left out too.
+- absent: fires when no series of the requests counter has existed for `for_s`, i.e. the
+  middleware is not mounted or not scraped. Only Prometheus can see that; in-process skip it.
+
+Severity: the policy's `page` -> critical, `ticket` -> warning (critical/warning/info are
+accepted as written); threshold alerts are warnings, except a factor <= 1 (the sustained-p50
+drift) which is info; absent is a warning.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Literal
+
+from slo.alert_policy import BurnRateRule, ThresholdAlert
+from slo.objectives import Objective
+from slo.promql import exact, number, prom_duration
+from slo.sli import CATALOG, buckets_for
+from slo.spec import SLOSpec, Tier
+
+AlertKind = Literal["burn_rate", "threshold", "absent"]
+Severity = Literal["critical", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
+_POLICY_SEVERITY: dict[str, Severity] = {
+    "page": "critical",
+    "ticket": "warning",
+    "critical": "critical",
+    "warning": "warning",
+    "info": "info",
+}
+AVAILABILITY = "availability"  # the `sli` label of availability objectives
+ABSENT_FOR_S = 600.0
+_DEFAULT_THRESHOLD_WINDOW_S = 300.0
+_ACRONYMS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRule:
+    """One alert. Fields that do not apply to its kind are None."""
+
+    name: str
+    kind: AlertKind
+    severity: Severity
+    tier: str | None = None
+    objective: Objective | None = None
+    sli: str | None = None  # catalog SLI name, or "availability"
+    long_window_s: float | None = None
+    short_window_s: float | None = None
+    factor: Decimal | None = None
+    percentile: Decimal | None = None  # 0..100
+    threshold_s: Decimal | None = None  # threshold alerts: factor x the objective's threshold
+    window_s: float | None = None  # threshold alerts: the window the percentile is taken over
+    for_s: float = 0.0
+    min_events: int = 0
+
+    @property
+    def error_budget(self) -> Decimal | None:
+        return error_budget(self.objective) if self.objective is not None else None
+
+    @property
+    def max_error_ratio(self) -> Decimal | None:
+        """burn_rate: the error ratio both windows must exceed (factor x error budget)."""
+        budget = self.error_budget
+        if self.kind != "burn_rate" or budget is None or self.factor is None:
+            return None
+        return self.factor * budget
+
+    @property
+    def windows_s(self) -> tuple[float, ...]:
+        """The windows whose event counts the low-traffic guard checks."""
+        if self.kind == "burn_rate":
+            return (self.long_window_s or 0.0, self.short_window_s or 0.0)
+        if self.kind == "threshold":
+            return (self.window_s or 0.0,)
+        return ()
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The labels Prometheus puts on the alert (plus `alertname`)."""
+        labels: dict[str, str] = {"severity": self.severity}
+        if self.tier is not None:
+            labels["tier"] = self.tier
+        if self.sli is not None:
+            labels["sli"] = self.sli
+        if self.objective is not None:
+            labels["objective"] = self.objective.name
+        if self.kind == "burn_rate":
+            labels["long_window"] = prom_duration(self.long_window_s or 0.0)
+            labels["short_window"] = prom_duration(self.short_window_s or 0.0)
+        if self.kind == "threshold" and self.percentile is not None:
+            labels["percentile"] = number(self.percentile)
+        return labels
+
+
+def error_budget(objective: Objective) -> Decimal:
+    """The fraction of events allowed to be bad: 1 - target, exactly (99.9% -> 0.001)."""
+    return Decimal(1) - exact(objective.target)
+
+
+def sli_title(sli: str) -> str:
+    """'ttft' -> 'TTFT', 'queue' -> 'Queue', for alert names and titles."""
+    return _ACRONYMS.get(sli, sli.replace("_", " ").title().replace(" ", ""))
+
+
+def alert_name(kind: AlertKind, sli: str | None = None) -> str:
+    if kind == "absent":
+        return "LLMSLOMetricsAbsent"
+    title = sli_title(sli or "")
+    return f"LLMSLO{title}BudgetBurn" if kind == "burn_rate" else f"LLMSLO{title}PercentileHigh"
+
+
+def budget_objectives(tier: Tier) -> tuple[Objective, ...]:
+    """Objectives Prometheus can judge from the exported metrics: latency and availability.
+
+    Goodput needs every latency of one request at once and throughput has no error budget;
+    both are judged from records (`slo check`) and the live `/slo` endpoint instead.
+    """
+    return tuple(o for o in tier.objectives if o.kind in ("latency", AVAILABILITY))
+
+
+def threshold_window_s(spec: SLOSpec) -> float:
+    """Threshold alerts look at the policy's shortest window (5m by default)."""
+    return min(spec.alert_policy.windows_s, default=_DEFAULT_THRESHOLD_WINDOW_S)
+
+
+def alert_rules(spec: SLOSpec) -> list[AlertRule]:
+    """Every alert of the spec, in a stable order: per tier, per objective, per policy rule."""
+    rules = [rule for rule, reason in _candidates(spec) if reason is None]
+    rules.append(
+        AlertRule(alert_name("absent"), "absent", "warning", for_s=ABSENT_FOR_S, min_events=0)
+    )
+    return rules
+
+
+def unreachable(spec: SLOSpec) -> list[str]:
+    """Why each left-out alert could never fire, one line each, for `slo generate` to print."""
+    return [reason for _, reason in _candidates(spec) if reason is not None]
+
+
+def windows_s(spec: SLOSpec) -> tuple[float, ...]:
+    """Every window recorded: the policy's, the threshold alerts' and the SLO window."""
+    windows = {*spec.alert_policy.windows_s, threshold_window_s(spec), spec.window_s}
+    return tuple(sorted(windows))
+
+
+def _candidates(spec: SLOSpec) -> list[tuple[AlertRule, str | None]]:
+    policy = spec.alert_policy
+    found: list[tuple[AlertRule, str | None]] = []
+    for tier in spec.tiers:
+        for objective in budget_objectives(tier):
+            for burn in policy.burn_rates:
+                found.append(_burn_rate(tier, objective, burn, policy.min_events))
+            if objective.kind == "latency":
+                for alert in policy.thresholds:
+                    found.append(_threshold(spec, tier, objective, alert))
+    return found
+
+
+def _burn_rate(
+    tier: Tier, objective: Objective, burn: BurnRateRule, min_events: int
+) -> tuple[AlertRule, str | None]:
+    sli = objective.sli or AVAILABILITY
+    rule = AlertRule(
+        alert_name("burn_rate", sli),
+        "burn_rate",
+        _POLICY_SEVERITY.get(burn.severity, "warning"),
+        tier=tier.name,
+        objective=objective,
+        sli=sli,
+        long_window_s=burn.long_window_s,
+        short_window_s=burn.short_window_s,
+        factor=exact(burn.factor),
+        min_events=min_events,
+    )
+    limit = rule.max_error_ratio
+    if limit is not None and limit >= 1:
+        return rule, (
+            f"tier {tier.name!r}, objective {objective.name!r}: burn rate {number(burn.factor)} "
+            f"over {prom_duration(burn.long_window_s)}/{prom_duration(burn.short_window_s)} "
+            f"needs an error ratio above {number(limit)}, which cannot happen; alert left out"
+        )
+    return rule, None
+
+
+def _threshold(
+    spec: SLOSpec, tier: Tier, objective: Objective, alert: ThresholdAlert
+) -> tuple[AlertRule, str | None]:
+    sli = objective.sli or ""
+    factor = exact(alert.factor)
+    threshold = factor * exact(objective.threshold_s or 0.0)
+    rule = AlertRule(
+        alert_name("threshold", sli),
+        "threshold",
+        "info" if factor <= 1 else "warning",
+        tier=tier.name,
+        objective=objective,
+        sli=sli,
+        factor=factor,
+        percentile=exact(alert.percentile),
+        threshold_s=threshold,
+        window_s=threshold_window_s(spec),
+        for_s=alert.for_s,
+        min_events=spec.alert_policy.min_events,
+    )
+    top = max(buckets_for(sli, spec))
+    if threshold >= exact(top):
+        metric = CATALOG[sli].metric
+        return rule, (
+            f"tier {tier.name!r}, objective {objective.name!r}: p{number(alert.percentile)} > "
+            f"{number(threshold)}s can never be seen, the highest bucket of {metric} is "
+            f"{number(top)}s; alert left out"
+        )
+    return rule, None
+
+
+def histogram_quantile(quantile: float, buckets: Sequence[tuple[float, float]]) -> float:
+    """Prometheus' histogram_quantile on cumulative (upper bound, count) pairs, +Inf last.
+
+    Linear interpolation inside the bucket holding the rank, the lowest bucket starting at 0;
+    a rank in the +Inf bucket yields the highest finite bound. NaN without observations.
+    """
+    if quantile < 0:
+        return -math.inf
+    if quantile > 1:
+        return math.inf
+    ordered = sorted(buckets)
+    if len(ordered) < 2 or not math.isinf(ordered[-1][0]) or ordered[-1][1] == 0:
+        return math.nan
+    bounds = [bound for bound, _ in ordered]
+    counts = [count for _, count in ordered]
+    for index in range(1, len(counts)):  # Prometheus repairs non-monotonic counts the same way
+        counts[index] = max(counts[index], counts[index - 1])
+    rank = quantile * counts[-1]
+    index = bisect.bisect_left(counts[:-1], rank)
+    if index == len(counts) - 1:
+        return bounds[-2]
+    if index == 0 and bounds[0] <= 0:
+        return bounds[0]
+    start = 0.0 if index == 0 else bounds[index - 1]
+    below = 0.0 if index == 0 else counts[index - 1]
+    in_bucket = counts[index] - below
+    if in_bucket == 0:
+        return bounds[index]
+    return start + (bounds[index] - start) * (rank - below) / in_bucket

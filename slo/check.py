@@ -1,0 +1,106 @@
+"""`slo check`: judge a run, a record store or Prometheus against the spec; the exit code is the verdict.
+
+Exit 0: every objective met. Exit 1: an objective violated (or, with --strict, without enough
+data). Exit 2: bad input, one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+from slo.errors import UsageError
+
+FORMATS = ("text", "json", "junit", "markdown")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--spec", metavar="SLO.YAML", help="the SLO spec (default: the packaged example spec)"
+    )
+    parser.add_argument(
+        "--results", metavar="RUN.JSONL", help="records of a run (slo bench output)"
+    )
+    parser.add_argument("--db", metavar="URL", help="a record store, e.g. sqlite:///records.db")
+    parser.add_argument("--prometheus", metavar="URL", help="a Prometheus server scraping llm-slo")
+    parser.add_argument(
+        "--since",
+        metavar="DURATION",
+        help="only the last DURATION (e.g. 1h) instead of the spec's window",
+    )
+    parser.add_argument("--format", choices=FORMATS, default="text", help="default: %(default)s")
+    parser.add_argument("--output", "-o", metavar="FILE", help="write the report here, not stdout")
+    parser.add_argument(
+        "--strict", action="store_true", help="fail (exit 1) on objectives without enough data"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from slo.evaluate import EvaluationReport, columns_needed, evaluate
+    from slo.spec import SLOSpec
+    from slo.units import parse_duration
+
+    sources = [name for name in ("results", "db", "prometheus") if getattr(args, name)]
+    if len(sources) != 1:
+        raise UsageError(
+            "give exactly one of --results RUN.JSONL, --db URL or --prometheus URL"
+            + (f" (got {', '.join('--' + s for s in sources)})" if sources else "")
+        )
+    spec = SLOSpec.load(args.spec) if args.spec else SLOSpec.default()
+    if args.since:
+        try:
+            spec = dataclasses.replace(spec, window_s=parse_duration(args.since))
+        except ValueError as error:
+            raise UsageError(f"--since: {error}") from None
+    report: EvaluationReport
+    if args.results:
+        from slo.columns import load_jsonl_columns
+
+        if not Path(args.results).is_file():
+            raise UsageError(f"--results {args.results}: no such file")
+        report = evaluate(spec, load_jsonl_columns(args.results, columns_needed(spec)))
+    elif args.db:
+        from slo.store import RecordStore
+
+        now = time.time()
+        store = RecordStore(args.db)
+        try:
+            columns = store.columns(since=now - spec.window_s, columns=columns_needed(spec))
+        finally:
+            store.close()
+        report = evaluate(spec, columns, now=now)
+    else:
+        from slo.prometheus_source import PrometheusReader, evaluate_prometheus
+
+        report = evaluate_prometheus(spec, PrometheusReader(args.prometheus), now=time.time())
+    _write(_render(report, args.format, args.strict), args.output)
+    if report.any_violated or (args.strict and report.any_insufficient):
+        return 1
+    return 0
+
+
+def _render(report: object, format_name: str, strict: bool) -> str:
+    from slo import report_format
+    from slo.evaluate import EvaluationReport
+
+    assert isinstance(report, EvaluationReport)
+    if format_name == "json":
+        return report_format.render_json(report)
+    if format_name == "junit":
+        return report_format.render_junit(report, strict=strict)
+    if format_name == "markdown":
+        return report_format.render_markdown(report)
+    return report_format.render_text(report)
+
+
+def _write(text: str, output: str | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"--output {output}: cannot write ({error.strerror})") from None

@@ -1,0 +1,179 @@
+"""Evaluate a spec from Prometheus histograms and counters (HTTP API, instant queries).
+
+Every SLO threshold is a bucket boundary (see `slo.sli.buckets_for`), so "how many requests
+met 200 ms" is an exact bucket count, not an estimate. The observed percentile is the
+histogram estimate (linear inside the bucket, as `histogram_quantile` does), so near the
+threshold the verdict follows the counts: the ratio form. Counts come from `increase()`,
+which Prometheus extrapolates, hence rounded to whole events. Goodput needs per-request
+records (`--results` or `--db`); from Prometheus it is reported as insufficient data.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import httpx
+
+from slo.errors import UsageError
+from slo.evaluate import (
+    EvaluationReport,
+    ObjectiveResult,
+    TierResult,
+    burn_rates,
+    decide,
+)
+from slo.objectives import Objective
+from slo.performance import classify
+from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
+from slo.spec import SLOSpec, Tier
+from slo.units import format_duration
+
+Buckets = list[tuple[float, float]]  # (upper bound, cumulative count), +Inf last
+
+
+class PrometheusReader:
+    def __init__(self, url: str, client: httpx.Client | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.client = client or httpx.Client(timeout=30.0)
+
+    def query(self, promql: str) -> list[tuple[dict[str, str], float]]:
+        try:
+            response = self.client.get(f"{self.url}/api/v1/query", params={"query": promql})
+            body = response.json()
+        except (httpx.HTTPError, ValueError) as error:
+            raise UsageError(
+                f"cannot query Prometheus at {self.url}: {error}; check --prometheus URL"
+            ) from None
+        if body.get("status") != "success":
+            raise UsageError(f"Prometheus at {self.url} refused {promql!r}: {body.get('error')}")
+        return [
+            (item.get("metric", {}), float(item["value"][1]))
+            for item in body.get("data", {}).get("result", [])
+        ]
+
+    def buckets(self, metric: str, tier: str, window_s: float) -> Buckets:
+        rows = self.query(
+            f'sum by (le) (increase({metric}_bucket{{tier="{tier}"}}[{format_duration(window_s)}]))'
+        )
+        return sorted((float(labels.get("le", "+Inf")), value) for labels, value in rows)
+
+    def by_outcome(self, tier: str, window_s: float) -> dict[str, float]:
+        metric = CATALOG["requests"].metric
+        rows = self.query(
+            f'sum by (outcome) (increase({metric}{{tier="{tier}"}}[{format_duration(window_s)}]))'
+        )
+        return {labels.get("outcome", ""): value for labels, value in rows}
+
+    def total(self, metric: str, tier: str, window_s: float) -> float:
+        rows = self.query(f'sum(increase({metric}{{tier="{tier}"}}[{format_duration(window_s)}]))')
+        return rows[0][1] if rows else 0.0
+
+
+def bucket_quantile(buckets: Buckets, target: float) -> float | None:
+    """histogram_quantile: linear interpolation inside the bucket holding the target rank."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = target * buckets[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower_bound  # beyond the last finite bucket: its bound is all we know
+            width = count - lower_count
+            return lower_bound + (bound - lower_bound) * (
+                (rank - lower_count) / width if width else 1
+            )
+        lower_bound, lower_count = bound, count
+    return None
+
+
+def _good_and_total(buckets: Buckets, objective: Objective, tier: str) -> tuple[int, int]:
+    if not buckets:
+        return 0, 0
+    total = round(buckets[-1][1])
+    threshold = objective.threshold_s or 0.0
+    for bound, count in buckets:
+        if math.isclose(bound, threshold, rel_tol=1e-9):
+            return round(count), total
+    raise UsageError(
+        f"tier {tier!r}: {objective.name}: {threshold:g}s is not a bucket boundary of "
+        f"{CATALOG[objective.sli or ''].metric}; build the histogram with slo.sli.buckets_for "
+        "and the same spec"
+    )
+
+
+def evaluate_prometheus(
+    spec: SLOSpec, reader: PrometheusReader, window_s: float | None = None, now: float = 0.0
+) -> EvaluationReport:
+    window = window_s or spec.window_s
+    tiers = [_tier(spec, reader, tier, window) for tier in spec.tiers]
+    requests = sum(tier.requests for tier in tiers)
+    notes = ["counts from Prometheus increase() over the window, rounded to whole events"]
+    return EvaluationReport(tiers, window, now, requests, 0, notes)
+
+
+def _tier(spec: SLOSpec, reader: PrometheusReader, tier: Tier, window: float) -> TierResult:
+    outcomes = reader.by_outcome(tier.name, window)
+    results = [_objective(spec, reader, tier, o, window, outcomes) for o in tier.objectives]
+    ttft = bucket_quantile(reader.buckets(CATALOG["ttft"].metric, tier.name, window), 0.95)
+    tpot = bucket_quantile(reader.buckets(CATALOG["tpot"].metric, tier.name, window), 0.95)
+    tokens = reader.total(CATALOG["throughput"].metric, tier.name, window)
+    performance = classify(ttft, tpot, tokens / window if tokens else None)
+    return TierResult(tier.name, round(sum(outcomes.values())), results, performance)
+
+
+def _availability_counts(outcomes: dict[str, float]) -> tuple[int, int]:
+    counted = sum(v for k, v in outcomes.items() if k not in OUTCOMES_EXCLUDED_FROM_AVAILABILITY)
+    return round(outcomes.get("ok", 0.0)), round(counted)
+
+
+def _objective(
+    spec: SLOSpec,
+    reader: PrometheusReader,
+    tier: Tier,
+    objective: Objective,
+    window: float,
+    outcomes: dict[str, float],
+) -> ObjectiveResult:
+    if objective.kind == "goodput":
+        return ObjectiveResult(tier.name, objective, 0, 0, "insufficient_data")
+    if objective.kind == "throughput":
+        tokens = reader.total(CATALOG["throughput"].metric, tier.name, window)
+        rate = tokens / window
+        met = rate >= (objective.min_tokens_per_s or 0.0)
+        verdict = "met" if met else "violated"
+        return ObjectiveResult(tier.name, objective, 0, 0, verdict if tokens else "insufficient_data",
+                               tokens_per_s=rate)  # fmt: skip
+
+    def counts(window_s: float) -> tuple[int, int, Any]:
+        if objective.kind == "availability":
+            good, total = _availability_counts(reader.by_outcome(tier.name, window_s))
+            return good, total, None
+        buckets = reader.buckets(CATALOG[objective.sli or ""].metric, tier.name, window_s)
+        return (*_good_and_total(buckets, objective, tier.name), buckets)
+
+    if objective.kind == "availability":
+        good, events = _availability_counts(outcomes)
+        observed = None
+    else:
+        good, events, buckets = counts(window)
+        observed = bucket_quantile(buckets, objective.target)
+    by_window = {}
+    for window_s in spec.alert_policy.windows_s:
+        window_good, window_events, _ = counts(window_s)
+        by_window[window_s] = (window_events, window_events - window_good)
+    burn, alerts = burn_rates(spec, objective, by_window)
+    # The histogram estimate can sit on either side of the threshold inside its bucket; the
+    # exact bucket count decides.
+    verdict = decide(_as_ratio(objective), events, good, None, spec.min_events)
+    return ObjectiveResult(
+        tier.name, objective, events, good, verdict, observed, None, burn, alerts
+    )
+
+
+def _as_ratio(objective: Objective) -> Objective:
+    if objective.kind != "latency":
+        return objective
+    return Objective(objective.kind, objective.target, objective.sli, objective.threshold_s,
+                     objective.inclusive, "ratio", None, objective.line)  # fmt: skip

@@ -1,0 +1,183 @@
+"""The SLI catalog: the one place that names every indicator and its Prometheus metric.
+
+Middleware, dashboards, alert rules, records and `slo check` read names, units, labels and
+buckets from here, so they cannot drift apart. Definitions follow `vllm bench serve`:
+
+- ttft: request start to the first output token's bytes handed to the client.
+- tpot: per request, (e2e - ttft) / (output_tokens - 1); undefined for one output token.
+  (guidellm's "TPOT" divides the whole e2e, TTFT included, by all output tokens.)
+- itl: every gap between consecutive output-token chunks; one observation per gap.
+- e2e: request start to the last byte sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from slo.spec import SLOSpec
+
+Kind = Literal["histogram", "counter", "gauge"]
+
+OUTCOMES: tuple[str, ...] = (
+    "ok",
+    "client_error",
+    "rate_limited",
+    "shed",
+    "server_error",
+    "timeout",
+    "cancelled",
+)
+# Outcomes that say nothing about the service's health: the client sent a bad request or
+# walked away. They are left out of availability; every other non-ok outcome counts as bad.
+OUTCOMES_EXCLUDED_FROM_AVAILABILITY: tuple[str, ...] = ("client_error", "cancelled")
+
+STANDARD_LABELS: tuple[str, ...] = ("tier", "model", "route")
+_REQUEST_LABELS = STANDARD_LABELS
+_ENGINE_LABELS: tuple[str, ...] = ("model",)
+
+# OpenTelemetry GenAI semantic conventions (explicit bucket boundary advisories) are the base.
+OTEL_TTFT_BUCKETS: tuple[float, ...] = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)  # fmt: skip
+OTEL_TPOT_BUCKETS: tuple[float, ...] = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+)  # fmt: skip
+OTEL_DURATION_BUCKETS: tuple[float, ...] = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+OTEL_TOKEN_BUCKETS: tuple[float, ...] = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)  # fmt: skip
+# Phases of one request are often sub-millisecond on a warm engine: finer at the low end.
+PHASE_BUCKETS: tuple[float, ...] = (
+    0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    10.0, 30.0,
+)  # fmt: skip
+COLD_START_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300)
+
+
+@dataclass(frozen=True, slots=True)
+class SLI:
+    """One indicator: what it measures and the metric that carries it."""
+
+    name: str
+    metric: str
+    kind: Kind
+    unit: str
+    labels: tuple[str, ...]
+    default_buckets: tuple[float, ...]
+    description: str
+    record_field: str | None
+
+    @property
+    def is_latency(self) -> bool:
+        """Whether an objective like `p95 <name> <= 200ms` makes sense for this SLI."""
+        return self.kind == "histogram" and self.unit == "seconds" and self.record_field is not None
+
+    @property
+    def per_token_gap(self) -> bool:
+        """ITL observes every gap between tokens, not one value per request."""
+        return self.name == "itl"
+
+
+def _histogram(
+    name: str, metric: str, field: str | None, description: str, buckets: tuple[float, ...]
+) -> SLI:
+    return SLI(name, metric, "histogram", "seconds", _REQUEST_LABELS, buckets, description, field)
+
+
+def _gauge(name: str, metric: str, unit: str, labels: tuple[str, ...], description: str) -> SLI:
+    return SLI(name, metric, "gauge", unit, labels, (), description, None)
+
+
+def _counter(name: str, metric: str, unit: str, field: str | None, description: str) -> SLI:
+    return SLI(name, metric, "counter", unit, _ENGINE_LABELS, (), description, field)
+
+
+_SLIS: tuple[SLI, ...] = (
+    _histogram(
+        "ttft", "llm_slo_time_to_first_token_seconds", "ttft_s",
+        "Time to first token: request start to the first output token's bytes sent.",
+        OTEL_TTFT_BUCKETS,
+    ),
+    _histogram(
+        "tpot", "llm_slo_time_per_output_token_seconds", "tpot_s",
+        "Time per output token after the first: (e2e - ttft) / (output_tokens - 1).",
+        OTEL_TPOT_BUCKETS,
+    ),
+    _histogram(
+        "itl", "llm_slo_inter_token_latency_seconds", "itl_s",
+        "Inter-token latency: every gap between consecutive output-token chunks.",
+        OTEL_TPOT_BUCKETS,
+    ),
+    _histogram(
+        "e2e", "llm_slo_request_duration_seconds", "e2e_s",
+        "End-to-end latency: request start to the last byte sent.",
+        OTEL_DURATION_BUCKETS,
+    ),
+    _histogram("queue", "llm_slo_queue_time_seconds", "queue_s",
+               "Waiting for a batch slot, preemptions included.", PHASE_BUCKETS),
+    _histogram("prefill", "llm_slo_prefill_time_seconds", "prefill_s",
+               "Prompt processing up to the first token.", PHASE_BUCKETS),
+    _histogram("decode", "llm_slo_decode_time_seconds", "decode_s",
+               "First token to last token, detokenization excluded.", PHASE_BUCKETS),
+    _histogram("detokenize", "llm_slo_detokenize_time_seconds", "detokenize_s",
+               "Turning token ids into text.", PHASE_BUCKETS),
+    _histogram("network", "llm_slo_network_time_seconds", "network_s",
+               "Receiving the request body and sending the rest after the last token.",
+               PHASE_BUCKETS),
+    _histogram("other", "llm_slo_other_time_seconds", "other_s",
+               "Parsing, tokenizing and validation: the rest of e2e.", PHASE_BUCKETS),
+    SLI("input_tokens", "llm_slo_request_input_tokens", "histogram", "tokens", _REQUEST_LABELS,
+        OTEL_TOKEN_BUCKETS, "Prompt tokens per request.", "input_tokens"),
+    SLI("output_tokens", "llm_slo_request_output_tokens", "histogram", "tokens", _REQUEST_LABELS,
+        OTEL_TOKEN_BUCKETS, "Output tokens per request.", "output_tokens"),
+    SLI("requests", "llm_slo_requests_total", "counter", "requests", (*_REQUEST_LABELS, "outcome"),
+        (), "Finished requests by outcome; availability = ok / (all - client_error - cancelled).",
+        "outcome"),
+    SLI("throughput", "llm_slo_output_tokens_total", "counter", "tokens", _REQUEST_LABELS, (),
+        "Output tokens generated; its rate is the output throughput.", "output_tokens"),
+    SLI("cold_start", "llm_slo_cold_start_seconds", "histogram", "seconds", _ENGINE_LABELS,
+        COLD_START_BUCKETS, "Process start to ready: model load and warm-up.", None),
+    _gauge("queue_depth", "llm_slo_queue_depth", "requests", ("tier", "model"),
+           "Requests waiting for a batch slot, per tier."),
+    _gauge("running", "llm_slo_running_requests", "requests", _ENGINE_LABELS,
+           "Requests in the running batch."),
+    _gauge("batch_size", "llm_slo_batch_size", "requests", _ENGINE_LABELS,
+           "Sequences in the last scheduler step."),
+    _gauge("kv_usage", "llm_slo_kv_cache_usage_ratio", "ratio", _ENGINE_LABELS,
+           "Fraction of KV-cache blocks in use."),
+    _gauge("gpu_utilization", "llm_slo_gpu_utilization_ratio", "ratio", ("model", "gpu"),
+           "GPU compute utilization."),
+    _gauge("gpu_memory", "llm_slo_gpu_memory_used_bytes", "bytes", ("model", "gpu"),
+           "GPU memory in use."),
+    _counter("prefix_cache_queries", "llm_slo_prefix_cache_queries_total", "tokens", "input_tokens",
+             "Prompt tokens looked up in the prefix cache."),
+    _counter("prefix_cache_hits", "llm_slo_prefix_cache_hits_total", "tokens", "cached_tokens",
+             "Prompt tokens served from the prefix cache."),
+    _counter("spec_decode_draft_tokens", "llm_slo_spec_decode_draft_tokens_total", "tokens", None,
+             "Tokens proposed by the speculative-decoding draft."),
+    _counter("spec_decode_accepted_tokens", "llm_slo_spec_decode_accepted_tokens_total", "tokens",
+             None, "Draft tokens accepted by the target model."),
+)  # fmt: skip
+
+CATALOG: dict[str, SLI] = {sli.name: sli for sli in _SLIS}
+LATENCY_SLIS: tuple[str, ...] = tuple(sli.name for sli in _SLIS if sli.is_latency)
+
+
+def buckets_for(sli_name: str, spec: SLOSpec | None = None) -> tuple[float, ...]:
+    """Catalog defaults plus every threshold the spec sets on this SLI, sorted.
+
+    Every SLO threshold is then a bucket boundary, so a histogram answers "what fraction met
+    the threshold" exactly instead of interpolating inside a bucket.
+    """
+    try:
+        sli = CATALOG[sli_name]
+    except KeyError:
+        raise KeyError(f"unknown SLI {sli_name!r}; known: {', '.join(CATALOG)}") from None
+    boundaries = set(sli.default_buckets)
+    if spec is not None:
+        boundaries.update(spec.thresholds_for(sli_name))
+    return tuple(sorted(boundaries))

@@ -1,0 +1,61 @@
+"""Field readers shared by the spec loader: each reports problems through `fail(line, message)`."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
+
+from slo.units import parse_duration
+from slo.yamlfile import LineDict, LineList
+
+Fail = Callable[[int, str], NoReturn]
+
+
+def line_of(container: object, key: Any) -> int:
+    if isinstance(container, LineDict):
+        return container.line_of(key)
+    if isinstance(container, LineList) and isinstance(key, int):
+        return container.line_of(key)
+    return int(getattr(container, "line", 0))
+
+
+def check_keys(raw: Mapping[Any, Any], allowed: Sequence[str], what: str, fail: Fail) -> None:
+    for key in raw:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"use {', '.join(allowed)}"
+            fail(line_of(raw, key), f"unknown {what} key {key!r}; {hint}")
+
+
+def strings(raw: Mapping[Any, Any], key: str, fail: Fail) -> tuple[str, ...]:
+    value = raw.get(key, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str | int) for v in value):
+        fail(line_of(raw, key), f"'{key}' must be a list of strings, got {value!r}")
+    return tuple(str(v) for v in value)
+
+
+def duration(raw: Mapping[Any, Any], key: str, default: float, fail: Fail) -> float:
+    if key not in raw:
+        return default
+    try:
+        return parse_duration(raw[key])
+    except ValueError as error:
+        fail(line_of(raw, key), f"{key}: {error}")
+    raise AssertionError("unreachable")
+
+
+def positive(raw: Mapping[Any, Any], key: str, fail: Fail) -> float:
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        fail(line_of(raw, key), f"{key} must be a number above zero, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def count(raw: Mapping[Any, Any], key: str, default: int, fail: Fail, minimum: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        fail(line_of(raw, key), f"{key} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)

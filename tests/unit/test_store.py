@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from slo.columns import load_jsonl_columns
+from slo.records import RecordError, read_jsonl, record_from_dict
+from slo.store import RecordStore, normalize_url
+from tests.record_samples import START, read_jsonl as read_dicts
+from tests.record_samples import sample_records, write_jsonl
+
+
+def check_round_trip(store: RecordStore, tmp_path: Path, count: int) -> None:
+    """Import JSONL, export it back unchanged; query by tier and window; columns agree."""
+    records = sample_records(count)
+    source = write_jsonl(records, tmp_path / "in.jsonl")
+    assert store.import_jsonl(source) == count
+    exported = tmp_path / "out.jsonl"
+    assert store.export_jsonl(exported) == count
+    defaults = {"model": "", "route": "", "outcome": "ok", "status_code": 200, "stream": False}
+    assert read_dicts(exported) == [defaults | record for record in records]
+
+    since, until = START + 10.0, START + 20.0  # records are 1 ms apart
+    window = store.query(since=since, until=until, tier="batch")
+    expected = [r for r in records if since <= r["timestamp"] <= until and r["tier"] == "batch"]
+    assert [r.request_id for r in window] == [r["request_id"] for r in expected]
+    assert window[0].itl_s == expected[0].get("itl_s")
+
+    from_db = store.columns()
+    from_file = load_jsonl_columns(source)
+    order = np.argsort(from_db.number("timestamp"), kind="stable")
+    for name, values in from_file.numbers.items():
+        np.testing.assert_array_equal(from_db.number(name)[order], values, err_msg=name)
+    np.testing.assert_array_equal(from_db.tier[order], from_file.tier)
+    assert from_db.gaps["itl_s"].values.size == from_file.gaps["itl_s"].values.size
+
+
+def test_sqlite_round_trips_100k_records(tmp_path: Path) -> None:
+    with RecordStore(f"sqlite:///{tmp_path / 'records.db'}") as store:
+        check_round_trip(store, tmp_path, 100_000)
+        assert store.written == 100_000
+        with store.engine.connect() as connection:
+            mode = connection.exec_driver_sql("PRAGMA journal_mode").scalar()
+        assert mode == "wal"
+
+
+def test_add_is_batched_in_the_background(tmp_path: Path) -> None:
+    records = [record_from_dict(r) for r in sample_records(1200)]
+    with RecordStore(tmp_path / "r.db", batch_size=100) as store:
+        for record in records:
+            store.add(record)
+        store.flush()
+        assert store.written == 1200 and store.dropped == 0
+        assert len(store.query(tier="premium")) == 400
+
+
+def test_add_drops_instead_of_blocking_when_the_queue_is_full(tmp_path: Path) -> None:
+    store = RecordStore(str(tmp_path / "r.db"), queue_size=5)
+    gate = threading.Event()
+    original = store._insert
+
+    def slow_insert(rows):  # type: ignore[no-untyped-def]
+        gate.wait(10)
+        return original(rows)
+
+    store._insert = slow_insert  # type: ignore[method-assign]
+    records = [record_from_dict(r) for r in sample_records(50)]
+    for record in records:
+        store.add(record)  # must return at once even though the writer is stuck
+    assert store.dropped >= 50 - 5 - store.batch_size
+    assert store.dropped > 0
+    gate.set()
+    store.close()
+    assert store.written + store.dropped == 50
+
+
+def test_bad_jsonl_line_is_named(tmp_path: Path) -> None:
+    records = sample_records(5)
+    path = write_jsonl(records, tmp_path / "run.jsonl")
+    lines = path.read_text().splitlines()
+    lines[3] = lines[3].replace('"e2e_s":', '"e2e_s":"slow","x":')
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RecordError, match=r"run\.jsonl:4: field 'e2e_s': expected a finite number"):
+        read_jsonl(path)
+    with pytest.raises(RecordError, match=r"run\.jsonl:4: field 'e2e_s'"):
+        load_jsonl_columns(path)
+    path.write_text(path.read_text().replace(lines[3], "{not json"))
+    with pytest.raises(RecordError, match=r"run\.jsonl:4: not valid JSON"):
+        load_jsonl_columns(path)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("outcome", "exploded", "expected one of ok, client_error"),
+        ("ttft_s", -1, "expected a finite number of seconds"),
+        ("output_tokens", 1.5, "expected a whole number"),
+        ("itl_s", [0.1, "x"], "expected a list of numbers"),
+        ("tier", None, "missing field 'tier'"),
+    ],
+)
+def test_record_validation(field: str, value: object, message: str) -> None:
+    data = sample_records(1)[0] | {field: value}
+    with pytest.raises(RecordError, match=message):
+        record_from_dict(data, "here")
+
+
+def test_records_never_carry_text() -> None:
+    data = sample_records(1)[0] | {"prompt": "secret", "completion": "secret"}
+    assert "secret" not in record_from_dict(data).to_json_line()
+
+
+def test_urls() -> None:
+    assert normalize_url("records.db") == "sqlite:///records.db"
+    assert normalize_url("postgresql://u:p@h/db") == "postgresql+psycopg://u:p@h/db"
+    assert normalize_url("sqlite:///x.db") == "sqlite:///x.db"
