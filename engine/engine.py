@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +152,9 @@ class Engine:
         self._aborted: set[str] = set()
         self._sequences: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
+        # uuid4 reads the OS entropy pool per call (slow on some VMs): prefix + counter instead.
+        self._id_prefix = os.urandom(6).hex()
+        self._ids = itertools.count(1)
         self._worker: threading.Thread | None = None
         self._stopping = False
         self._step_count = 0
@@ -303,7 +306,7 @@ class Engine:
             self.start_sync()
         prompt_ids = self.encode_prompt(prompt)
         self.check_fits(len(prompt_ids), params.max_tokens)
-        request_id = request_id or f"req-{uuid.uuid4().hex[:16]}"
+        request_id = request_id or f"req-{self._id_prefix}{next(self._ids):x}"
         stream = RequestStream(self, request_id, len(prompt_ids))
         generator = None
         if not params.greedy and params.seed is not None:

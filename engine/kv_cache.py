@@ -94,11 +94,16 @@ class PagedKVCache:
         """
         bsz = len(block_tables)
         max_new = max(num_new_tokens)
-        context_lens = [start + new for start, new in zip(start_positions, num_new_tokens, strict=True)]
+        context_lens = [
+            start + new for start, new in zip(start_positions, num_new_tokens, strict=True)
+        ]
         max_context = max(context_lens)
         max_blocks = blocks_needed(max_context, self.block_size)
         table = torch.tensor(
-            [list(blocks[:max_blocks]) + [0] * (max_blocks - min(len(blocks), max_blocks)) for blocks in block_tables],
+            [
+                list(blocks[:max_blocks]) + [0] * (max_blocks - min(len(blocks), max_blocks))
+                for blocks in block_tables
+            ],
             dtype=torch.long,
         )
         steps = torch.arange(max_new)

@@ -170,7 +170,9 @@ class LlamaForCausalLM(nn.Module):
             fused.append(
                 FusedLayer(
                     input_norm=layer.input_layernorm.weight.detach(),
-                    qkv_weight=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach(),
+                    qkv_weight=torch.cat(
+                        [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]
+                    ).detach(),
                     qkv_bias=_cat_bias(attn.q_proj, attn.k_proj, attn.v_proj),
                     o_weight=attn.o_proj.weight.detach(),
                     o_bias=attn.o_proj.bias,
@@ -183,7 +185,9 @@ class LlamaForCausalLM(nn.Module):
             )
         self.fused = fused
 
-    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def rope(
+        self, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sign-folded sin for `x * cos + roll(x, half) * sin` (HF's rotate_half form)."""
         freqs = positions.to(torch.float32).unsqueeze(-1) * self.inv_freq.to(torch.float32)
         cos = torch.cat((freqs, freqs), dim=-1).cos()
@@ -209,7 +213,11 @@ class LlamaForCausalLM(nn.Module):
             self.fuse()
         config = self.config
         bsz, seq_len = input_ids.shape
-        heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        heads, kv_heads, head_dim = (
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+        )
         q_size, kv_size = heads * head_dim, kv_heads * head_dim
         half = head_dim // 2
         gqa = heads != kv_heads
@@ -237,7 +245,9 @@ class LlamaForCausalLM(nn.Module):
             )
             attn = attn.transpose(1, 2).reshape(bsz, seq_len, q_size)
             hidden = hidden + F.linear(attn, layer.o_weight, layer.o_bias)
-            gate_up = F.linear(self._norm(hidden, layer.post_norm), layer.gate_up_weight, layer.gate_up_bias)
+            gate_up = F.linear(
+                self._norm(hidden, layer.post_norm), layer.gate_up_weight, layer.gate_up_bias
+            )
             gate, up = gate_up.chunk(2, dim=-1)
             hidden = hidden + F.linear(F.silu(gate) * up, layer.down_weight, layer.down_bias)
         return self._norm(hidden, self.model.norm.weight)

@@ -11,10 +11,11 @@ record to the store (off the request path) and the live SLO windows.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import os
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,10 @@ class LatencyMiddleware:
         self.live = LiveSLO(self.spec, clock=self.clock, alertmanager_url=alertmanager_url)
         self.gpu_stats = gpu_stats
         self.requests_seen = 0
+        # uuid4 reads the OS entropy pool per call (slow on some VMs): a random prefix per
+        # middleware plus a counter is as unique and costs nothing.
+        self._id_prefix = os.urandom(6).hex()
+        self._ids = itertools.count(1)
         # perf_counter_ns -> unix ns, for spans; fixed once so every span agrees.
         self._epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
 
@@ -182,7 +187,7 @@ class LatencyMiddleware:
 
     async def _measure(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
         clock = self.clock
-        request_id = f"req-{uuid.uuid4().hex[:16]}"
+        request_id = f"req-{self._id_prefix}{next(self._ids):x}"
         timeline = RequestTimeline.begin(request_id, clock)
         headers = {
             key.decode("latin-1").lower(): value.decode("latin-1")
@@ -195,6 +200,7 @@ class LatencyMiddleware:
         state["tier"] = tier.name
         response = _Response()
         server_timing = self.server_timing
+        now_ns = clock.now_ns
 
         async def receive_wrapper() -> Message:
             message = await receive()
@@ -223,6 +229,7 @@ class LatencyMiddleware:
                 await send(message)
                 return
             if kind == "http.response.body":
+                started = now_ns()
                 body = message.get("body", b"")
                 final = not message.get("more_body", False)
                 if final and server_timing and response.is_stream and response.status < 400:
@@ -233,10 +240,11 @@ class LatencyMiddleware:
                             "more_body": True,
                         }
                     )
-                started = clock.now_ns()
                 await send(message)
-                timeline.body_sent(started, clock.now_ns(), bool(body))
+                if body:
+                    timeline.chunk_sent(started)
                 if final:
+                    timeline.last_byte_ns = now_ns()
                     response.complete = True
                 return
             await send(message)

@@ -134,17 +134,21 @@ class RequestTimeline:
     def body_received(self, at_ns: int) -> None:
         self.receive_end_ns = at_ns
 
+    def chunk_sent(self, started_ns: int) -> None:
+        """A body chunk with bytes was handed to `send` at `started_ns`."""
+        self.body_chunk_ns.append(started_ns)
+        # With an engine bridge only a chunk sent after the first token carries it (an SSE
+        # role-only chunk before it does not); without one, the first chunk is all we know.
+        carries_token = not self.engine_reported or (
+            self.token_ns and self.token_ns[0] <= started_ns
+        )
+        if carries_token and self.first_token_byte_ns is None:
+            self.first_token_byte_ns = started_ns
+
     def body_sent(self, started_ns: int, ended_ns: int, has_bytes: bool) -> None:
+        """A body message handed to `send` from `started_ns` to `ended_ns`."""
         if has_bytes:
-            self.body_chunk_ns.append(started_ns)
-            # With an engine bridge only a chunk sent after the first token carries it (an SSE
-            # role-only chunk before it does not); without one, the first chunk is all we know.
-            if self.engine_reported:
-                carries_token = bool(self.token_ns) and self.token_ns[0] <= started_ns
-            else:
-                carries_token = True
-            if carries_token and self.first_token_byte_ns is None:
-                self.first_token_byte_ns = started_ns
+            self.chunk_sent(started_ns)
         self.last_byte_ns = ended_ns
 
     def breakdown(self) -> Breakdown:

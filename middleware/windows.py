@@ -29,7 +29,7 @@ class Ring:
         if self.slot_ids[row] != slot_id:
             self.counts[row] = 0.0
             self.slot_ids[row] = slot_id
-        np.add.at(self.counts[row], columns, amounts)
+        self.counts[row, columns] += amounts  # columns are unique
 
     def total(self, now_s: float) -> np.ndarray:
         """Column sums over the slots inside the window ending now."""

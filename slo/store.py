@@ -22,9 +22,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session
 
-from slo.columns import ALL_COLUMNS, RecordColumns
+from slo.columns import ALL_COLUMNS, LIST_COLUMNS, RecordColumns
 from slo.errors import UsageError
-from slo.records import FIELD_NAMES, RequestRecord, iter_jsonl_dicts
+from slo.records import FIELD_NAMES, REQUIRED_FLOAT, RequestRecord, iter_jsonl_dicts
 
 logger = logging.getLogger(__name__)
 TABLE = RequestRecord.__table__  # type: ignore[attr-defined]
@@ -51,14 +51,18 @@ def _enable_wal(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
     cursor.close()
 
 
+_LIST_POSITIONS = tuple(i for i, name in enumerate(FIELD_NAMES) if name in LIST_COLUMNS)
+
+
 def _row(record: RequestRecord | Mapping[str, Any]) -> tuple[Any, ...]:
     """A record (object or validated dict) as insert parameters in FIELD_NAMES order."""
     # An object's __dict__ holds the instrumented attributes' values; getattr costs 10x more.
     values = record if isinstance(record, Mapping) else record.__dict__
-    return tuple(
-        json.dumps(value) if isinstance(value, list) else value
-        for value in (values.get(name) for name in FIELD_NAMES)
-    )
+    row = [values.get(name) for name in FIELD_NAMES]
+    for position in _LIST_POSITIONS:
+        if row[position] is not None:
+            row[position] = json.dumps(row[position])
+    return tuple(row)
 
 
 class RecordStore:
@@ -80,6 +84,7 @@ class RecordStore:
         self._count_lock = threading.Lock()
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
+        self._wake = threading.Event()
         self._closed = False
         # Raw driver calls raise the driver's own errors, not SQLAlchemy's.
         self._db_errors: tuple[type[BaseException], ...] = (
@@ -119,6 +124,9 @@ class RecordStore:
         except queue.Full:
             with self._count_lock:
                 self.dropped += 1
+            return
+        if self._queue.qsize() >= self.batch_size:
+            self._wake.set()
 
     def add_many(self, records: Iterable[RequestRecord | Mapping[str, Any]]) -> int:
         """Write records now, in batches, on the calling thread (imports, tests)."""
@@ -136,15 +144,16 @@ class RecordStore:
     def _insert(self, rows: list[tuple[Any, ...]]) -> int:
         # Straight to the driver's executemany: SQLAlchemy's per-row processing costs 4x more.
         sql, order = self._insert_sql
-        positional = (
-            [tuple(row[i] for i in order) for row in rows]
-            if order is not None
-            else [dict(zip(FIELD_NAMES, row, strict=True)) for row in rows]
-        )
+        if order is None:
+            parameters: list[Any] = [dict(zip(FIELD_NAMES, row, strict=True)) for row in rows]
+        elif order == list(range(len(FIELD_NAMES))):
+            parameters = rows
+        else:
+            parameters = [tuple(row[i] for i in order) for row in rows]
         connection = self.engine.raw_connection()
         try:
             cursor = connection.cursor()
-            cursor.executemany(sql, positional)
+            cursor.executemany(sql, parameters)
             cursor.close()
             connection.commit()
         finally:
@@ -163,35 +172,41 @@ class RecordStore:
                     self._writer.start()
 
     def _write_loop(self) -> None:
+        # Wake on a timer (or when a full batch is waiting), never per record: a writer woken
+        # by every `add` fights the request path for the GIL and commits one row at a time.
         while True:
-            try:
-                first = self._queue.get(timeout=self.flush_interval_s)
-            except queue.Empty:
-                continue
-            batch = [first]
-            while len(batch) < self.batch_size:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
+            self._wake.wait(self.flush_interval_s)
+            self._wake.clear()
+            while True:
+                batch = []
+                while len(batch) < self.batch_size:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                if not batch:
                     break
-            stop = any(item is _STOP for item in batch)
-            records = [item for item in batch if item is not _STOP]
-            try:
-                if records:
-                    self._insert([_row(record) for record in records])
-            except self._db_errors as error:
-                logger.warning("dropped %d records: %s", len(records), str(error).splitlines()[0])
-                with self._count_lock:
-                    self.dropped += len(records)
-            finally:
-                for _ in batch:
-                    self._queue.task_done()
-            if stop:
-                return
+                stop = any(item is _STOP for item in batch)
+                records = [item for item in batch if item is not _STOP]
+                try:
+                    if records:
+                        self._insert([_row(record) for record in records])
+                except self._db_errors as error:
+                    logger.warning(
+                        "dropped %d records: %s", len(records), str(error).splitlines()[0]
+                    )
+                    with self._count_lock:
+                        self.dropped += len(records)
+                finally:
+                    for _ in batch:
+                        self._queue.task_done()
+                if stop:
+                    return
 
     def flush(self) -> None:
         """Wait until every queued record is written (or dropped)."""
         if self._writer is not None:
+            self._wake.set()
             self._queue.join()
 
     def close(self) -> None:
@@ -200,6 +215,7 @@ class RecordStore:
         self._closed = True
         if self._writer is not None:
             self._queue.put(_STOP)  # blocking on purpose: close waits for the backlog
+            self._wake.set()
             self._writer.join()
         self.engine.dispose()
 
@@ -264,16 +280,29 @@ class RecordStore:
         columns: Collection[str] = ALL_COLUMNS,
     ) -> RecordColumns:
         """The evaluator's fast read: only the needed columns, straight into arrays."""
-        names = ["tier", "outcome", *[name for name in ALL_COLUMNS if name in columns
-                                      or name in ("timestamp", "e2e_s")]]  # fmt: skip
-        statement = self._where(select(*[TABLE.c[name] for name in names]), since, until, tier)
+        wanted = [name for name in ALL_COLUMNS if name in columns or name in REQUIRED_FLOAT]
         try:
-            rows = self._fetch(statement)
+            # Optional columns that are NULL in every selected row (client timings outside
+            # `slo bench`, say) cost a C-level probe instead of a fetch and a conversion.
+            absent = [
+                name
+                for name in wanted
+                if name not in REQUIRED_FLOAT
+                and not self._fetch(
+                    self._where(select(TABLE.c[name]), since, until, tier)
+                    .where(TABLE.c[name].is_not(None))
+                    .limit(1)
+                )
+            ]
+            names = ["tier", "outcome", *[name for name in wanted if name not in absent]]
+            rows = self._fetch(
+                self._where(select(*[TABLE.c[name] for name in names]), since, until, tier)
+            )
         except self._db_errors as error:
             raise UsageError(
                 f"cannot read records from {self.url}: {str(error).splitlines()[0]}"
             ) from None
-        return RecordColumns.from_rows(names, rows)
+        return RecordColumns.from_rows(names, rows).with_missing(absent)
 
     def iter_dicts(self, since: float | None = None, until: float | None = None,
                    tier: str | None = None) -> Iterator[dict[str, Any]]:  # fmt: skip

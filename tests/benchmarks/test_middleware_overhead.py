@@ -1,0 +1,197 @@
+"""Per-request CPU overhead of the middleware against its peers, on one in-process ASGI app.
+
+    python -m pytest tests/benchmarks/test_middleware_overhead.py -o addopts="" -s
+
+Each variant wraps the same Starlette app; requests are driven straight through the ASGI
+callable (no sockets), so the difference to the bare app is the middleware's own cost.
+Two workloads: a plain JSON response and a 32-chunk SSE stream. Goals (middleware issue):
+with metrics, records and spans on, less overhead than opentelemetry-instrumentation-asgi
+with its defaults; with tracing off, no more than starlette-exporter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+
+pytest.importorskip("opentelemetry.instrumentation.asgi")
+pytest.importorskip("starlette_exporter")
+pytest.importorskip("prometheus_fastapi_instrumentator")
+
+REQUESTS_PER_ROUND = 300
+CHUNKS = 32
+RESULTS: dict[tuple[str, str], float] = {}
+
+
+async def complete(request: Request) -> JSONResponse:
+    await request.body()
+    return JSONResponse({"choices": [{"text": "hello"}], "usage": {"completion_tokens": 1}})
+
+
+async def _chunks() -> Any:
+    for index in range(CHUNKS):
+        yield f'data: {{"choices": [{{"text": "t{index}"}}]}}\n\n'.encode()
+    yield b"data: [DONE]\n\n"
+
+
+async def stream(request: Request) -> StreamingResponse:
+    await request.body()
+    return StreamingResponse(_chunks(), media_type="text/event-stream")
+
+
+def make_app() -> FastAPI:
+    # Each variant gets its own app: some peers patch the app they are given.
+    app = FastAPI()
+    app.add_api_route("/v1/completions", complete, methods=["POST"])
+    app.add_api_route("/v1/chat/completions", stream, methods=["POST"])
+    return app
+
+
+def bare(tmp: Path) -> Any:
+    return make_app()
+
+
+def ours_all_on(tmp: Path) -> Any:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from middleware import LatencyMiddleware
+    from middleware.tracing import DropCounter, counting_batch_processor
+    from tests.benchmarks.null_exporter import NullSpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(counting_batch_processor(NullSpanExporter(), DropCounter()))
+    return LatencyMiddleware(
+        make_app(), store=f"sqlite:///{tmp / 'ours.db'}", model="m", tracer_provider=provider
+    )
+
+
+def ours_tracing_off(tmp: Path) -> Any:
+    from middleware import LatencyMiddleware
+
+    return LatencyMiddleware(make_app(), store=f"sqlite:///{tmp / 'ours-off.db'}", model="m")
+
+
+def otel_asgi_defaults(tmp: Path) -> Any:
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from tests.benchmarks.null_exporter import NullSpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(NullSpanExporter()))
+    return OpenTelemetryMiddleware(make_app(), tracer_provider=provider)
+
+
+def starlette_exporter(tmp: Path) -> Any:
+    from starlette_exporter import PrometheusMiddleware
+
+    app = make_app()
+    # It registers in the global registry: a unique prefix per app avoids duplicate names.
+    app.add_middleware(PrometheusMiddleware, app_name="bench", prefix=f"bench_{id(app)}")
+    return app
+
+
+def fastapi_instrumentator(tmp: Path) -> Any:
+    from prometheus_client import CollectorRegistry
+    from prometheus_fastapi_instrumentator import Instrumentator
+
+    app = make_app()
+    Instrumentator(registry=CollectorRegistry()).instrument(app)
+    return app
+
+
+VARIANTS: dict[str, Callable[[Path], Any]] = {
+    "bare": bare,
+    "llm-slo (metrics+records+spans)": ours_all_on,
+    "llm-slo (tracing off)": ours_tracing_off,
+    "opentelemetry-instrumentation-asgi": otel_asgi_defaults,
+    "starlette-exporter": starlette_exporter,
+    "prometheus-fastapi-instrumentator": fastapi_instrumentator,
+}
+
+
+async def drive(app: Any, path: str, count: int) -> None:
+    body = json.dumps({"model": "m", "prompt": "hi"}).encode()
+    scope_base = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 5000),
+        "headers": [
+            (b"host", b"127.0.0.1:8000"),
+            (b"content-type", b"application/json"),
+            (b"x-llm-tier", b"premium"),
+        ],
+    }
+    for _ in range(count):
+        received = False
+        finished = asyncio.Event()
+
+        async def receive(finished: asyncio.Event = finished) -> dict[str, Any]:
+            nonlocal received
+            if not received:
+                received = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await finished.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any], finished: asyncio.Event = finished) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished.set()
+
+        await app({**scope_base, "state": {}}, receive, send)
+
+
+def run_requests(app: Any, path: str) -> None:
+    asyncio.run(drive(app, path, REQUESTS_PER_ROUND))
+
+
+@pytest.mark.parametrize("workload", ["json", "sse-32"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_overhead(benchmark: Any, variant: str, workload: str, tmp_path: Path) -> None:
+    app = VARIANTS[variant](tmp_path)
+    path = "/v1/completions" if workload == "json" else "/v1/chat/completions"
+    run_requests(app, path)  # warm up: lazy imports, label children, caches
+    benchmark.group = f"middleware-{workload}"
+    benchmark.pedantic(run_requests, args=(app, path), rounds=7, warmup_rounds=1)
+    RESULTS[(variant, workload)] = benchmark.stats.stats.median / REQUESTS_PER_ROUND
+    if hasattr(app, "close"):
+        app.close()
+
+
+def test_report_ratios() -> None:
+    if len(RESULTS) < len(VARIANTS) * 2:
+        pytest.skip("run the whole module to get the ratios")
+    report: dict[str, Any] = {}
+    for workload in ("json", "sse-32"):
+        base = RESULTS[("bare", workload)]
+        overhead = {v: (RESULTS[(v, workload)] - base) * 1e6 for v in VARIANTS if v != "bare"}
+        report[workload] = {
+            "bare_us_per_request": round(base * 1e6, 1),
+            "overhead_us_per_request": {k: round(v, 1) for k, v in overhead.items()},
+            "ours_all_on / otel_asgi (goal < 1)": round(
+                overhead["llm-slo (metrics+records+spans)"]
+                / overhead["opentelemetry-instrumentation-asgi"],
+                3,
+            ),
+            "ours_tracing_off / starlette_exporter (goal <= 1)": round(
+                overhead["llm-slo (tracing off)"] / overhead["starlette-exporter"], 3
+            ),
+        }
+    print("\n" + json.dumps(report, indent=2))
