@@ -1,1 +1,63 @@
-"""alerts package of llm-slo."""
+"""Prometheus rules with their promtool tests, Alertmanager configuration and runbooks.
+
+Everything is rendered from Jinja2 templates in `alerts/templates/` for one SLO spec; metric
+names come from the SLI catalog and alert semantics from `slo.alert_rules`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alerts.alertmanager import DEFAULT_WEBHOOK_URL, Timing, render_alertmanager, routes
+from alerts.promtool_tests import render_rules_test
+from alerts.rules import Links, render_rules
+from alerts.runbooks import render_runbooks
+from slo.spec import SLOSpec
+
+RULES_FILE = "prometheus/rules.yml"
+RULES_TEST_FILE = "prometheus/rules_test.yml"
+ALERTMANAGER_FILE = "alertmanager/alertmanager.yml"
+RUNBOOKS_DIR = "runbooks"
+
+
+def write_alerts(
+    spec: SLOSpec,
+    out: Path,
+    links: Links | None = None,
+    webhook_url: str = DEFAULT_WEBHOOK_URL,
+    timing: Timing | None = None,
+    budget_interval: str | None = "1m",
+) -> list[Path]:
+    """Write rules, their tests, the Alertmanager config and runbooks under `out`."""
+    links = links or Links()
+    files = {
+        RULES_FILE: render_rules(spec, links, budget_interval),
+        RULES_TEST_FILE: render_rules_test(spec, links, rules_file=Path(RULES_FILE).name),
+        ALERTMANAGER_FILE: render_alertmanager(spec, webhook_url, timing),
+    }
+    for name, text in render_runbooks(spec).items():
+        files[f"{RUNBOOKS_DIR}/{name}.md"] = text
+    written = []
+    for relative, text in files.items():
+        path = out / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+__all__ = [
+    "ALERTMANAGER_FILE",
+    "DEFAULT_WEBHOOK_URL",
+    "RULES_FILE",
+    "RULES_TEST_FILE",
+    "RUNBOOKS_DIR",
+    "Links",
+    "Timing",
+    "render_alertmanager",
+    "render_rules",
+    "render_rules_test",
+    "render_runbooks",
+    "routes",
+    "write_alerts",
+]

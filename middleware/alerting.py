@@ -1,12 +1,10 @@
 """The spec's alert rules evaluated in-process, and the push of firing alerts to Alertmanager.
 
-Same rules as the generated Prometheus rules:
-- burn rate: for an objective with an error budget, fire when the bad fraction over both the
-  long and the short window exceeds `factor` x budget, and the long window holds at least
-  `min_events` events (the low-traffic guard);
-- threshold: for a latency objective, fire when the p-th percentile (Prometheus'
-  `histogram_quantile` over the same buckets) over the last 5 minutes exceeds `factor` x its
-  threshold, with at least `min_events` events, continuously for `for`.
+The rules are `slo.alert_rules.alert_rules(spec)`, the same list `slo generate` renders for
+Prometheus, evaluated with the same semantics (see that module): events and bad events from
+the same histogram buckets, the low-traffic guard on every window, burn rate strictly above
+factor x budget on both windows, threshold alerts through the same `histogram_quantile` over
+the policy's shortest window, held for `for`. The absent-metrics alert is Prometheus' alone.
 """
 
 from __future__ import annotations
@@ -16,116 +14,60 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from slo.spec import SLOSpec
-from slo.units import format_duration
+from slo.alert_rules import AlertRule, histogram_quantile
 
 if TYPE_CHECKING:
     from middleware.live import TierWindows
 
-THRESHOLD_WINDOW_S = 300.0
-SEVERITY = {"page": "critical", "ticket": "warning"}
 
-
-def evaluate_alerts(
-    spec: SLOSpec,
+def firing_rules(
+    rules: list[AlertRule],
     tiers: dict[str, TierWindows],
     now_s: float,
-    pending: dict[tuple[str, ...], float],
+    pending: dict[str, float],
 ) -> list[dict[str, Any]]:
-    """Firing alerts now. `pending` remembers since when each threshold alert has held."""
-    policy = spec.alert_policy
+    """Alerts firing now. `pending` remembers since when each held condition has been true."""
     firing: list[dict[str, Any]] = []
-    for tier_name, windows in tiers.items():
-        cache: dict[float, Any] = {}
-
-        def totals(
-            window: float, windows: TierWindows = windows, cache: dict[float, Any] = cache
-        ) -> Any:
-            if window not in cache:
-                cache[window] = windows.totals(window, now_s)
-            return cache[window]
-
-        for objective in windows.tier.objectives:
-            if not objective.has_error_budget:
-                continue
-            budget = 1.0 - objective.target
-            for rule in policy.burn_rates:
-                long_events, long_good = windows.events_and_good(
-                    objective, totals(rule.long_window_s)
+    for rule in rules:
+        if rule.kind == "absent" or rule.tier is None or rule.objective is None:
+            continue
+        windows = tiers[rule.tier]
+        key = rule.name + repr(sorted(rule.labels.items()))
+        if rule.kind == "burn_rate":
+            limit = float(rule.max_error_ratio or 0)
+            ratios = []
+            for window in rule.windows_s:
+                events, good = windows.events_and_good(
+                    rule.objective, windows.totals(window, now_s)
                 )
-                short_events, short_good = windows.events_and_good(
-                    objective, totals(rule.short_window_s)
-                )
-                if long_events < policy.min_events or not short_events or budget <= 0:
-                    continue
-                long_burn = (long_events - long_good) / long_events / budget
-                short_burn = (short_events - short_good) / short_events / budget
-                if long_burn > rule.factor and short_burn > rule.factor:
-                    firing.append(
-                        _alert(
-                            "LLMSLOErrorBudgetBurn",
-                            tier_name,
-                            SEVERITY.get(rule.severity, rule.severity),
-                            objective.name,
-                            f"{tier_name}: {objective.name} burns its error budget {long_burn:.1f}x too fast over {format_duration(rule.long_window_s)}",
-                            {
-                                "long_window": format_duration(rule.long_window_s),
-                                "short_window": format_duration(rule.short_window_s),
-                            },
-                        )
-                    )
-            if objective.kind != "latency" or not objective.sli:
-                continue
-            recent = totals(THRESHOLD_WINDOW_S)
-            events, _ = windows.events_and_good(objective, recent)
-            for alert in policy.thresholds:
-                observed = windows.quantile(objective.sli, alert.percentile / 100, recent)
-                limit = alert.factor * (objective.threshold_s or 0.0)
-                key = (tier_name, objective.name, str(alert.percentile), str(alert.factor))
-                breached = events >= policy.min_events and observed is not None and observed > limit
-                if not _held_for(pending, key, breached, alert.for_s, now_s):
-                    continue
-                firing.append(
-                    _alert(
-                        "LLMSLOLatencyThreshold",
-                        tier_name,
-                        "critical" if alert.factor >= 3 else "warning",
-                        objective.name,
-                        f"{tier_name}: p{alert.percentile:g} {objective.sli} is {observed:.3f}s, above {alert.factor:g}x the {objective.threshold_s:g}s objective",
-                        {"percentile": f"{alert.percentile:g}", "factor": f"{alert.factor:g}"},
-                    )
-                )
+                if events < rule.min_events or events <= 0:
+                    break
+                ratios.append((events - good) / events)
+            active = len(ratios) == 2 and all(ratio > limit for ratio in ratios)
+            summary = f"{rule.tier}: {rule.objective.name} burns its error budget too fast ({max(ratios, default=0):.4g} bad over the windows, limit {limit:.4g})"
+        else:
+            totals = windows.totals(rule.window_s or 0.0, now_s)
+            events, _ = windows.events_and_good(rule.objective, totals)
+            cumulative = windows.cumulative_buckets(rule.sli or "", totals)
+            observed = (
+                histogram_quantile(float(rule.percentile or 0) / 100, cumulative)
+                if cumulative
+                else float("nan")
+            )
+            active = (
+                events >= rule.min_events and events > 0 and observed > float(rule.threshold_s or 0)
+            )
+            summary = f"{rule.tier}: p{rule.percentile} {rule.sli} is {observed:.4g}s, above {rule.threshold_s}s"
+        if not active:
+            pending.pop(key, None)
+            continue
+        since = pending.setdefault(key, now_s)
+        if now_s - since >= rule.for_s:
+            labels = {"alertname": rule.name, **rule.labels}
+            firing.append(
+                {"alertname": rule.name, "labels": labels, "annotations": {"summary": summary}}
+            )
     return firing
-
-
-def _held_for(
-    pending: dict[tuple[str, ...], float],
-    key: tuple[str, ...],
-    breached: bool,
-    for_s: float,
-    now_s: float,
-) -> bool:
-    if not breached:
-        pending.pop(key, None)
-        return False
-    since = pending.setdefault(key, now_s)
-    return now_s - since >= for_s
-
-
-def _alert(
-    name: str, tier: str, severity: str, objective: str, summary: str, extra: dict[str, str]
-) -> dict[str, Any]:
-    return {
-        "alertname": name,
-        "labels": {
-            "alertname": name,
-            "tier": tier,
-            "severity": severity,
-            "objective": objective,
-            **extra,
-        },
-        "annotations": {"summary": summary},
-    }
 
 
 def push_to_alertmanager(url: str, alerts: list[dict[str, Any]], interval_s: float) -> None:

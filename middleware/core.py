@@ -282,6 +282,9 @@ class LatencyMiddleware:
         status = 500 if raised and not response.started else response.status
         breakdown = timeline.breakdown()
         produced = status < 400 and breakdown.output_tokens > 0
+        # Latency histograms (and the live windows on the same buckets) count ok requests only,
+        # as `slo check` and the generated rules do; the record keeps what was produced.
+        observed = breakdown if produced and outcome == "ok" else None
         trace_id = self.tracer.trace_id_from_header(headers)
         if self.tracer.enabled:
             attributes = span_attributes(
@@ -299,9 +302,9 @@ class LatencyMiddleware:
                 or trace_id
             )
         self.metrics.observe(
-            tier, route, outcome, breakdown if produced else None, timeline.input_tokens, trace_id
+            tier, route, outcome, observed, timeline.input_tokens, trace_id
         )
-        self.live.observe(tier, outcome, breakdown if produced else None)
+        self.live.observe(tier, outcome, observed)
         if self.store is not None:
             self.store.add(
                 record_fields(

@@ -12,16 +12,18 @@ from __future__ import annotations
 import bisect
 import html
 import logging
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from middleware.alerting import evaluate_alerts, push_to_alertmanager
+from middleware.alerting import firing_rules, push_to_alertmanager
 from middleware.clock import Clock, SystemClock
 from middleware.timeline import Breakdown
 from middleware.windows import SLOTS_PER_WINDOW, WindowSet
+from slo.alert_rules import alert_rules, histogram_quantile, windows_s
 from slo.objectives import Objective
 from slo.sli import CATALOG, OUTCOMES, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, buckets_for
 from slo.spec import SLOSpec, Tier
@@ -52,25 +54,6 @@ class _Layout:
     bounds: dict[str, np.ndarray]
     bound_lists: dict[str, list[float]]
     width: int
-
-
-def histogram_quantile(q: float, bounds: np.ndarray, counts: np.ndarray) -> float | None:
-    """Prometheus' `histogram_quantile` on cumulative-free bucket counts (last = +Inf)."""
-    total = counts.sum()
-    if total <= 0:
-        return None
-    rank = q * total
-    cumulative = np.cumsum(counts)
-    index = int(np.searchsorted(cumulative, rank, side="left"))
-    if index >= len(bounds):  # in the +Inf bucket: Prometheus answers the highest finite bound
-        return float(bounds[-1])
-    upper = float(bounds[index])
-    lower = 0.0 if index == 0 else float(bounds[index - 1])
-    below = 0.0 if index == 0 else float(cumulative[index - 1])
-    in_bucket = float(counts[index])
-    if in_bucket <= 0:
-        return upper
-    return lower + (upper - lower) * (rank - below) / in_bucket
 
 
 class TierWindows:
@@ -162,13 +145,20 @@ class TierWindows:
             return float(counted), float(totals[layout.goodput_column])
         return float(counted), float(totals[layout.outcome_column["ok"]])
 
-    def quantile(self, sli: str, q: float, totals: np.ndarray) -> float | None:
+    def cumulative_buckets(self, sli: str, totals: np.ndarray) -> list[tuple[float, float]]:
+        """(upper bound, cumulative count) pairs with +Inf last, as Prometheus sees `_bucket`."""
         layout = self.layout
         if sli not in layout.histogram_start:
-            return None
+            return []
         start = layout.histogram_start[sli]
-        bounds = layout.bounds[sli]
-        return histogram_quantile(q, bounds, totals[start : start + len(bounds) + 1])
+        bounds = layout.bound_lists[sli]
+        counts = np.cumsum(totals[start : start + len(bounds) + 1])
+        return list(zip([*bounds, math.inf], counts.tolist(), strict=True))
+
+    def quantile(self, sli: str, q: float, totals: np.ndarray) -> float | None:
+        cumulative = self.cumulative_buckets(sli, totals)
+        value = histogram_quantile(q, cumulative) if cumulative else math.nan
+        return None if math.isnan(value) else value
 
 
 def _meets(objective: Objective, breakdown: Breakdown) -> bool:
@@ -193,13 +183,13 @@ class LiveSLO:
     ) -> None:
         self.spec = spec
         self.clock = clock or SystemClock()
-        windows = {spec.window_s, *spec.alert_policy.windows_s, *threshold_windows(spec)}
-        self.windows_s = sorted(windows)
+        self.windows_s = list(windows_s(spec))
         self.tiers = {tier.name: TierWindows(spec, tier, self.windows_s) for tier in spec.tiers}
         self.alertmanager_url = alertmanager_url
         self.evaluation_interval_s = evaluation_interval_s
         self._stop = threading.Event()
-        self._pending: dict[tuple[str, ...], float] = {}
+        self._pending: dict[str, float] = {}
+        self.rules = alert_rules(spec)
         self._alerts_lock = threading.Lock()
         self._pusher: threading.Thread | None = None
         self.pushed = 0
@@ -245,12 +235,8 @@ class LiveSLO:
 
     def firing_alerts(self, now_s: float | None = None) -> list[dict[str, Any]]:
         with self._alerts_lock:
-            return evaluate_alerts(
-                self.spec,
-                self.tiers,
-                self.clock.wall_s() if now_s is None else now_s,
-                self._pending,
-            )
+            now = self.clock.wall_s() if now_s is None else now_s
+            return firing_rules(self.rules, self.tiers, now, self._pending)
 
     def render_html(self, status: dict[str, Any]) -> str:
         rows = []
@@ -293,12 +279,6 @@ class LiveSLO:
 
     def close(self) -> None:
         self._stop.set()
-
-
-def threshold_windows(spec: SLOSpec) -> list[float]:
-    from middleware.alerting import THRESHOLD_WINDOW_S
-
-    return [THRESHOLD_WINDOW_S] if spec.alert_policy.thresholds else []
 
 
 def objective_status(

@@ -278,3 +278,24 @@ def histogram_quantile(quantile: float, buckets: Sequence[tuple[float, float]]) 
     if in_bucket == 0:
         return bounds[index]
     return start + (bounds[index] - start) * (rank - below) / in_bucket
+
+
+def unbucketed_thresholds(spec: SLOSpec) -> list[str]:
+    """Objective thresholds that are not a bucket bound of their histogram, one line each.
+
+    `buckets_for` adds every threshold, so this is empty unless the two drift apart; then an
+    objective would be judged by interpolation inside a bucket, so generation refuses.
+    """
+    problems = []
+    for tier in spec.tiers:
+        for objective in tier.latency_objectives:
+            sli = objective.sli or ""
+            bounds = buckets_for(sli, spec)
+            if objective.threshold_s not in bounds:
+                problems.append(
+                    f"{spec.source}:{objective.line}: tier {tier.name!r}: threshold "
+                    f"{number(objective.threshold_s or 0)}s of {objective.name!r} is not a bucket "
+                    f"bound of {CATALOG[sli].metric} ({', '.join(number(b) for b in bounds)}); "
+                    "the middleware and the rules must read the same spec: pass it to both"
+                )
+    return problems

@@ -75,7 +75,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         from slo.prometheus_source import PrometheusReader, evaluate_prometheus
 
-        report = evaluate_prometheus(spec, PrometheusReader(args.prometheus), now=time.time())
+        reader = PrometheusReader(args.prometheus)
+        try:
+            report = evaluate_prometheus(spec, reader, now=time.time())
+        finally:
+            reader.close()
     _write(_render(report, args.format, args.strict), args.output)
     if report.any_violated or (args.strict and report.any_insufficient):
         return 1

@@ -175,11 +175,138 @@ def _init(args: argparse.Namespace) -> int:
     return run_init(args)
 
 
+def _add_generate(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "generate",
+        help="write Grafana dashboards, Prometheus rules and tests, Alertmanager config, runbooks",
+        description="Render, from one SLO spec, grafana/*.json (+ provisioning), "
+        "prometheus/rules.yml and its promtool tests prometheus/rules_test.yml, "
+        "alertmanager/alertmanager.yml and runbooks/*.md under --out.",
+    )
+    parser.add_argument("--spec", help="SLO spec (default: the packaged example)")
+    parser.add_argument("--out", required=True, help="directory to write into (created)")
+    parser.add_argument(
+        "--webhook-url",
+        default="http://127.0.0.1:5001/llm-slo/alerts",
+        help="URL every Alertmanager receiver posts to (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--runbook-url",
+        default="https://runbooks.example.com/llm-slo",
+        help="base URL of the published runbooks/ (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--grafana-url",
+        default="http://localhost:3000",
+        help="Grafana base URL for the alerts' dashboard links (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--prometheus-url",
+        default="http://localhost:9090",
+        help="Prometheus URL for the Grafana datasource (default: %(default)s)",
+    )
+    parser.set_defaults(handler=_generate)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from alerts import Links, write_alerts
+    from dashboards import OVERVIEW_UID, write_dashboards
+    from slo.alert_rules import unbucketed_thresholds, unreachable
+    from slo.spec import SLOSpec
+
+    spec = SLOSpec.load(args.spec) if args.spec else SLOSpec.default()
+    problems = unbucketed_thresholds(spec)
+    if problems:
+        raise UsageError(problems[0])
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"--out {out}: cannot create the directory ({error})") from None
+    links = Links(args.runbook_url, f"{args.grafana_url.rstrip('/')}/d/{OVERVIEW_UID}")
+    written = write_alerts(spec, out, links, args.webhook_url)
+    written += write_dashboards(spec, out, args.prometheus_url)
+    for note in unreachable(spec):
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {len(written)} files under {out}")
+    for path in sorted(written):
+        print(f"  {path.relative_to(out)}")
+    return 0
+
+
+def _add_bench(subparsers: argparse._SubParsersAction) -> None:
+    from slo.bench.command import configure
+
+    parser = subparsers.add_parser(
+        "bench",
+        help="load-test an OpenAI-compatible endpoint; client and server timings per request",
+        description="Send a seeded, profiled stream of requests (Poisson arrivals or a fixed "
+        "concurrency, tiers mixed by header) to any OpenAI-compatible server and write one JSONL "
+        "record per request: the client's TTFT, ITL, TPOT and e2e next to the server's own "
+        "timings. `slo check --results` and `slo report` read the file.",
+    )
+    configure(parser)
+    parser.set_defaults(handler=_bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from slo.bench.command import run
+
+    return run(args)
+
+
+def _add_report(subparsers: argparse._SubParsersAction) -> None:
+    from slo.report import configure
+
+    parser = subparsers.add_parser(
+        "report",
+        help="draw a run's records as one self-contained HTML report",
+        description="Verdicts per tier, percentiles against the SLO lines, where the time went, "
+        "CDFs, TTFT against input length, latency over the run and the industry performance "
+        "tier, in one HTML file that works offline. Needs `pip install 'llm-slo[report]'`.",
+    )
+    configure(parser)
+    parser.set_defaults(handler=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from slo.report import run
+
+    return run(args)
+
+
+def _add_demo(subparsers: argparse._SubParsersAction) -> None:
+    from slo.demo import configure
+
+    parser = subparsers.add_parser(
+        "demo",
+        help="the one-command tour: serve, benchmark, judge, report, generate (under a minute)",
+        description="Start the bundled engine behind the latency middleware on 127.0.0.1, run a "
+        "short mixed-tier benchmark, print the per-tier breakdown and SLO verdicts, and write "
+        "the records, report.html and everything `slo generate` writes into --out.",
+    )
+    configure(parser)
+    parser.set_defaults(handler=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from slo.demo import run
+
+    # `slo generate` lives in alerts/ and dashboards/, which only this module may import.
+    return run(args, generate=lambda spec, out: main(["generate", "--spec", spec, "--out", out]))
+
+
 _COMMAND_BUILDERS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_serve,
     _add_check,
     _add_lint,
     _add_init,
+    _add_generate,
+    _add_bench,
+    _add_report,
+    _add_demo,
 ]
 
 

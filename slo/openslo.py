@@ -30,9 +30,9 @@ _LE = re.compile(r"""le\s*=~?\s*["']([0-9.eE+-]+)["']""")
 
 
 def _fail(source: str, doc: Any, message: str) -> UsageError:
-    line = getattr(doc, "line", 0)
-    where = f"{source}:{line}" if line else source
-    return UsageError(f"{where}: OpenSLO: {message}")
+    from slo.spec import SpecError  # spec imports this module lazily; no cycle at import time
+
+    return SpecError(source, int(getattr(doc, "line", 0)), f"OpenSLO: {message}")
 
 
 def openslo_to_spec_dict(

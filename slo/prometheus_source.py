@@ -20,6 +20,7 @@ from slo.evaluate import (
     EvaluationReport,
     ObjectiveResult,
     TierResult,
+    Verdict,
     burn_rates,
     decide,
 )
@@ -36,6 +37,9 @@ class PrometheusReader:
     def __init__(self, url: str, client: httpx.Client | None = None) -> None:
         self.url = url.rstrip("/")
         self.client = client or httpx.Client(timeout=30.0)
+
+    def close(self) -> None:
+        self.client.close()
 
     def query(self, promql: str) -> list[tuple[dict[str, str], float]]:
         try:
@@ -141,10 +145,10 @@ def _objective(
     if objective.kind == "throughput":
         tokens = reader.total(CATALOG["throughput"].metric, tier.name, window)
         rate = tokens / window
-        met = rate >= (objective.min_tokens_per_s or 0.0)
-        verdict = "met" if met else "violated"
-        return ObjectiveResult(tier.name, objective, 0, 0, verdict if tokens else "insufficient_data",
-                               tokens_per_s=rate)  # fmt: skip
+        verdict: Verdict = "met" if rate >= (objective.min_tokens_per_s or 0.0) else "violated"
+        if not tokens:
+            verdict = "insufficient_data"
+        return ObjectiveResult(tier.name, objective, 0, 0, verdict, tokens_per_s=rate)
 
     def counts(window_s: float) -> tuple[int, int, Any]:
         if objective.kind == "availability":

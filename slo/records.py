@@ -87,6 +87,10 @@ _DEFAULTS: dict[str, Any] = {"model": "", "route": "", "outcome": "ok", "status_
                              "cached_tokens": 0}  # fmt: skip
 
 
+_INF = math.inf
+_SECONDS_FIELDS = ("e2e_s", *OPTIONAL_FLOAT)
+
+
 class RecordError(UsageError):
     """A record that cannot be read; the message names the file and line."""
 
@@ -124,34 +128,35 @@ def validate_record(data: Mapping[str, Any], where: str = "record") -> dict[str,
         values[name] = value
     if values["outcome"] not in OUTCOMES:
         raise fail("outcome", f"one of {', '.join(OUTCOMES)}")
-    for name in REQUIRED_FLOAT + OPTIONAL_FLOAT:
+    timestamp = data["timestamp"]
+    if type(timestamp) not in (int, float) or not -_INF < timestamp < _INF:
+        raise fail("timestamp", "a finite number of unix seconds")
+    values["timestamp"] = float(timestamp)
+    for name in _SECONDS_FIELDS:
         value = data.get(name)
-        if value is not None and not _is_seconds(value, allow_negative=name == "timestamp"):
+        # `type(...) in` and one chained comparison: this loop runs for every imported record.
+        # NaN fails the comparison, bool is not int here.
+        if value is not None and (type(value) not in (int, float) or not 0 <= value < _INF):
             raise fail(name, "a finite number of seconds >= 0")
         values[name] = None if value is None else float(value)
     for name in INT_FIELDS:
         value = data.get(name, _DEFAULTS[name])
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if type(value) is not int or value < 0:
             raise fail(name, "a whole number >= 0")
         values[name] = value
     stream = data.get("stream", False)
-    if not isinstance(stream, bool):
+    if type(stream) is not bool:
         raise fail("stream", "true or false")
     values["stream"] = stream
     for name in LIST_FIELDS:
         value = data.get(name)
         if value is not None and (
-            not isinstance(value, list) or not all(_is_seconds(v) for v in value)
+            type(value) is not list
+            or not all(type(v) in (int, float) and 0 <= v < _INF for v in value)
         ):
             raise fail(name, "a list of numbers of seconds >= 0")
         values[name] = None if value is None else [float(v) for v in value]
     return values
-
-
-def _is_seconds(value: object, allow_negative: bool = False) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return math.isfinite(value) and (allow_negative or value >= 0)
 
 
 def parse_json_line(line: str | bytes, where: str) -> dict[str, Any]:

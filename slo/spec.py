@@ -138,7 +138,14 @@ class SLOSpec:
         ):
             from slo.openslo import openslo_to_spec_dict
 
-            raw, notes = openslo_to_spec_dict(documents, source)
+            try:
+                raw, notes = openslo_to_spec_dict(documents, source)
+            except (ValueError, TypeError, AttributeError, KeyError, IndexError) as error:
+                raise SpecError(
+                    source,
+                    0,
+                    f"OpenSLO document not understood ({error}); see slo/examples/openslo.yaml",
+                ) from None
             return _build(raw, source, notes)
         if len(documents) != 1:
             raise SpecError(

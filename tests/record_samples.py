@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from slo.records import FIELD_NAMES
+
 TIERS = ("premium", "standard", "batch")
 START = 1_700_000_000.0
 
@@ -54,7 +56,8 @@ def sample_records(count: int, seed: int = 0) -> list[dict[str, Any]]:
         if i % 7 == 0:
             record["client_ttft_s"] = float(ttft[i]) + 0.002
             record["client_e2e_s"] = e2e + 0.003
-        records.append(record)
+        # In the store's field order, so an export reproduces the file byte for byte.
+        records.append({name: record[name] for name in FIELD_NAMES if name in record})
     return records
 
 

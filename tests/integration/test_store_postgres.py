@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from slo.errors import UsageError
 from slo.records import record_from_dict
 from slo.store import TABLE, RecordStore
 from tests.conftest import require_or_skip
@@ -30,7 +31,7 @@ def postgres_store() -> Iterator[RecordStore]:
         require_or_skip("psycopg is not installed (pip install 'llm-slo[postgres]')")
     try:
         store = RecordStore(url)
-    except Exception as error:  # unreachable server: say why, then skip or fail
+    except UsageError as error:  # unreachable server: say why, then skip or fail
         require_or_skip(f"PostgreSQL at {url} is not reachable: {error}")
     # Each test gets an empty table; the shared database may hold other runs' rows.
     with store.engine.begin() as connection:

@@ -19,7 +19,9 @@ NOW = 1_700_000_000.0
 
 def spec_with(*objectives: str, min_events: int = 1) -> SLOSpec:
     lines = "\n".join(f"  - {objective}" for objective in objectives)
-    return SLOSpec.from_yaml(f"min_events: {min_events}\ntiers:\n- name: t\n  objectives:\n{lines}\n")
+    return SLOSpec.from_yaml(
+        f"min_events: {min_events}\ntiers:\n- name: t\n  objectives:\n{lines}\n"
+    )
 
 
 def record(index: int, **fields: Any) -> dict[str, Any]:
@@ -88,7 +90,7 @@ def test_latency_counts_only_ok_requests_with_a_value() -> None:
 
 def test_availability_leaves_out_client_errors_and_cancellations() -> None:
     outcomes = ["ok"] * 97 + ["server_error", "rate_limited", "shed"] + ["client_error"] * 50
-    rows = [record(i, outcome=o) for i, o in enumerate(outcomes + ["cancelled"])]
+    rows = [record(i, outcome=o) for i, o in enumerate([*outcomes, "cancelled"])]
     result = evaluate(spec_with("availability >= 97%"), columns_of(rows), now=NOW).results[0]
     assert (result.events, result.good, result.verdict) == (100, 97, "met")
     assert result.budget_remaining == pytest.approx(0.0)

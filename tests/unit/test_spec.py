@@ -149,7 +149,9 @@ def _spec_texts() -> st.SearchStrategy[str]:
     words = st.sampled_from(
         ["tiers:", "- name: a", "  objectives:", "  - p95 ttft <= 1s", "  default: true",
          "window: 3d", "  priority: x", "  match: {header: 1}", "- p99 e2e < 2", "alert_policy: 3",
-         "  - 99% of requests tpot <= 5ms", ": :", "[", "  - {sli: ttft}", "min_events: 0", "\t"]
+         "  - 99% of requests tpot <= 5ms", ": :", "[", "  - {sli: ttft}", "min_events: 0", "\t",
+         "apiVersion: openslo/v1", "kind: SLO", "spec:", "  objectives: [{target: x}]",
+         "  indicatorRef: y", "  timeWindow: [3]", "---", "  indicator: {spec: {ratioMetric: 1}}"]
     )  # fmt: skip
     structured = st.lists(words, max_size=12).map("\n".join)
     return st.one_of(st.text(max_size=200), structured)
@@ -175,10 +177,12 @@ def test_openslo_readme_example_imports() -> None:
 
 
 def test_openslo_timeslices_are_refused_with_the_reason() -> None:
-    text = (EXAMPLES / "openslo.yaml").read_text().replace(
-        "budgetingMethod: Occurrences", "budgetingMethod: Timeslices"
+    text = (
+        (EXAMPLES / "openslo.yaml")
+        .read_text()
+        .replace("budgetingMethod: Occurrences", "budgetingMethod: Timeslices")
     )
-    with pytest.raises(UsageError, match="Timeslices.*use Occurrences"):
+    with pytest.raises(UsageError, match=r"Timeslices.*use Occurrences"):
         SLOSpec.from_yaml(text, source="o.yaml")
 
 

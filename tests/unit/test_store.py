@@ -9,8 +9,7 @@ import pytest
 from slo.columns import load_jsonl_columns
 from slo.records import RecordError, read_jsonl, record_from_dict
 from slo.store import RecordStore, normalize_url
-from tests.record_samples import START, read_jsonl as read_dicts
-from tests.record_samples import sample_records, write_jsonl
+from tests.record_samples import START, sample_records, write_jsonl
 
 
 def check_round_trip(store: RecordStore, tmp_path: Path, count: int) -> None:
@@ -20,8 +19,7 @@ def check_round_trip(store: RecordStore, tmp_path: Path, count: int) -> None:
     assert store.import_jsonl(source) == count
     exported = tmp_path / "out.jsonl"
     assert store.export_jsonl(exported) == count
-    defaults = {"model": "", "route": "", "outcome": "ok", "status_code": 200, "stream": False}
-    assert read_dicts(exported) == [defaults | record for record in records]
+    assert exported.read_text() == source.read_text()  # every field, every digit
 
     since, until = START + 10.0, START + 20.0  # records are 1 ms apart
     window = store.query(since=since, until=until, tier="batch")

@@ -1,0 +1,201 @@
+"""promtool unit tests generated with the rules: every alert fires on a breach and stays
+silent on healthy traffic and on low traffic (the guard), for every tier and SLI of the spec.
+
+Per (tier, SLI) three test groups feed synthetic series of that SLI only:
+- breach: every observation above the highest bucket (or every request failed), at a rate
+  that satisfies the low-traffic guard; every alert of that tier and SLI must fire, with its
+  exact labels and annotations;
+- healthy: every observation in the lowest bucket (or every request ok, with client errors
+  and cancellations on top, which availability leaves out); nothing fires;
+- low traffic: all bad, but so few events that every window holds fewer than `min_events`
+  even after Prometheus extrapolates `increase()`; nothing fires.
+Plus the absent-metrics alert, firing without series and silent with them.
+
+Rates are evaluated on data that starts at time 0, so no test needs days of samples: every
+window, even 3d, sees the same all-bad (or all-good) traffic after the first samples.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from alerts.rules import GOOD_OUTCOME, REQUESTS, Links, alert_annotations
+from alerts.templating import render
+from slo.alert_rules import AVAILABILITY, AlertRule, alert_rules, windows_s
+from slo.promql import le_value, prom_duration
+from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, buckets_for
+from slo.spec import SLOSpec
+
+# Any model/route: the rules sum over them, so one of each is enough.
+_MODEL = "test-model"
+_ROUTE = "/v1/completions"
+# Extrapolation of increase() over a window of >= 5 sample intervals is at most 5/4.
+_SAMPLES_PER_SHORTEST_WINDOW = 5
+_MAX_EXTRAPOLATION = 1.25
+
+
+@dataclass(frozen=True)
+class Series:
+    series: str
+    values: str
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ", ".join(f'{key}="{value}"' for key, value in labels.items()) + "}"
+
+
+def _ramp(per_step: int, steps: int) -> str:
+    return f"0+{per_step}x{steps}"
+
+
+def _ramp_then_flat(total: int, steps: int) -> str:
+    """+1 per step until `total`, then flat: a trickle of events."""
+    if total <= 0:
+        return f"0+0x{steps}"
+    return f"0+1x{total} {total}+0x{steps - total}"
+
+
+def evaluation_interval_s(spec: SLOSpec) -> float:
+    """Five samples in the shortest window alerts read, at most one a minute."""
+    shortest = min(windows_s(spec))
+    return max(1.0, min(60.0, math.floor(shortest / _SAMPLES_PER_SHORTEST_WINDOW)))
+
+
+def _latency_series(
+    spec: SLOSpec, tier: str, sli: str, case: str, steps: int, rate: int, low: int
+) -> list[Series]:
+    metric = CATALOG[sli].metric
+    base = {"tier": tier, "model": _MODEL, "route": _ROUTE}
+    all_events = _ramp(rate, steps) if case != "low" else _ramp_then_flat(low, steps)
+    # Healthy traffic sits exactly on the tightest threshold: a value equal to the threshold is
+    # good, so a rule reading the wrong bucket, or a percentile threshold off by one bucket,
+    # fires here. Bad traffic lies above every bucket.
+    tightest = min(
+        (o.threshold_s or 0.0 for o in spec.tier(tier).latency_objectives if o.sli == sli),
+        default=0.0,
+    )
+    series = [
+        Series(
+            f"{metric}_bucket{_labels(**base, le=le_value(bound))}",
+            all_events if case == "healthy" and bound >= tightest else _ramp(0, steps),
+        )
+        for bound in buckets_for(sli, spec)
+    ]
+    series.append(Series(f"{metric}_bucket{_labels(**base, le='+Inf')}", all_events))
+    series.append(Series(f"{metric}_count{_labels(**base)}", all_events))
+    return series
+
+
+def _availability_series(tier: str, case: str, steps: int, rate: int, low: int) -> list[Series]:
+    def requests(outcome: str, values: str) -> Series:
+        labels = _labels(tier=tier, model=_MODEL, route=_ROUTE, outcome=outcome)
+        return Series(f"{REQUESTS}{labels}", values)
+
+    if case == "breach":
+        return [requests("server_error", _ramp(rate, steps))]
+    if case == "low":
+        return [requests("server_error", _ramp_then_flat(low, steps))]
+    ignored = [
+        requests(outcome, _ramp(rate, steps)) for outcome in OUTCOMES_EXCLUDED_FROM_AVAILABILITY
+    ]
+    return [requests(GOOD_OUTCOME, _ramp(rate, steps)), *ignored]
+
+
+def _expected(rules: list[AlertRule], spec: SLOSpec, links: Links) -> list[dict[str, Any]]:
+    return [
+        {"exp_labels": dict(rule.labels), "exp_annotations": alert_annotations(rule, spec, links)}
+        for rule in rules
+    ]
+
+
+def test_groups(spec: SLOSpec, links: Links) -> list[dict[str, Any]]:
+    """The `tests:` of the promtool file, as data."""
+    rules = alert_rules(spec)
+    interval = evaluation_interval_s(spec)
+    min_events = spec.alert_policy.min_events
+    longest_for = max((rule.for_s for rule in rules if rule.tier is not None), default=0.0)
+    # Past the longest `for`, plus one shortest window to fill and two evaluations of slack.
+    eval_s = longest_for + min(windows_s(spec)) + 2 * interval
+    steps = math.ceil(eval_s / interval) + 1
+    rate = max(10, min_events)  # events per interval: every window holds >= min_events
+    # All bad yet never min_events in any window, even extrapolated by up to 5/4.
+    low = math.ceil(min_events / _MAX_EXTRAPOLATION) - 1
+    groups: list[dict[str, Any]] = []
+    by_tier_sli: dict[tuple[str, str], list[AlertRule]] = {}
+    for rule in rules:
+        if rule.tier is not None and rule.sli is not None:
+            by_tier_sli.setdefault((rule.tier, rule.sli), []).append(rule)
+    for (tier, sli), tier_rules in by_tier_sli.items():
+        names = list(dict.fromkeys(rule.name for rule in tier_rules))
+        cases = ["breach", "healthy"] + (["low"] if min_events > 1 else [])
+        for case in cases:
+            if sli == AVAILABILITY:
+                series = _availability_series(tier, case, steps, rate, low)
+            else:
+                series = _latency_series(spec, tier, sli, case, steps, rate, low)
+            alert_tests = [
+                {
+                    "eval_time": prom_duration(eval_s),
+                    "alertname": name,
+                    "exp_alerts": _expected(
+                        [r for r in tier_rules if r.name == name] if case == "breach" else [],
+                        spec,
+                        links,
+                    ),
+                }
+                for name in names
+            ]
+            groups.append(
+                {
+                    "name": f"{tier} {sli} {case}",
+                    "interval": prom_duration(interval),
+                    "input_series": [{"series": s.series, "values": s.values} for s in series],
+                    "alert_rule_test": alert_tests,
+                }
+            )
+    groups.extend(_absent_groups(spec, rules, links, interval))
+    return groups
+
+
+def _absent_groups(
+    spec: SLOSpec, rules: list[AlertRule], links: Links, interval: float
+) -> list[dict[str, Any]]:
+    absent = [rule for rule in rules if rule.kind == "absent"]
+    groups: list[dict[str, Any]] = []
+    for rule in absent:
+        eval_s = rule.for_s + 2 * interval
+        steps = math.ceil(eval_s / interval) + 1
+        present = _labels(
+            tier=spec.default_tier.name, model=_MODEL, route=_ROUTE, outcome=GOOD_OUTCOME
+        )
+        for case, series, expected in (
+            ("absent", [], [rule]),
+            ("present", [{"series": f"{REQUESTS}{present}", "values": _ramp(1, steps)}], []),
+        ):
+            groups.append(
+                {
+                    "name": f"metrics {case}",
+                    "interval": prom_duration(interval),
+                    "input_series": series,
+                    "alert_rule_test": [
+                        {
+                            "eval_time": prom_duration(eval_s),
+                            "alertname": rule.name,
+                            "exp_alerts": _expected(expected, spec, links),
+                        }
+                    ],
+                }
+            )
+    return groups
+
+
+def render_rules_test(spec: SLOSpec, links: Links, rules_file: str = "rules.yml") -> str:
+    return render(
+        "rules_test.yml.j2",
+        rules_file=rules_file,
+        evaluation_interval=prom_duration(evaluation_interval_s(spec)),
+        groups=test_groups(spec, links),
+        source=spec.source,
+    )

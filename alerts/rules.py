@@ -1,0 +1,259 @@
+"""Prometheus recording and alerting rules for a spec, from `slo.alert_rules`.
+
+Recording rules, per tier and objective, for every window of the policy and the SLO window:
+the error ratio (bad events over events, event-weighted across models, routes and replicas)
+and the event count the low-traffic guard reads, plus two constants (error budget, latency
+threshold) that dashboards divide by. Alerts read those records, except threshold alerts,
+which take `histogram_quantile` over the raw buckets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from alerts.templating import render
+from slo.alert_rules import (
+    AVAILABILITY,
+    AlertRule,
+    alert_rules,
+    budget_objectives,
+    error_budget,
+    threshold_window_s,
+    windows_s,
+)
+from slo.objectives import Objective
+from slo.promql import (
+    ERROR_BUDGET_RECORD,
+    THRESHOLD_RECORD,
+    any_of,
+    le_matcher,
+    matcher,
+    number,
+    prom_duration,
+    record_error_ratio,
+    record_events,
+    selector,
+)
+from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
+from slo.spec import SLOSpec, Tier
+from slo.units import format_duration
+
+GOOD_OUTCOME = "ok"
+REQUESTS = CATALOG["requests"].metric
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One entry of a rule group, as the template writes it."""
+
+    expr: str
+    record: str | None = None
+    alert: str | None = None
+    for_: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    rules: list[Rule]
+    interval: str | None = None
+
+
+@dataclass(frozen=True)
+class Links:
+    """Where annotations point: runbook `<runbook_base>/<alertname>.md`, the dashboard."""
+
+    runbook_base: str = "https://runbooks.example.com/llm-slo"
+    dashboard: str = "http://localhost:3000/d/llm-slo-overview"
+
+
+def events_expr(tier: str, objective: Objective, window_s: float) -> str:
+    """PromQL: the objective's events in the window, summed over models, routes, replicas."""
+    window = prom_duration(window_s)
+    if objective.kind == AVAILABILITY:
+        excluded = matcher("outcome", "!~", any_of(OUTCOMES_EXCLUDED_FROM_AVAILABILITY))
+        return f"sum(increase({selector(REQUESTS, excluded, tier=tier)}[{window}]))"
+    metric = CATALOG[objective.sli or ""].metric
+    return f"sum(increase({selector(metric + '_count', tier=tier)}[{window}]))"
+
+
+def error_ratio_expr(tier: str, objective: Objective, window_s: float) -> str:
+    """PromQL: bad events / events in the window (a ratio of sums, never a mean of ratios)."""
+    window = prom_duration(window_s)
+    events = events_expr(tier, objective, window_s)
+    if objective.kind == AVAILABILITY:
+        bad = matcher("outcome", "!~", any_of((GOOD_OUTCOME, *OUTCOMES_EXCLUDED_FROM_AVAILABILITY)))
+        # `or vector(0)`: with no failed request yet the ratio is 0, not missing.
+        bad_events = f"sum(increase({selector(REQUESTS, bad, tier=tier)}[{window}]))"
+        return f"({bad_events} or vector(0))\n/\n{events}"
+    metric = CATALOG[objective.sli or ""].metric
+    good = selector(metric + "_bucket", le_matcher(objective.threshold_s or 0.0), tier=tier)
+    return f"1 - (\n  sum(increase({good}[{window}]))\n  /\n  {events}\n)"
+
+
+def _record_labels(tier: Tier, objective: Objective) -> dict[str, str]:
+    return {"tier": tier.name, "sli": objective.sli or AVAILABILITY, "objective": objective.name}
+
+
+def _records(tier: Tier, windows: tuple[float, ...]) -> list[Rule]:
+    rules: list[Rule] = []
+    for objective in budget_objectives(tier):
+        labels = _record_labels(tier, objective)
+        rules.append(
+            Rule(number(error_budget(objective)), record=ERROR_BUDGET_RECORD, labels=labels)
+        )
+        if objective.kind == "latency":
+            threshold = number(objective.threshold_s or 0.0)
+            rules.append(Rule(threshold, record=THRESHOLD_RECORD, labels=labels))
+        for window in windows:
+            rules.append(
+                Rule(
+                    error_ratio_expr(tier.name, objective, window),
+                    record=record_error_ratio(window),
+                    labels=labels,
+                )
+            )
+            rules.append(
+                Rule(
+                    events_expr(tier.name, objective, window),
+                    record=record_events(window),
+                    labels=labels,
+                )
+            )
+    return rules
+
+
+def _series(record: str, rule: AlertRule) -> str:
+    objective = rule.objective.name if rule.objective else ""
+    return selector(record, tier=rule.tier or "", objective=objective)
+
+
+def alert_expr(rule: AlertRule) -> str:
+    """The PromQL of one alert; it returns a series exactly when the alert's condition holds."""
+    if rule.kind == "absent":
+        return f"absent({REQUESTS})"
+    if rule.kind == "burn_rate":
+        limit = number(rule.max_error_ratio or 0)
+        long_w, short_w = rule.long_window_s or 0.0, rule.short_window_s or 0.0
+        lines = [
+            "(",
+            f"  {_series(record_error_ratio(long_w), rule)} > {limit}",
+            "  and",
+            f"  {_series(record_error_ratio(short_w), rule)} > {limit}",
+            ")",
+        ]
+        for window_s in (long_w, short_w):
+            lines.append(f"and {_series(record_events(window_s), rule)} >= {rule.min_events}")
+        return "\n".join(lines)
+    metric = CATALOG[rule.sli or ""].metric
+    window = prom_duration(rule.window_s or 0.0)
+    buckets = selector(metric + "_bucket", tier=rule.tier or "")
+    count = selector(metric + "_count", tier=rule.tier or "")
+    quantile = number((rule.percentile or 0) / 100)
+    return (
+        f"histogram_quantile({quantile}, sum by (le) (rate({buckets}[{window}])))"
+        f" > {number(rule.threshold_s or 0)}\n"
+        f"and on () sum(increase({count}[{window}])) >= {rule.min_events}"
+    )
+
+
+def alert_annotations(rule: AlertRule, spec: SLOSpec, links: Links) -> dict[str, str]:
+    """summary, description, runbook_url, dashboard_url: static text, so promtool can check it."""
+    runbook = f"{links.runbook_base.rstrip('/')}/{rule.name}.md"
+    dashboard = links.dashboard + (f"?var-tier={rule.tier}" if rule.tier else "")
+    if rule.kind == "absent":
+        return {
+            "summary": "No LLM request metrics are being scraped",
+            "description": f"No series of {REQUESTS} for {format_duration(rule.for_s)}: the "
+            "LatencyMiddleware is not mounted, the replicas are down, or Prometheus does not "
+            "scrape them. Every SLO alert is blind until this is fixed.",
+            "runbook_url": runbook,
+            "dashboard_url": dashboard,
+        }
+    assert rule.objective is not None and rule.tier is not None
+    objective = rule.objective.name
+    events = "gaps between tokens" if rule.sli == "itl" else "requests"
+    guard = f"Fewer than {rule.min_events} {events} in a window never alert."
+    if rule.kind == "burn_rate":
+        long_w = prom_duration(rule.long_window_s or 0.0)
+        short_w = prom_duration(rule.short_window_s or 0.0)
+        lasts = format_duration(spec.window_s / float(rule.factor or 1))
+        return {
+            "summary": f"Tier {rule.tier} burns the error budget of '{objective}' "
+            f"{number(rule.factor or 0)}x too fast",
+            "description": f"Over both the last {long_w} and {short_w}, more than "
+            f"{number((rule.max_error_ratio or 0) * 100)}% of tier {rule.tier}'s {events} "
+            f"missed '{objective}' (error budget {number((rule.error_budget or 0) * 100)}% of "
+            f"{format_duration(spec.window_s)}); at this rate the budget lasts about {lasts}. "
+            f"{guard}",
+            "runbook_url": runbook,
+            "dashboard_url": dashboard,
+        }
+    return {
+        "summary": f"Tier {rule.tier}: p{number(rule.percentile or 0)} {rule.sli} above "
+        f"{number(rule.threshold_s or 0)}s ({number(rule.factor or 0)}x the '{objective}' threshold)",
+        "description": f"The {number(rule.percentile or 0)}th percentile of {rule.sli} over the "
+        f"last {prom_duration(rule.window_s or 0.0)} has been above "
+        f"{number(rule.threshold_s or 0)}s"
+        + (f" for {format_duration(rule.for_s)}" if rule.for_s else "")
+        + f". {guard}",
+        "runbook_url": runbook,
+        "dashboard_url": dashboard,
+    }
+
+
+def rule_groups(spec: SLOSpec, links: Links, budget_interval: str | None = "1m") -> list[Group]:
+    """One group per tier (records first, then alerts: evaluated in order, never stale) and a
+    slower group per tier for the SLO-window records, which only dashboards read."""
+    alerted = {*spec.alert_policy.windows_s, threshold_window_s(spec)}
+    alert_windows = tuple(w for w in windows_s(spec) if w in alerted)
+    budget_windows = tuple(w for w in windows_s(spec) if w not in alert_windows)
+    rules = alert_rules(spec)
+    groups: list[Group] = []
+    for tier in spec.tiers:
+        tier_alerts = [
+            Rule(
+                alert_expr(rule),
+                alert=rule.name,
+                for_=prom_duration(rule.for_s) if rule.for_s else None,
+                labels=rule.labels,
+                annotations=alert_annotations(rule, spec, links),
+            )
+            for rule in rules
+            if rule.tier == tier.name
+        ]
+        groups.append(Group(f"llm-slo-{tier.name}", _records(tier, alert_windows) + tier_alerts))
+        if budget_windows:
+            budget = [r for r in _records(tier, budget_windows) if r.record not in _CONSTANTS]
+            groups.append(Group(f"llm-slo-{tier.name}-budget", budget, budget_interval))
+    absent = [r for r in rules if r.tier is None]
+    groups.append(
+        Group(
+            "llm-slo-meta",
+            [
+                Rule(
+                    alert_expr(r),
+                    alert=r.name,
+                    for_=prom_duration(r.for_s),
+                    labels=r.labels,
+                    annotations=alert_annotations(r, spec, links),
+                )
+                for r in absent
+            ],
+        )
+    )
+    return groups
+
+
+_CONSTANTS = (ERROR_BUDGET_RECORD, THRESHOLD_RECORD)
+
+
+def render_rules(spec: SLOSpec, links: Links, budget_interval: str | None = "1m") -> str:
+    groups: list[dict[str, Any]] = [
+        {"name": g.name, "interval": g.interval, "rules": g.rules}
+        for g in rule_groups(spec, links, budget_interval)
+    ]
+    return render("rules.yml.j2", groups=groups, source=spec.source)

@@ -1,0 +1,84 @@
+"""One Markdown runbook per alert name: what it means, likely causes by phase, PromQL, steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from alerts.rules import GOOD_OUTCOME, REQUESTS
+from alerts.templating import render
+from slo.alert_rules import AVAILABILITY, AlertRule, alert_rules
+from slo.promql import any_of, matcher, number, prom_duration, selector
+from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
+from slo.spec import SLOSpec
+
+# The additive breakdown, in the order a request lives through it.
+PHASES: tuple[str, ...] = ("network", "queue", "prefill", "decode", "detokenize", "other")
+
+
+@dataclass(frozen=True)
+class Query:
+    title: str
+    expr: str
+
+
+def _mean(sli: str) -> str:
+    metric = CATALOG[sli].metric
+    return f"sum by (tier) (rate({metric}_sum[5m])) / sum by (tier) (rate({metric}_count[5m]))"
+
+
+def _quantile(sli: str, quantile: str) -> str:
+    bucket = CATALOG[sli].metric + "_bucket"
+    return f"histogram_quantile({quantile}, sum by (tier, le) (rate({bucket}[5m])))"
+
+
+def queries(rules: list[AlertRule]) -> list[Query]:
+    """The PromQL an on-call engineer pastes first, for the tier of the alert."""
+    rule = rules[0]
+    if rule.kind == "absent":
+        return [
+            Query("Are the replicas scraped at all?", "up"),
+            Query("Any request metric, any label", f"count({REQUESTS})"),
+        ]
+    found = [Query(f"Mean {phase} time per tier", _mean(phase)) for phase in PHASES]
+    if rule.sli == AVAILABILITY:
+        bad = any_of((GOOD_OUTCOME, *OUTCOMES_EXCLUDED_FROM_AVAILABILITY))
+        failed = selector(REQUESTS, matcher("outcome", "!~", bad))
+        query = f"sum by (tier, outcome) (rate({failed}[5m]))"
+        found.insert(0, Query("Failed requests per tier and outcome", query))
+    else:
+        sli = rule.sli or ""
+        found.insert(0, Query(f"p95 {sli} per tier", _quantile(sli, "0.95")))
+    queue = CATALOG["queue_depth"].metric
+    found.append(
+        Query("Requests waiting per replica and tier", f"sum by (instance, tier) ({queue})")
+    )
+    found.append(
+        Query("KV-cache usage per replica", f"max by (instance) ({CATALOG['kv_usage'].metric})")
+    )
+    found.append(
+        Query("Batch size per replica", f"avg by (instance) ({CATALOG['batch_size'].metric})")
+    )
+    return found
+
+
+def render_runbooks(spec: SLOSpec) -> dict[str, str]:
+    """{alertname: Markdown}, one per distinct alert name."""
+    by_name: dict[str, list[AlertRule]] = {}
+    for rule in alert_rules(spec):
+        by_name.setdefault(rule.name, []).append(rule)
+    pages: dict[str, str] = {}
+    for name, rules in by_name.items():
+        rule = rules[0]
+        pages[name] = render(
+            "runbook.md.j2",
+            name=name,
+            rule=rule,
+            rules=rules,
+            queries=queries(rules),
+            catalog=CATALOG,
+            number=number,
+            prom_duration=prom_duration,
+            availability=AVAILABILITY,
+            source=spec.source,
+        )
+    return pages

@@ -1,0 +1,229 @@
+"""One benchmark request against an OpenAI-compatible endpoint, timed at the client.
+
+Definitions (the catalog's, as in `vllm bench serve`; every time from one `perf_counter`
+taken just before the request is sent):
+- TTFT: until the first chunk carrying output text (a chat role-only chunk is not output).
+  A reply with no text at all (every token an incomplete UTF-8 sequence) takes the chunk
+  that carries its finish_reason, which is where the server puts its first token.
+- ITL: the gap between consecutive chunks carrying text; a chunk with several tokens is one
+  gap, as vLLM counts it.
+- e2e: until the last byte of the response is read. vLLM stops at its last text chunk; we
+  read to the end so client e2e and the server's e2e (last byte sent) span the same
+  request, and their difference is time on the wire and in the client's network stack.
+- TPOT: (e2e - ttft) / (output_tokens - 1), output tokens from the response's usage.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from slo.bench.profiles import PlannedRequest
+from slo.bench.timings import PHASES, parse_server_timing, parse_timings_comment
+
+ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+def outcome_for_status(status: int) -> str:
+    """The record outcome of an HTTP status, as the middleware classifies it."""
+    if status < 400:
+        return "ok"
+    if status == 429:
+        return "rate_limited"
+    if status == 503:
+        return "shed"
+    if status in (408, 504):
+        return "timeout"
+    if status == 499:
+        return "cancelled"
+    return "client_error" if status < 500 else "server_error"
+
+
+@dataclass
+class RequestSettings:
+    model: str
+    endpoint: str  # "chat" or "completions"
+    stream: bool = True
+    ignore_eos: bool = True
+    tier_header: str = "x-llm-tier"
+    seed: int | None = None
+    timeout_s: float = 300.0
+
+
+@dataclass
+class Measurement:
+    planned: PlannedRequest
+    timestamp: float  # wall clock at send
+    route: str
+    stream: bool
+    status: int = 0
+    outcome: str = "ok"
+    error: str | None = None
+    request_id: str | None = None
+    ttft_s: float | None = None
+    e2e_s: float = 0.0
+    itl_s: list[float] = field(default_factory=list)
+    text_chunks: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    server: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def output_tokens(self) -> int:
+        for count in (self.completion_tokens, self.server.get("output_tokens")):
+            if isinstance(count, int):
+                return count
+        return self.text_chunks
+
+    def to_record(self, model: str) -> dict[str, Any]:
+        """One JSONL record: the server's view (where it sent timings) plus the client's."""
+        server = self.server
+        tokens = self.output_tokens
+        record: dict[str, Any] = {
+            "request_id": self.request_id or f"bench-{self.planned.index}",
+            "timestamp": self.timestamp,
+            "tier": self.planned.tier,
+            "model": model,
+            "route": self.route,
+            "outcome": self.outcome,
+            "status_code": self.status,
+            "stream": self.stream,
+            "input_tokens": self.prompt_tokens
+            if self.prompt_tokens is not None
+            else self.planned.input_tokens,
+            "output_tokens": tokens,
+            # Without server timings (another server, or one without the middleware) the
+            # record still needs an e2e: the client's is the only one there is.
+            "e2e_s": server.get("e2e_s", self.e2e_s),
+            "client_e2e_s": self.e2e_s,
+        }
+        for phase in PHASES:
+            if f"{phase}_s" in server:
+                record[f"{phase}_s"] = server[f"{phase}_s"]
+        if "ttft_s" in server:
+            record["ttft_s"] = server["ttft_s"]
+            if tokens > 1 and "e2e_s" in server:
+                record["tpot_s"] = max(0.0, server["e2e_s"] - server["ttft_s"]) / (tokens - 1)
+        if self.ttft_s is not None:
+            record["client_ttft_s"] = self.ttft_s
+            record["client_itl_s"] = self.itl_s
+            if tokens > 1:
+                record["client_tpot_s"] = max(0.0, self.e2e_s - self.ttft_s) / (tokens - 1)
+        return record
+
+
+def request_body(planned: PlannedRequest, settings: RequestSettings) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": settings.model, "max_tokens": planned.max_tokens,
+                            "stream": settings.stream}  # fmt: skip
+    if settings.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": planned.prompt}]
+    else:
+        body["prompt"] = planned.prompt
+    if settings.stream:
+        body["stream_options"] = {"include_usage": True}
+    if settings.ignore_eos:
+        body["ignore_eos"] = True  # vLLM, SGLang and our engine: the planned length, exactly
+    if settings.seed is not None:
+        body["seed"] = settings.seed + planned.index
+    return body
+
+
+async def measure(
+    client: httpx.AsyncClient, base_url: str, planned: PlannedRequest, settings: RequestSettings
+) -> Measurement:
+    route = ROUTES[settings.endpoint]
+    headers = {settings.tier_header: planned.tier} if settings.tier_header else {}
+    body = request_body(planned, settings)
+    result = Measurement(planned, time.time(), route, settings.stream)
+    start = time.perf_counter()
+    try:
+        async with client.stream(
+            "POST", base_url + route, json=body, headers=headers, timeout=settings.timeout_s
+        ) as response:
+            result.status = response.status_code
+            result.outcome = outcome_for_status(response.status_code)
+            result.request_id = response.headers.get("x-request-id")
+            if response.status_code >= 400 or not settings.stream:
+                payload = await response.aread()
+                result.e2e_s = time.perf_counter() - start
+                result.server = parse_server_timing(response.headers.get("server-timing"))
+                _read_full_body(result, payload)
+                return result
+            await _read_stream(response, result, start, settings.endpoint == "chat")
+    except httpx.TimeoutException as error:
+        result.outcome, result.error = "timeout", f"timed out: {error!r}"
+    except httpx.HTTPError as error:
+        result.outcome, result.error = "server_error", f"{type(error).__name__}: {error}"
+    result.e2e_s = time.perf_counter() - start
+    return result
+
+
+async def _read_stream(
+    response: httpx.Response, result: Measurement, start: float, chat: bool
+) -> None:
+    last_text_at: float | None = None
+    async for line in response.aiter_lines():
+        now = time.perf_counter()
+        if not line:
+            continue
+        if line.startswith(":"):
+            timings = parse_timings_comment(line)
+            if timings is not None:
+                result.server = timings
+            continue
+        if not line.startswith("data:"):
+            continue
+        data_text = line[5:].strip()
+        if data_text == "[DONE]":
+            continue
+        try:
+            data = json.loads(data_text)
+        except json.JSONDecodeError:
+            result.outcome, result.error = "server_error", f"bad SSE data: {data_text[:80]!r}"
+            continue
+        if not isinstance(data, dict):
+            continue
+        if "error" in data:
+            result.outcome, result.error = "server_error", json.dumps(data["error"])[:200]
+            continue
+        _take_usage(result, data.get("usage"))
+        choices = data.get("choices") or []
+        if not choices or not isinstance(choices[0], dict):
+            continue
+        choice = choices[0]
+        text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+        if text:
+            result.text_chunks += 1
+            if last_text_at is None:
+                if result.ttft_s is None:
+                    result.ttft_s = now - start
+            else:
+                result.itl_s.append(now - last_text_at)
+            last_text_at = now
+        elif choice.get("finish_reason") and result.ttft_s is None:
+            result.ttft_s = now - start
+
+
+def _read_full_body(result: Measurement, payload: bytes) -> None:
+    try:
+        data = json.loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return
+    if isinstance(data, dict):
+        _take_usage(result, data.get("usage"))
+        if result.status >= 400 and isinstance(data.get("error"), dict):
+            result.error = str(data["error"].get("message", ""))[:200]
+
+
+def _take_usage(result: Measurement, usage: Any) -> None:
+    if not isinstance(usage, dict):
+        return
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if type(prompt) is int and prompt >= 0:
+        result.prompt_tokens = prompt
+    if type(completion) is int and completion >= 0:
+        result.completion_tokens = completion

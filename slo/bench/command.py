@@ -1,0 +1,171 @@
+"""`slo bench`: arguments, the run, and what it prints."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+from slo.bench.profiles import PROFILES, get_profile, parse_tier_mix, plan_requests
+from slo.errors import UsageError
+
+if TYPE_CHECKING:  # httpx and rich load when a run starts, not when the CLI parser is built
+    from slo.bench.runner import RunResult
+
+FALLBACK_CONTEXT = 4096
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
+    target.add_argument("--embedded", action="store_true",
+                        help="start `slo serve` (bundled engine + middleware) on 127.0.0.1 for the run")  # fmt: skip
+    parser.add_argument("--profile", choices=list(PROFILES), default="chat",
+                        help="traffic shape: " + "; ".join(f"{p.name}: {p.description}" for p in PROFILES.values()))  # fmt: skip
+    parser.add_argument("--requests", type=int, default=100, metavar="N", help="requests to send (default: %(default)s)")  # fmt: skip
+    pace = parser.add_mutually_exclusive_group()
+    pace.add_argument("--rate", type=float, metavar="R", help="Poisson arrivals at R requests/s (default: the profile's)")  # fmt: skip
+    pace.add_argument("--concurrency", type=int, metavar="C", help="closed loop: C requests in flight at all times")  # fmt: skip
+    parser.add_argument("--tier-mix", metavar="T=W,...", help="tiers and weights, e.g. premium=0.2,standard=0.7,batch=0.1 (default: the profile's)")  # fmt: skip
+    parser.add_argument("--tier-header", default="x-llm-tier", help="request header carrying the tier (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="seed of lengths, prompts, tiers and arrivals (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--duration-limit", type=float, default=600.0, metavar="S", help="stop after S seconds, keeping what finished (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--out", default="run.jsonl", help="JSONL records, one per finished request (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--spec", help="SLO spec for goodput and the verdict (default: the packaged example)")  # fmt: skip
+    parser.add_argument("--model", help="model to ask for (default: the first in /v1/models; with --embedded, the one to serve: bundled:tiny)")  # fmt: skip
+    parser.add_argument("--max-model-len", type=int, help=f"context length to fit the profile into (default: /v1/models' max_model_len, else {FALLBACK_CONTEXT})")  # fmt: skip
+    parser.add_argument("--chars-per-token", type=float, default=1.0, help="prompt characters per planned token: 1 is exact for byte-level tokenizers and safe for all; ~4 for BPE (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--no-stream", action="store_true", help="non-streamed requests (no TTFT/ITL at the client; server timings from Server-Timing)")  # fmt: skip
+    parser.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos (for servers that reject unknown fields); replies may end early")  # fmt: skip
+    parser.add_argument("--request-timeout", type=float, default=300.0, metavar="S", help="per-request timeout (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+@dataclass
+class BenchOptions:
+    profile: str = "chat"
+    requests: int = 100
+    rate: float | None = None
+    concurrency: int | None = None
+    tier_mix: str | None = None
+    tier_header: str = "x-llm-tier"
+    seed: int = 0
+    duration_limit_s: float = 600.0
+    model: str | None = None
+    max_model_len: int | None = None
+    chars_per_token: float = 1.0
+    stream: bool = True
+    ignore_eos: bool = True
+    request_timeout_s: float = 300.0
+    progress: bool = True
+
+    def check(self) -> None:
+        problems = [
+            (self.requests < 1, f"--requests must be >= 1, got {self.requests}"),
+            (self.rate is not None and not self.rate > 0, f"--rate must be > 0, got {self.rate}"),
+            (self.concurrency is not None and self.concurrency < 1,
+             f"--concurrency must be >= 1, got {self.concurrency}"),
+            (not self.duration_limit_s > 0, f"--duration-limit must be > 0, got {self.duration_limit_s}"),
+            (not self.chars_per_token > 0, f"--chars-per-token must be > 0, got {self.chars_per_token}"),
+            (not self.request_timeout_s > 0, f"--request-timeout must be > 0, got {self.request_timeout_s}"),
+            (self.max_model_len is not None and self.max_model_len < 1,
+             f"--max-model-len must be >= 1, got {self.max_model_len}"),
+        ]  # fmt: skip
+        for failed, message in problems:
+            if failed:
+                raise UsageError(message)
+
+
+def options_from_args(args: argparse.Namespace) -> BenchOptions:
+    return BenchOptions(
+        profile=args.profile, requests=args.requests, rate=args.rate,
+        concurrency=args.concurrency, tier_mix=args.tier_mix, tier_header=args.tier_header,
+        seed=args.seed, duration_limit_s=args.duration_limit, model=args.model,
+        max_model_len=args.max_model_len, chars_per_token=args.chars_per_token,
+        stream=not args.no_stream, ignore_eos=not args.no_ignore_eos,
+        request_timeout_s=args.request_timeout, progress=not args.quiet,
+    )  # fmt: skip
+
+
+def execute(options: BenchOptions, base_url: str, out: Path) -> RunResult:
+    """Plan and run one benchmark against `base_url`, writing records to `out` as they finish."""
+    from slo.bench.client import RequestSettings
+    from slo.bench.runner import fetch_model_info, open_output, run_plan
+
+    options.check()
+    profile = get_profile(options.profile)
+    mix = parse_tier_mix(options.tier_mix) if options.tier_mix else None
+    info = fetch_model_info(base_url.rstrip("/"), options.model)
+    context = options.max_model_len or info.max_model_len or FALLBACK_CONTEXT
+    concurrency = options.concurrency
+    rate = options.rate
+    if rate is None and concurrency is None:
+        if profile.arrival == "poisson":
+            rate = profile.rate
+        else:
+            concurrency = profile.concurrency
+    plan = plan_requests(profile, options.requests, seed=options.seed, max_model_len=context,
+                         rate=rate if concurrency is None else None, tier_mix=mix,
+                         chars_per_token=options.chars_per_token)  # fmt: skip
+    settings = RequestSettings(info.name, profile.endpoint, options.stream, options.ignore_eos,
+                               options.tier_header, options.seed, options.request_timeout_s)  # fmt: skip
+    pace = f"Poisson {rate:g} req/s" if concurrency is None else f"concurrency {concurrency}"
+    tiers = ", ".join(f"{name}={weight:.2g}" for name, weight in (mix or profile.tier_mix))
+    print(
+        f"slo bench: {profile.name} profile, {len(plan)} requests, {pace}, tiers {tiers}; "
+        f"{base_url} model {info.name} (context {context}"
+        f"{'' if options.max_model_len or info.max_model_len else ', assumed'}), seed {options.seed}",
+        flush=True,
+    )
+    with open_output(out) as handle:
+        return asyncio.run(
+            run_plan(base_url.rstrip("/"), plan, settings, concurrency=concurrency,
+                     duration_limit_s=options.duration_limit_s, out=handle,
+                     progress=options.progress)
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def target(url: str | None, embedded: bool, model: str | None, spec: str | None) -> Iterator[str]:
+    if url is not None:
+        yield url
+        return
+    from slo.bench.server import embedded_server
+
+    print(f"slo bench: starting `slo serve --model {model or 'bundled:tiny'}` on 127.0.0.1 ...", flush=True)
+    with embedded_server(model=model or "bundled:tiny", spec=spec) as base_url:
+        yield base_url
+
+
+def run(args: argparse.Namespace) -> int:
+    from slo.bench.summary import columns_of, render_summary
+    from slo.spec import SLOSpec
+
+    options = options_from_args(args)
+    options.check()
+    spec = SLOSpec.load(args.spec) if args.spec else SLOSpec.default()
+    out = Path(args.out)
+    with target(args.url, args.embedded, args.model, args.spec) as base_url:
+        result = execute(options, base_url, out)
+    print(describe_stop(result))
+    if result.records:
+        sys.stdout.write(render_summary(spec, columns_of(result.records), result.elapsed_s))
+    print(f"records: {out} ({len(result.records)} lines); judge them with "
+          f"`slo check --results {out}`, draw them with `slo report --results {out}`")  # fmt: skip
+    return 130 if result.stopped_by == "interrupt" else 0
+
+
+def describe_stop(result: RunResult) -> str:
+    done = f"{len(result.records)} of {result.planned} requests finished in {result.elapsed_s:.1f} s"
+    if result.stopped_by is None:
+        return done
+    return (
+        f"{done}; stopped by the {result.stopped_by}, {result.cancelled_in_flight} in flight "
+        "were cancelled and are not in the records"
+    )

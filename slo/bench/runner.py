@@ -1,0 +1,194 @@
+"""Drive a planned run against an endpoint: arrivals, a live progress bar, records as they finish.
+
+Each record is appended to the output file (and flushed) the moment its request finishes, so
+an interrupted run (Ctrl-C, the duration limit) keeps everything measured so far. Requests
+still in flight when the run stops are cancelled and left out: they have no e2e to report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from slo.bench.client import Measurement, RequestSettings, measure
+from slo.bench.profiles import PlannedRequest
+from slo.errors import UsageError
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    max_model_len: int | None
+
+
+def fetch_model_info(base_url: str, model: str | None, timeout_s: float = 10.0) -> ModelInfo:
+    """The model to ask for and its context length, from `/v1/models` (vLLM and ours list
+    `max_model_len`; others may not, and then the caller's fallback applies)."""
+    try:
+        response = httpx.get(base_url + "/v1/models", timeout=timeout_s)
+        response.raise_for_status()
+        listed = response.json().get("data") or []
+    except (httpx.HTTPError, ValueError, AttributeError) as error:
+        if model is None:
+            raise UsageError(
+                f"--url {base_url}: cannot list models at /v1/models ({error}); "
+                "is the server up? pass --model NAME to skip the lookup"
+            ) from None
+        return ModelInfo(model, None)
+    entries = [entry for entry in listed if isinstance(entry, dict) and "id" in entry]
+    if model is None:
+        if not entries:
+            raise UsageError(f"--url {base_url}: /v1/models lists no model; pass --model NAME")
+        entry = entries[0]
+    else:
+        entry = next((e for e in entries if e["id"] == model), {"id": model})
+    max_len = entry.get("max_model_len")
+    return ModelInfo(str(entry["id"]), max_len if isinstance(max_len, int) else None)
+
+
+@dataclass
+class RunResult:
+    records: list[dict[str, Any]] = field(default_factory=list)
+    started_at: float = 0.0  # wall clock
+    elapsed_s: float = 0.0
+    planned: int = 0
+    cancelled_in_flight: int = 0
+    stopped_by: str | None = None  # None, "duration limit" or "interrupt"
+
+
+class _LiveTTFT:
+    """Sorted client TTFTs for the progress bar's p50/p95 (nearest rank, as in `slo check`)."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def add(self, value: float | None) -> None:
+        if value is not None:
+            bisect.insort(self.values, value)
+
+    def text(self) -> str:
+        if not self.values:
+            return "TTFT p50 -  p95 -"
+        ranks = [max(1, math.ceil(q * len(self.values))) - 1 for q in (0.50, 0.95)]
+        p50, p95 = (self.values[r] * 1e3 for r in ranks)
+        return f"TTFT p50 {p50:.0f} ms  p95 {p95:.0f} ms"
+
+
+async def run_plan(
+    base_url: str,
+    plan: list[PlannedRequest],
+    settings: RequestSettings,
+    *,
+    concurrency: int | None,
+    duration_limit_s: float,
+    out: IO[str] | None,
+    progress: bool,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+) -> RunResult:
+    """Send the plan: at each request's offset (open loop) or `concurrency` at a time (closed)."""
+    result = RunResult(planned=len(plan), started_at=time.time())
+    live = _LiveTTFT()
+    start = time.perf_counter()
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    console = Console(stderr=True)
+    bar = Progress(
+        TextColumn("[bold]slo bench"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[ttft]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not (progress and console.is_terminal),
+    )
+    task_id = bar.add_task("requests", total=len(plan), ttft=live.text())
+    tasks: set[asyncio.Task[None]] = set()
+
+    def finished(measurement: Measurement) -> None:
+        record = measurement.to_record(settings.model)
+        result.records.append(record)
+        if out is not None:
+            out.write(_json_line(record))
+            out.flush()
+        if on_record is not None:
+            on_record(record)
+        live.add(measurement.ttft_s if measurement.outcome == "ok" else None)
+        bar.update(task_id, advance=1, ttft=live.text())
+
+    async with httpx.AsyncClient(limits=limits, timeout=settings.timeout_s) as client:
+
+        async def one(planned: PlannedRequest) -> None:
+            finished(await measure(client, base_url, planned, settings))
+
+        async def open_loop() -> None:
+            for planned in plan:
+                delay = planned.offset_s - (time.perf_counter() - start)
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                task = asyncio.create_task(one(planned))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            while tasks:
+                await asyncio.wait(set(tasks))
+
+        async def closed_loop(width: int) -> None:
+            pending: Iterator[PlannedRequest] = iter(plan)
+
+            async def worker() -> None:
+                for planned in pending:  # one shared iterator: each request is taken once
+                    await one(planned)
+
+            workers = [asyncio.create_task(worker()) for _ in range(min(width, len(plan)))]
+            tasks.update(workers)
+            await asyncio.gather(*workers)
+
+        with bar:
+            try:
+                async with asyncio.timeout(duration_limit_s):
+                    await (open_loop() if concurrency is None else closed_loop(concurrency))
+            except TimeoutError:
+                result.stopped_by = "duration limit"
+            except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels the main task
+                result.stopped_by = "interrupt"
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+            finally:
+                result.cancelled_in_flight = await _cancel(tasks)
+    result.elapsed_s = time.perf_counter() - start
+    return result
+
+
+async def _cancel(tasks: set[asyncio.Task[Any]]) -> int:
+    """Cancel what is still running; how many requests were in flight (closed-loop workers
+    each hold at most one)."""
+    running = [task for task in tasks if not task.done()]
+    for task in running:
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.gather(*running, return_exceptions=True)
+    return len(running)
+
+
+def _json_line(record: dict[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":")) + "\n"
+
+
+def open_output(path: Path) -> IO[str]:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("w", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"--out {path}: cannot write ({error.strerror})") from None

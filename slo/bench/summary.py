@@ -1,0 +1,147 @@
+"""What a run looked like, per tier: client percentiles, where the time went, goodput.
+
+Goodput follows `vllm bench serve --goodput` and the spec's goodput objective: a request is
+good when it finished ok and meets every per-request latency objective of its tier (ITL is
+per gap and stays out; a missing value, such as the TPOT of a one-token reply, passes). The
+rate is good requests over the run's duration.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from slo.columns import RecordColumns
+from slo.evaluate import CLIENT_VIEW, nearest_rank
+from slo.sli import CATALOG
+from slo.spec import SLOSpec
+
+PHASE_COLUMNS = ("queue_s", "prefill_s", "decode_s", "detokenize_s", "other_s", "network_s")
+
+
+def sli_values(columns: RecordColumns, field_name: str) -> np.ndarray:
+    """Per request: the client's value where the record has one, else the server's."""
+    server = columns.numbers.get(field_name, np.full(len(columns), np.nan))
+    client = columns.numbers.get(CLIENT_VIEW.get(field_name, ""))
+    if client is None:
+        return server
+    return np.where(np.isnan(client), server, client)
+
+
+def good_requests(spec: SLOSpec, columns: RecordColumns) -> np.ndarray:
+    """Per record: ok and within every per-request latency objective of its tier."""
+    good = columns.outcome == "ok"
+    for tier in spec.tiers:
+        in_tier = columns.tier == tier.name
+        for objective in tier.latency_objectives:
+            field_name = CATALOG[objective.sli or ""].record_field
+            if objective.sli == "itl" or field_name is None:
+                continue
+            values = sli_values(columns, field_name)
+            threshold = objective.threshold_s or 0.0
+            within = values <= threshold if objective.inclusive else values < threshold
+            good &= ~in_tier | np.isnan(values) | within
+    return good
+
+
+@dataclass(frozen=True)
+class TierSummary:
+    tier: str
+    requests: int
+    ok: int
+    good: int
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    tpot_p95_s: float | None
+    e2e_p95_s: float | None
+    phase_means_s: dict[str, float]  # server phases, ok requests
+    client_network_mean_s: float | None  # client e2e - server e2e: beyond the server's view
+
+
+def summarize(spec: SLOSpec, columns: RecordColumns) -> list[TierSummary]:
+    good = good_requests(spec, columns)
+    names = [tier.name for tier in spec.tiers]
+    names += sorted(set(columns.tier.tolist()) - set(names))
+    summaries = []
+    for name in names:
+        mask = columns.tier == name
+        if not mask.any():
+            continue
+        ok = mask & (columns.outcome == "ok")
+        rows = columns.select(ok)
+        beyond = _column(rows, "client_e2e_s") - _column(rows, "e2e_s")
+        summaries.append(
+            TierSummary(
+                name,
+                int(mask.sum()),
+                int(ok.sum()),
+                int((good & mask).sum()),
+                _rank(sli_values(rows, "ttft_s"), 0.50),
+                _rank(sli_values(rows, "ttft_s"), 0.95),
+                _rank(sli_values(rows, "tpot_s"), 0.95),
+                _rank(sli_values(rows, "e2e_s"), 0.95),
+                {p: float(np.nanmean(v)) for p in PHASE_COLUMNS
+                 if (v := _column(rows, p)).size and not np.isnan(v).all()},
+                float(np.nanmean(beyond)) if beyond.size and not np.isnan(beyond).all() else None,
+            )
+        )  # fmt: skip
+    return summaries
+
+
+def _column(columns: RecordColumns, name: str) -> np.ndarray:
+    return columns.numbers.get(name, np.full(len(columns), np.nan))
+
+
+def _rank(values: np.ndarray, q: float) -> float | None:
+    values = values[~np.isnan(values)]
+    return nearest_rank(values, q) if values.size else None
+
+
+def columns_of(records: Sequence[Mapping[str, Any]]) -> RecordColumns:
+    return RecordColumns.from_dicts(list(records))
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f} s" if value >= 10 else f"{value * 1e3:.0f} ms"
+
+
+def render_summary(spec: SLOSpec, columns: RecordColumns, elapsed_s: float) -> str:
+    """The per-tier table `slo bench` and `slo demo` print (plain text, fits 120 columns)."""
+    summaries = summarize(spec, columns)
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=130, force_terminal=False, no_color=True)
+    table = Table(title="per tier (client view; phases are the server's means)", title_justify="left")
+    headers = ["tier", "requests", "ok", "TTFT p50", "TTFT p95", "TPOT p95", "e2e p95",
+               "queue", "prefill", "decode", "other", "network", "goodput"]  # fmt: skip
+    for header in headers:
+        table.add_column(header, justify="left" if header == "tier" else "right")
+    for summary in summaries:
+        phases = summary.phase_means_s
+        network = phases.get("network_s")
+        if network is not None and summary.client_network_mean_s is not None:
+            network += summary.client_network_mean_s
+        table.add_row(
+            summary.tier, str(summary.requests), str(summary.ok),
+            _ms(summary.ttft_p50_s), _ms(summary.ttft_p95_s), _ms(summary.tpot_p95_s),
+            _ms(summary.e2e_p95_s), _ms(phases.get("queue_s")), _ms(phases.get("prefill_s")),
+            _ms(phases.get("decode_s")), _ms(phases.get("other_s")), _ms(network),
+            f"{summary.good / summary.requests:.0%}" if summary.requests else "-",
+        )  # fmt: skip
+    console.print(table)
+    total = len(columns)
+    good = sum(summary.good for summary in summaries)
+    rate = good / elapsed_s if elapsed_s > 0 else 0.0
+    console.print(
+        f"{total} requests in {elapsed_s:.1f} s: {total / elapsed_s if elapsed_s else 0:.2f} req/s, "
+        f"goodput {rate:.2f} req/s ({good}/{total} met every latency objective of their tier). "
+        "network = the server's own network time + (client e2e - server e2e)."
+    )
+    return buffer.getvalue()

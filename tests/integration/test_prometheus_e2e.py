@@ -1,0 +1,278 @@
+"""End to end with real processes on 127.0.0.1: `slo serve` replicas with the middleware, a
+Prometheus scraping them with the generated rules, an Alertmanager with the generated config
+and a webhook receiver here. Under load every dashboard query returns data and two replicas
+add up; once a replica is slowed down, the TTFT burn-rate alert reaches the webhook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("torch")
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from alerts import Links, Timing, write_alerts
+from alerts.alertmanager import receiver_name
+from dashboards import panel_queries, render_dashboard, substitute
+from slo.sli import CATALOG
+from slo.spec import SLOSpec
+from tests.conftest import require_or_skip
+from tests.servers import free_port, slo_serve, wait_until_ready
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
+
+# Short windows so the whole drill fits in a few minutes; 250 ms TTFT is easy for the tiny
+# model and impossible once every engine step sleeps 300 ms.
+SPEC = """
+version: 1
+window: 10m
+tiers:
+  - name: premium
+    match: {header: x-llm-tier, values: [premium]}
+    objectives: [p95 ttft <= 250ms, availability >= 99%]
+  - name: standard
+    default: true
+    objectives: [p95 ttft <= 5s]
+alert_policy:
+  min_events: 5
+  burn_rates:
+    - {severity: page, long: 1m, short: 20s, factor: 2}
+  thresholds:
+    - {percentile: 95, factor: 2}
+"""
+SLOW_STEP_MS = "300"
+RATE_INTERVAL = "15s"  # Grafana's $__rate_interval for a 1s scrape interval, with margin
+ALERT = "LLMSLOTTFTBudgetBurn"
+
+
+def _binary(*names: str) -> str:
+    for name in names:
+        if path := shutil.which(name):
+            return path
+    require_or_skip(
+        f"{' or '.join(names)} not installed (Debian: prometheus, prometheus-alertmanager)"
+    )
+
+
+@contextlib.contextmanager
+def _process(command: list[str], ready_url: str, log: Path) -> Iterator[None]:
+    with log.open("w") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            wait_until_ready(ready_url, timeout_s=60, process=process)
+            yield
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@contextlib.contextmanager
+def _webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    received: list[dict[str, Any]] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            received.append(json.loads(body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:  # keep pytest output clean
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/alerts", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _query(prometheus: str, expr: str) -> list[dict[str, Any]]:
+    response = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=10)
+    payload = response.json()
+    assert payload["status"] == "success", (expr, payload)
+    return list(payload["data"]["result"])
+
+
+def _poll(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class Load:
+    """A few client threads sending small completions until stopped."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.pool = ThreadPoolExecutor(max_workers=4)
+
+    def run(self, base_url: str, tier: str, threads: int = 2) -> None:
+        for _ in range(threads):
+            self.pool.submit(self._loop, base_url, tier)
+
+    def _loop(self, base_url: str, tier: str) -> None:
+        with httpx.Client(timeout=30) as client:
+            while not self.stop.is_set():
+                with contextlib.suppress(httpx.HTTPError):
+                    client.post(
+                        f"{base_url}/v1/completions",
+                        headers={"x-llm-tier": tier},
+                        json={"model": "bundled:tiny", "prompt": "Hello there", "max_tokens": 6},
+                    )
+
+    def halt(self) -> None:
+        self.stop.set()
+        self.pool.shutdown(wait=True)
+        self.stop.clear()
+        self.pool = ThreadPoolExecutor(max_workers=4)
+
+
+def _requests_total(base_url: str) -> float:
+    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    name = CATALOG["requests"].metric
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    )
+
+
+def test_generated_stack_end_to_end(tmp_path: Path) -> None:
+    prometheus_bin = _binary("prometheus")
+    alertmanager_bin = _binary("prometheus-alertmanager", "alertmanager")
+    spec_path = tmp_path / "slo.yaml"
+    spec_path.write_text(SPEC)
+    spec = SLOSpec.load(spec_path)
+    ports = {name: free_port() for name in ("prometheus", "alertmanager")}
+    prometheus = f"http://127.0.0.1:{ports['prometheus']}"
+    alertmanager = f"http://127.0.0.1:{ports['alertmanager']}"
+    load = Load()
+
+    with (
+        _webhook() as (webhook_url, received),
+        slo_serve(
+            "--spec", str(spec_path), "--store", f"sqlite:///{tmp_path / 'a.db'}"
+        ) as replica_a,
+        slo_serve(
+            "--spec", str(spec_path), "--store", f"sqlite:///{tmp_path / 'b.db'}"
+        ) as replica_b,
+        # Scraped from the start, idle until the drill: every engine step sleeps 300 ms.
+        slo_serve(
+            "--spec",
+            str(spec_path),
+            "--store",
+            f"sqlite:///{tmp_path / 'c.db'}",
+            "--step-delay-ms",
+            SLOW_STEP_MS,
+        ) as slow,  # fmt: skip
+    ):
+        timing = Timing("1s", "1s", "1m", "1m", "1m")
+        write_alerts(spec, tmp_path, Links(), webhook_url, timing, budget_interval=None)
+        targets = [url.removeprefix("http://") for url in (replica_a, replica_b, slow)]
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(tmp_path / "prometheus/rules.yml")],
+            "alerting": {
+                "alertmanagers": [
+                    {"static_configs": [{"targets": [f"127.0.0.1:{ports['alertmanager']}"]}]}
+                ]
+            },
+            "scrape_configs": [{"job_name": "llm-slo", "static_configs": [{"targets": targets}]}],
+        }
+        (tmp_path / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
+        am_command = [
+            alertmanager_bin,
+            f"--config.file={tmp_path / 'alertmanager/alertmanager.yml'}",
+            f"--storage.path={tmp_path / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{ports['alertmanager']}",
+            "--cluster.listen-address=",  # no gossip port: a single instance
+        ]
+        prom_command = [
+            prometheus_bin,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'prom-data'}",
+            f"--web.listen-address=127.0.0.1:{ports['prometheus']}",
+        ]
+        with (
+            _process(am_command, f"{alertmanager}/-/ready", tmp_path / "alertmanager.log"),
+            _process(prom_command, f"{prometheus}/-/ready", tmp_path / "prometheus.log"),
+        ):
+            # Healthy traffic on both replicas, both tiers.
+            for replica in (replica_a, replica_b):
+                load.run(replica, "premium", threads=1)
+                load.run(replica, "standard", threads=1)
+            queries = [q for q in panel_queries(render_dashboard(spec)) if not q.optional]
+
+            def every_panel_has_data() -> bool:
+                return all(_query(prometheus, substitute(q.expr, RATE_INTERVAL)) for q in queries)
+
+            _poll(every_panel_has_data, 120, "data in every dashboard panel")
+            load.halt()
+
+            # Two replicas add up: Prometheus' total equals the sum of both /metrics.
+            expected = _requests_total(replica_a) + _requests_total(replica_b)
+            requests = CATALOG["requests"].metric
+
+            def totals_match() -> bool:
+                result = _query(prometheus, f"sum({requests})")
+                return bool(result) and float(result[0]["value"][1]) == expected
+
+            _poll(totals_match, 30, f"sum({requests}) == {expected}")
+            instances = _query(prometheus, f"count(count by (instance) ({requests}))")
+            assert float(instances[0]["value"][1]) == 2  # the idle slow replica has no requests
+            p95 = next(q for q in queries if q.panel.startswith("TTFT") and "0.95" in q.expr)
+            series = _query(prometheus, substitute(p95.expr, RATE_INTERVAL))
+            assert sorted(s["metric"]["tier"] for s in series) == ["premium", "standard"]
+            assert all(set(s["metric"]) == {"tier"} for s in series)  # aggregated over replicas
+            assert not _query(prometheus, f'ALERTS{{alertname="{ALERT}"}}')
+
+            # The slowed replica takes all premium traffic: the budget burns, the page goes out.
+            load.run(slow, "premium", threads=4)
+            try:
+                firing = f'ALERTS{{alertname="{ALERT}", alertstate="firing", tier="premium"}}'
+                _poll(lambda: bool(_query(prometheus, firing)), 150, f"{ALERT} firing")
+
+                def delivered() -> bool:
+                    return any(
+                        alert["labels"].get("alertname") == ALERT and alert["status"] == "firing"
+                        for payload in received
+                        for alert in payload["alerts"]
+                    )
+
+                _poll(delivered, 60, f"{ALERT} at the webhook")
+            finally:
+                load.halt()
+    payload = next(
+        p for p in received if any(a["labels"]["alertname"] == ALERT for a in p["alerts"])
+    )
+    assert payload["receiver"] == receiver_name("critical", "premium")
+    alert = next(a for a in payload["alerts"] if a["labels"]["alertname"] == ALERT)
+    assert alert["labels"]["severity"] == "critical"
+    assert alert["labels"]["objective"] == "p95 ttft <= 250ms"
+    assert alert["annotations"]["runbook_url"].endswith(f"/{ALERT}.md")

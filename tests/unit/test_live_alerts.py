@@ -1,0 +1,105 @@
+"""The in-process evaluator fires the spec's alerts with the generated rules' semantics."""
+
+from __future__ import annotations
+
+from middleware.clock import ScriptedClock
+from middleware.live import LiveSLO
+from middleware.timeline import Breakdown
+from slo.spec import SLOSpec
+
+SPEC = """
+version: 1
+window: 1h
+tiers:
+  - name: premium
+    priority: 0
+    match: {header: x-llm-tier, values: [premium]}
+    objectives:
+      - p95 ttft <= 200ms
+      - availability >= 99%
+  - name: standard
+    priority: 1
+    default: true
+    objectives:
+      - p95 ttft <= 500ms
+alert_policy:
+  min_events: 10
+  burn_rates:
+    - {severity: page, long: 10m, short: 1m, factor: 5}
+  thresholds:
+    - {percentile: 95, factor: 2}
+"""
+
+
+def breakdown(ttft_s: float) -> Breakdown:
+    return Breakdown(
+        e2e_s=ttft_s + 0.1,
+        ttft_s=ttft_s,
+        tpot_s=0.01,
+        itl_s=(0.01,),
+        network_s=0.001,
+        queue_s=0.0,
+        prefill_s=ttft_s,
+        decode_s=0.09,
+        detokenize_s=0.0,
+        other_s=0.0,
+        output_tokens=2,
+    )
+
+
+def feed(
+    live: LiveSLO, clock: ScriptedClock, tier: str, count: int, ttft_s: float, outcome: str = "ok"
+) -> None:
+    for _ in range(count):
+        live.observe(tier, outcome, breakdown(ttft_s) if outcome == "ok" else None)
+        clock.advance_ms(100)
+
+
+def names(live: LiveSLO) -> set[tuple[str, str]]:
+    return {(a["alertname"], a["labels"]["tier"]) for a in live.firing_alerts()}
+
+
+def test_healthy_traffic_fires_nothing() -> None:
+    clock = ScriptedClock()
+    live = LiveSLO(SLOSpec.from_yaml(SPEC), clock=clock)
+    feed(live, clock, "premium", 200, 0.05)
+    assert names(live) == set()
+    status = live.status()
+    premium = status["tiers"][0]
+    assert premium["objectives"][0]["verdict"] == "met"
+    assert premium["objectives"][0]["events"] == 200
+
+
+def test_slow_premium_fires_burn_rate_and_threshold_for_premium_only() -> None:
+    clock = ScriptedClock()
+    live = LiveSLO(SLOSpec.from_yaml(SPEC), clock=clock)
+    feed(live, clock, "standard", 100, 0.3)
+    feed(live, clock, "premium", 100, 0.9)
+    firing = names(live)
+    assert ("LLMSLOTTFTBudgetBurn", "premium") in firing
+    assert ("LLMSLOTTFTPercentileHigh", "premium") in firing
+    assert all(tier == "premium" for _, tier in firing)
+    ttft = live.status()["tiers"][0]["objectives"][0]
+    assert ttft["verdict"] == "violated" and ttft["observed"] > 0.2
+
+
+def test_low_traffic_guard() -> None:
+    clock = ScriptedClock()
+    live = LiveSLO(SLOSpec.from_yaml(SPEC), clock=clock)
+    feed(live, clock, "premium", 9, 5.0)  # one fewer than min_events
+    assert names(live) == set()
+    feed(live, clock, "premium", 1, 5.0)
+    assert ("LLMSLOTTFTBudgetBurn", "premium") in names(live)
+
+
+def test_errors_burn_availability_and_windows_slide() -> None:
+    clock = ScriptedClock()
+    live = LiveSLO(SLOSpec.from_yaml(SPEC), clock=clock)
+    feed(live, clock, "premium", 50, 0.05)
+    feed(live, clock, "premium", 50, 0.05, outcome="server_error")
+    feed(live, clock, "premium", 50, 0.05, outcome="client_error")  # not the service's fault
+    assert ("LLMSLOAvailabilityBudgetBurn", "premium") in names(live)
+    availability = live.status()["tiers"][0]["objectives"][1]
+    assert availability["events"] == 100 and availability["good"] == 50
+    clock.advance_ms(11 * 60 * 1000)  # past the long window: the burn is history
+    assert names(live) == set()

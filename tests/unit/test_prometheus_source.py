@@ -1,0 +1,67 @@
+"""`slo check --prometheus`: the same objectives from histogram buckets, via a fake HTTP API."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from slo.errors import UsageError
+from slo.prometheus_source import PrometheusReader, bucket_quantile, evaluate_prometheus
+from slo.spec import SLOSpec
+
+SPEC = SLOSpec.from_yaml(
+    "tiers:\n- name: premium\n  objectives: [p95 ttft <= 200ms, availability >= 99%, goodput >= 90%]\n"
+)
+# 1000 requests: 960 within 200 ms, all but 5 ok (3 client errors do not count).
+TTFT_BUCKETS = {"0.1": 700, "0.2": 960, "0.5": 995, "+Inf": 1000}
+OUTCOMES = {"ok": 992, "server_error": 5, "client_error": 3}
+
+
+def handler(request: httpx.Request) -> httpx.Response:
+    query = request.url.params["query"]
+    if "_bucket" in query:
+        counts = TTFT_BUCKETS if "time_to_first_token" in query else {"+Inf": 0}
+        result = [{"metric": {"le": le}, "value": [0, str(v)]} for le, v in counts.items()]
+    elif "by (outcome)" in query:
+        result = [{"metric": {"outcome": k}, "value": [0, str(v)]} for k, v in OUTCOMES.items()]
+    else:
+        result = [{"metric": {}, "value": [0, "50000"]}]
+    assert re.search(r'tier="premium"', query)
+    return httpx.Response(200, json={"status": "success", "data": {"result": result}})
+
+
+def reader(handle=handler) -> PrometheusReader:  # type: ignore[no-untyped-def]
+    return PrometheusReader("http://prom", httpx.Client(transport=httpx.MockTransport(handle)))
+
+
+def test_objectives_from_buckets_and_outcome_counters() -> None:
+    report = evaluate_prometheus(SPEC, reader())
+    ttft, availability, goodput = report.results
+    assert (ttft.events, ttft.good, ttft.verdict) == (1000, 960, "met")
+    assert ttft.observed_s == pytest.approx(0.1 + 0.1 * (950 - 700) / 260)
+    assert (availability.events, availability.good, availability.verdict) == (997, 992, "met")
+    assert goodput.verdict == "insufficient_data"
+    assert report.tiers[0].performance.ttft_p95_s == pytest.approx(ttft.observed_s)
+
+
+def test_threshold_must_be_a_bucket_boundary() -> None:
+    spec = SLOSpec.from_yaml("tiers:\n- name: premium\n  objectives: [p95 ttft <= 300ms]\n")
+    with pytest.raises(UsageError, match=r"0\.3s is not a bucket boundary"):
+        evaluate_prometheus(spec, reader())
+
+
+def test_unreachable_prometheus_is_a_usage_error() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with pytest.raises(UsageError, match="cannot query Prometheus at http://prom"):
+        evaluate_prometheus(SPEC, reader(refuse))
+
+
+def test_bucket_quantile_like_histogram_quantile() -> None:
+    buckets = [(0.1, 50.0), (0.2, 100.0), (float("inf"), 100.0)]
+    assert bucket_quantile(buckets, 0.5) == pytest.approx(0.1)
+    assert bucket_quantile(buckets, 0.75) == pytest.approx(0.15)
+    assert bucket_quantile([], 0.5) is None
