@@ -24,9 +24,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from engine.api_limits import Deadline, Limits
 from engine.api_schema import ApiError, CompletionRequest, parse_chat, parse_completion
 from engine.engine import Engine, RequestStream
-from engine.outputs import EngineOverloaded, EngineStepFailed, EngineStopped, RequestTooLarge
+from engine.outputs import (
+    EngineOverloaded,
+    EngineStepFailed,
+    EngineStopped,
+    RequestOutput,
+    RequestTooLarge,
+)
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
@@ -77,10 +84,13 @@ def sse(data: dict[str, Any] | str) -> bytes:
 
 
 class OpenAIApi:
-    def __init__(self, engine: Engine, model_name: str, max_body_bytes: int) -> None:
+    def __init__(
+        self, engine: Engine, model_name: str, max_body_bytes: int, limits: Limits
+    ) -> None:
         self.engine = engine
         self.model_name = model_name
         self.max_body_bytes = max_body_bytes
+        self.limits = limits
         self.created = int(time.time())
 
     # ------------------------------------------------------------------ plain endpoints
@@ -123,6 +133,8 @@ class OpenAIApi:
         return await self._generate(request, chat=True)
 
     async def _generate(self, request: Request, chat: bool) -> Response:
+        state = request.scope.setdefault("state", {})
+        started = time.monotonic()
         try:
             body = await read_json(request, self.max_body_bytes)
             parsed = parse_chat(body, self.engine) if chat else parse_completion(body, self.engine)
@@ -134,53 +146,51 @@ class OpenAIApi:
                     code="model_not_found",
                     kind="not_found_error",
                 )
-            state = request.scope.get("state") or {}
-            priority = state.get("priority", 0)
             stream = self.engine.submit(
                 parsed.prompt_ids,
                 parsed.params,
-                priority=int(priority),
+                priority=int(state.get("priority", 0)),
                 request_id=state.get("request_id"),
             )
         except ApiError as error:
             return error_response(error)
         except RequestTooLarge as error:
+            param = "max_tokens" if "max_tokens" in str(error) else "prompt"
             return error_response(
-                ApiError(
-                    400,
-                    str(error),
-                    param="max_tokens" if "max_tokens" in str(error) else "prompt",
-                    code="context_length_exceeded",
-                )
+                ApiError(400, str(error), param=param, code="context_length_exceeded")
             )
-        except EngineOverloaded as error:
-            retry = str(max(1, math.ceil(error.retry_after_s)))
+        except (EngineOverloaded, EngineStopped) as error:
+            # Shedding: said at once with a time to come back, never a silent drop.
+            state["outcome"] = "shed"
+            retry = str(max(1, math.ceil(getattr(error, "retry_after_s", 1.0))))
+            status = 429 if isinstance(error, EngineOverloaded) else 503
             return error_response(
                 ApiError(
-                    429,
+                    status,
                     f"the server is overloaded: {error}",
-                    kind="rate_limit_error",
+                    kind="rate_limit_error" if status == 429 else "server_error",
                     code="overloaded",
                     headers={"retry-after": retry},
                 )
             )
-        except EngineStopped as error:
+        deadline = Deadline(started, self.limits)
+        try:
+            first = await deadline.first_output(stream)
+        except TimeoutError as error:
+            stream.cancel()
+            state["outcome"] = "timeout"
             return error_response(
-                ApiError(
-                    503,
-                    str(error),
-                    kind="server_error",
-                    code="unavailable",
-                    headers={"retry-after": "1"},
-                )
+                ApiError(504, str(error), kind="timeout_error", code="deadline_exceeded")
             )
+        except EngineStepFailed:
+            return error_response(internal_error(stream))
         if parsed.stream:
             return StreamingResponse(
-                self._stream_events(stream, parsed, chat),
+                self._stream_events(stream, first, deadline, parsed, chat, state),
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache", "x-request-id": stream.request_id},
             )
-        return await self._complete(request, stream, parsed, chat)
+        return await self._complete(request, stream, first, deadline, parsed, chat, state)
 
     def _ids(self, stream: RequestStream, chat: bool) -> dict[str, Any]:
         return {
@@ -191,7 +201,13 @@ class OpenAIApi:
         }
 
     async def _stream_events(
-        self, stream: RequestStream, parsed: CompletionRequest, chat: bool
+        self,
+        stream: RequestStream,
+        first: RequestOutput,
+        deadline: Deadline,
+        parsed: CompletionRequest,
+        chat: bool,
+        state: dict[str, Any],
     ) -> AsyncIterator[bytes]:
         head = self._ids(stream, chat)
         completion_tokens = 0
@@ -210,7 +226,7 @@ class OpenAIApi:
                         ],
                     }
                 )
-            async for output in stream:
+            async for output in deadline.outputs(stream, first):
                 completion_tokens = output.completion_tokens
                 if not output.text and output.finish_reason is None:
                     continue
@@ -235,15 +251,28 @@ class OpenAIApi:
                     {**head, "choices": [], "usage": usage(stream.prompt_tokens, completion_tokens)}
                 )
             yield sse("[DONE]")
-        except EngineStepFailed as error:
-            yield sse(ApiError(500, str(error), kind="server_error", code="engine_error").body())
+        except TimeoutError as error:
+            state["outcome"] = "timeout"
+            yield sse(
+                ApiError(504, str(error), kind="timeout_error", code="deadline_exceeded").body()
+            )
+        except EngineStepFailed:
+            state["outcome"] = "server_error"
+            yield sse(internal_error(stream).body())
         finally:
             stream.cancel()
 
     async def _complete(
-        self, request: Request, stream: RequestStream, parsed: CompletionRequest, chat: bool
+        self,
+        request: Request,
+        stream: RequestStream,
+        first: RequestOutput,
+        deadline: Deadline,
+        parsed: CompletionRequest,
+        chat: bool,
+        state: dict[str, Any],
     ) -> Response:
-        collected = asyncio.ensure_future(_collect(stream))
+        collected = asyncio.ensure_future(_collect(deadline.outputs(stream, first), stream))
         disconnected = asyncio.ensure_future(_wait_for_disconnect(request))
         try:
             await asyncio.wait({collected, disconnected}, return_when=asyncio.FIRST_COMPLETED)
@@ -257,10 +286,13 @@ class OpenAIApi:
             return Response(status_code=499)
         try:
             text, finish_reason, completion_tokens = collected.result()
-        except EngineStepFailed as error:
+        except TimeoutError as error:
+            state["outcome"] = "timeout"
             return error_response(
-                ApiError(500, str(error), kind="server_error", code="engine_error")
+                ApiError(504, str(error), kind="timeout_error", code="deadline_exceeded")
             )
+        except EngineStepFailed:
+            return error_response(internal_error(stream))
         head = self._ids(stream, chat)
         if chat:
             head["object"] = "chat.completion"
@@ -278,6 +310,16 @@ class OpenAIApi:
         )
 
 
+def internal_error(stream: RequestStream) -> ApiError:
+    """A generic 500: the engine's exception stays in the server log, never in the body."""
+    return ApiError(
+        500,
+        f"internal error while generating (request id {stream.request_id}); retry, and report the id if it persists",
+        kind="server_error",
+        code="internal_error",
+    )
+
+
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {
         "prompt_tokens": prompt_tokens,
@@ -286,12 +328,14 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-async def _collect(stream: RequestStream) -> tuple[str, str | None, int]:
+async def _collect(
+    outputs: AsyncIterator[RequestOutput], stream: RequestStream
+) -> tuple[str, str | None, int]:
     pieces: list[str] = []
     finish_reason: str | None = None
     completion_tokens = 0
     try:
-        async for output in stream:
+        async for output in outputs:
             pieces.append(output.text)
             finish_reason = output.finish_reason
             completion_tokens = output.completion_tokens
@@ -324,10 +368,13 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 
 
 def create_app(
-    engine: Engine, model_name: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    engine: Engine,
+    model_name: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    limits: Limits | None = None,
 ) -> Starlette:
     """The ASGI app; starting it (lifespan) warms the engine up, stopping it stops the engine."""
-    api = OpenAIApi(engine, model_name or engine.name, max_body_bytes)
+    api = OpenAIApi(engine, model_name or engine.name, max_body_bytes, limits or Limits())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -58,6 +58,20 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
         help="push alerts the live SLO evaluator fires to this Alertmanager (e.g. http://127.0.0.1:9093)",
     )
     parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="give up a request after this long: 504, outcome timeout (default: no limit)",
+    )
+    parser.add_argument(
+        "--first-token-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="give up a request still waiting for its first token (queue wait + prefill) after this long",
+    )
+    parser.add_argument(
         "--no-middleware",
         action="store_true",
         help="serve the bare engine API, without latency middleware, /metrics or /slo",
@@ -79,6 +93,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from engine import CheckpointError, Engine, EngineConfig
     from engine.api import create_app
+    from engine.api_limits import Limits
 
     if args.step_delay_ms < 0:
         raise UsageError(f"--step-delay-ms must be >= 0, got {args.step_delay_ms}")
@@ -93,7 +108,16 @@ def _serve(args: argparse.Namespace) -> int:
     except CheckpointError as error:
         raise UsageError(f"--model {args.model}: {error}") from error
     engine.start_sync()  # load and warm up before accepting traffic; the cold start is reported
-    app: Any = create_app(engine)
+    for flag, value in (
+        ("--request-timeout", args.request_timeout),
+        ("--first-token-timeout", args.first_token_timeout),
+    ):
+        if value is not None and value <= 0:
+            raise UsageError(f"{flag} must be a positive number of seconds, got {value}")
+    limits = Limits(
+        first_token_timeout_s=args.first_token_timeout, request_timeout_s=args.request_timeout
+    )
+    app: Any = create_app(engine, limits=limits)
     middleware = None
     if not args.no_middleware:
         from middleware import LatencyMiddleware

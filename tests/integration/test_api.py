@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -30,7 +31,10 @@ def served() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def small_server() -> Iterator[tuple[str, Engine]]:
     """An engine with a tiny queue and body limit, to reach the limits quickly."""
-    engine = Engine.from_pretrained(MODEL, EngineConfig(max_batch_size=1, max_waiting=1))
+    # Steps slowed to 5 ms so a long request reliably holds the only slot while others queue.
+    engine = Engine.from_pretrained(
+        MODEL, EngineConfig(max_batch_size=1, max_waiting=1, step_delay_s=0.005)
+    )
     with uvicorn_thread(create_app(engine, max_body_bytes=4096)) as base_url:
         yield base_url, engine
 
@@ -162,19 +166,28 @@ def test_overload_is_429_with_retry_after(small_server: tuple[str, Engine]) -> N
     base_url, engine = small_server
     slow = {"model": MODEL, "prompt": "hold", "max_tokens": 600, "ignore_eos": True, "stream": True}
     with (
-        httpx.Client(base_url=base_url, timeout=30) as http,
+        httpx.Client(base_url=base_url, timeout=60) as http,
         http.stream("POST", "/v1/completions", json=slow) as running,
+        ThreadPoolExecutor(1) as pool,
     ):
-        next(running.iter_lines())  # running: takes the only batch slot
-        # The second one waits for the slot and fills the queue of one.
-        with http.stream("POST", "/v1/completions", json=slow) as waiting:
-            assert waiting.status_code == 200
-            refused = http.post(
-                "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 1}
-            )
-            assert refused.status_code == 429
-            assert int(refused.headers["retry-after"]) >= 1
-            assert refused.json()["error"]["code"] == "overloaded"
+        lines = running.iter_lines()  # kept: a discarded iterator closes the stream
+        next(lines)  # running: takes the only batch slot
+        # A second one waits for the slot and fills the queue of one.
+        waiting = pool.submit(
+            httpx.post, base_url + "/v1/completions", json={**slow, "stream": False}, timeout=60
+        )
+        deadline = time.monotonic() + 10
+        while httpx.get(base_url + "/health").json()["active_requests"] < 2:
+            assert time.monotonic() < deadline, "the second request never queued"
+            time.sleep(0.01)
+        refused = http.post(
+            "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 1}
+        )
+        assert refused.status_code == 429
+        assert int(refused.headers["retry-after"]) >= 1
+        assert refused.json()["error"]["code"] == "overloaded"
+        running.close()  # free the slot: the queued request is served
+        assert waiting.result().status_code == 200
     wait_for_idle(base_url, engine)
 
 
@@ -225,3 +238,71 @@ def test_disconnect_while_waiting_for_non_streamed_answer(small_server: tuple[st
 def test_health_reports_cold_start(served: str) -> None:
     health = httpx.get(served + "/health").json()
     assert health["status"] == "ok" and health["cold_start_s"] > 0
+
+
+@pytest.fixture(scope="module")
+def limited_server() -> Iterator[tuple[str, Engine]]:
+    """One batch slot, 5 ms steps, and time limits short enough to hit on purpose."""
+    from engine.api_limits import Limits
+
+    engine = Engine.from_pretrained(MODEL, EngineConfig(max_batch_size=1, step_delay_s=0.005))
+    limits = Limits(first_token_timeout_s=0.3, request_timeout_s=3.0)
+    with uvicorn_thread(create_app(engine, limits=limits)) as base_url:
+        yield base_url, engine
+
+
+def test_request_deadline_is_504_or_a_final_sse_error(limited_server: tuple[str, Engine]) -> None:
+    base_url, engine = limited_server
+    long = {"model": MODEL, "prompt": "x", "max_tokens": 900, "ignore_eos": True}
+    response = httpx.post(base_url + "/v1/completions", json=long, timeout=30)
+    assert response.status_code == 504
+    assert response.json()["error"]["code"] == "deadline_exceeded"
+    streamed = httpx.post(base_url + "/v1/completions", json={**long, "stream": True}, timeout=30)
+    assert streamed.status_code == 200
+    events = [line for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert '"deadline_exceeded"' in events[-1] and "[DONE]" not in streamed.text
+    wait_for_idle(base_url, engine)
+
+
+def test_first_token_deadline_gives_up_queued_requests(limited_server: tuple[str, Engine]) -> None:
+    base_url, engine = limited_server
+    holder = {"model": MODEL, "prompt": "x", "max_tokens": 150, "ignore_eos": True}
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(httpx.post, base_url + "/v1/completions", json=holder, timeout=30)
+        time.sleep(0.1)  # the first one holds the only slot for about 0.8 s
+        queued = pool.submit(
+            httpx.post, base_url + "/v1/completions", json={**holder, "max_tokens": 5}, timeout=30
+        )
+        assert first.result().status_code == 200
+        refused = queued.result()
+    assert refused.status_code == 504
+    assert "first token within 0.3 s" in refused.json()["error"]["message"]
+    wait_for_idle(base_url, engine)
+
+
+def test_engine_fault_is_a_generic_500_and_the_engine_keeps_serving(
+    limited_server: tuple[str, Engine],
+) -> None:
+    base_url, engine = limited_server
+
+    def fail_marked(request_ids: list[str]) -> None:
+        raise RuntimeError("secret internal detail: tensor shape mismatch in layer 3")
+
+    engine.step_faults = fail_marked
+    try:
+        response = httpx.post(
+            base_url + "/v1/completions",
+            json={"model": MODEL, "prompt": "x", "max_tokens": 3},
+            timeout=30,
+        )
+    finally:
+        engine.step_faults = None
+    assert response.status_code == 500
+    message = response.json()["error"]["message"]
+    assert "secret" not in message and "RuntimeError" not in message and "request id" in message
+    healthy = httpx.post(
+        base_url + "/v1/completions",
+        json={"model": MODEL, "prompt": "x", "max_tokens": 3},
+        timeout=30,
+    )
+    assert healthy.status_code == 200

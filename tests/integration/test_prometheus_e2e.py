@@ -251,6 +251,8 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
             assert sorted(s["metric"]["tier"] for s in series) == ["premium", "standard"]
             assert all(set(s["metric"]) == {"tier"} for s in series)  # aggregated over replicas
             assert not _query(prometheus, f'ALERTS{{alertname="{ALERT}"}}')
+            # The in-process evaluator agrees: nothing fires on healthy traffic.
+            assert httpx.get(replica_a + "/slo").json()["alerts"] == []
 
             # The slowed replica takes all premium traffic: the budget burns, the page goes out.
             load.run(slow, "premium", threads=4)
@@ -266,6 +268,21 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
                     )
 
                 _poll(delivered, 60, f"{ALERT} at the webhook")
+
+                # The slowed replica's in-process evaluator (same rules, same buckets) fires
+                # the same alerts as Prometheus for the tier it serves alone.
+                def same_alerts() -> bool:
+                    local = {
+                        (a["alertname"], a["labels"]["tier"])
+                        for a in httpx.get(slow + "/slo").json()["alerts"]
+                    }
+                    remote = {
+                        (r["metric"]["alertname"], r["metric"].get("tier"))
+                        for r in _query(prometheus, 'ALERTS{alertstate="firing", tier="premium"}')
+                    }
+                    return (ALERT, "premium") in local and local == remote
+
+                _poll(same_alerts, 60, "the same premium alerts in Prometheus and in /slo")
             finally:
                 load.halt()
     payload = next(
