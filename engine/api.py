@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from engine.api_limits import Deadline, Limits
+from engine.api_openapi import openapi_document
 from engine.api_schema import ApiError, CompletionRequest, parse_chat, parse_completion
 from engine.engine import Engine, RequestStream
 from engine.outputs import (
@@ -109,6 +110,9 @@ class OpenAIApi:
                 ],
             }
         )
+
+    async def openapi(self, request: Request) -> JSONResponse:
+        return JSONResponse(openapi_document(self.model_name))
 
     async def health(self, request: Request) -> JSONResponse:
         cold = self.engine.cold_start
@@ -389,6 +393,7 @@ def create_app(
         Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
         Route("/v1/models", api.models, methods=["GET"]),
         Route("/health", api.health, methods=["GET"]),
+        Route("/openapi.json", api.openapi, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,
