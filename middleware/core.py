@@ -20,12 +20,21 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from middleware.auth import ApiKeyAuth
 from middleware.bridge import EngineBridge
+from middleware.capture import CaptureBuffer, ContentCapture
 from middleware.clock import Clock, SystemClock
 from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
+from middleware.reporting import (
+    classify_outcome,
+    record_fields,
+    refusal,
+    server_timing_value,
+    span_attributes,
+    timings_comment,
+)
 from middleware.timeline import (
-    Breakdown,
     RequestTimeline,
     reset_current_timeline,
     set_current_timeline,
@@ -68,49 +77,6 @@ def _open_store(store: RecordStore | str | None) -> RecordStore | None:
     return RecordStore(store)
 
 
-def classify_outcome(
-    status: int, disconnected: bool, complete: bool, hint: str | None, raised: bool
-) -> str:
-    if disconnected and not complete:
-        return "cancelled"
-    if raised:
-        return "server_error"
-    if hint:
-        return hint
-    if status < 400:
-        return "ok"
-    if status == 429:
-        return "rate_limited"
-    if status == 503:
-        return "shed"
-    if status in (408, 504):
-        return "timeout"
-    if status == 499:
-        return "cancelled"
-    if status < 500:
-        return "client_error"
-    return "server_error"
-
-
-def server_timing_value(breakdown: Breakdown) -> str:
-    """A `Server-Timing` value in milliseconds (the standard header browsers and tools read)."""
-    parts = [f"{name};dur={value * 1000:.3f}" for name, value in breakdown.phases.items()]
-    if breakdown.ttft_s is not None:
-        parts.append(f"ttft;dur={breakdown.ttft_s * 1000:.3f}")
-    parts.append(f"e2e;dur={breakdown.e2e_s * 1000:.3f}")
-    return ", ".join(parts)
-
-
-def timings_comment(breakdown: Breakdown) -> bytes:
-    """The final SSE comment (`: ...`) carrying the server's timings; SSE clients ignore comments."""
-    timings = {f"{name}_s": round(value, 6) for name, value in breakdown.phases.items()}
-    timings["e2e_s"] = round(breakdown.e2e_s, 6)
-    if breakdown.ttft_s is not None:
-        timings["ttft_s"] = round(breakdown.ttft_s, 6)
-    timings["output_tokens"] = breakdown.output_tokens
-    return b": llm-slo-timings " + json.dumps(timings, separators=(",", ":")).encode() + b"\n\n"
-
-
 class LatencyMiddleware:
     def __init__(
         self,
@@ -128,6 +94,8 @@ class LatencyMiddleware:
         server_timing: bool = True,
         gpu_stats: Callable[[], Iterable[Any]] | None = None,
         alertmanager_url: str | None = None,
+        auth: ApiKeyAuth | str | Path | None = None,
+        capture: ContentCapture | None = None,
     ) -> None:
         self.app = app
         self.spec = _load_spec(spec)
@@ -147,6 +115,10 @@ class LatencyMiddleware:
         self.bridge = EngineBridge(on_step=self.metrics.observe_engine_step)
         self.live = LiveSLO(self.spec, clock=self.clock, alertmanager_url=alertmanager_url)
         self.gpu_stats = gpu_stats
+        if isinstance(auth, str | Path):
+            auth = ApiKeyAuth.load(auth, {tier.name for tier in self.spec.tiers})
+        self.auth = auth
+        self.capture = capture
         self.requests_seen = 0
         # uuid4 reads the OS entropy pool per call (slow on some VMs): a random prefix per
         # middleware plus a counter is as unique and costs nothing.
@@ -194,18 +166,37 @@ class LatencyMiddleware:
             for key, value in scope.get("headers", ())
         }
         state = scope.setdefault("state", {})
-        tier = self.spec.resolve_tier(headers, route, state.get("api_key_id"))
+        app = self.app
+        key = None
+        if self.auth is not None:
+            decision = self.auth.check(headers, clock.wall_s())
+            key = decision.key
+            if key is not None:
+                state["api_key_id"] = key.id
+            if decision.status is not None:
+                app = refusal(decision)
+        if key is not None and key.tier is not None:
+            tier = self.spec.tier(key.tier)
+        else:
+            tier = self.spec.resolve_tier(headers, route, state.get("api_key_id"))
         state["priority"] = tier.priority
         state["request_id"] = request_id
         state["tier"] = tier.name
         response = _Response()
         server_timing = self.server_timing
         now_ns = clock.now_ns
+        captured = (
+            CaptureBuffer(self.capture.max_chars * 4)
+            if self.capture is not None and self.tracer.enabled
+            else None
+        )
 
         async def receive_wrapper() -> Message:
             message = await receive()
             kind = message["type"]
             if kind == "http.request":
+                if captured is not None:
+                    captured.add_request(message.get("body", b""))
                 if not message.get("more_body", False):
                     timeline.body_received(clock.now_ns())
             elif kind == "http.disconnect":
@@ -243,6 +234,8 @@ class LatencyMiddleware:
                 await send(message)
                 if body:
                     timeline.chunk_sent(started)
+                    if captured is not None:
+                        captured.add_response(body)
                 if final:
                     timeline.last_byte_ns = now_ns()
                     response.complete = True
@@ -253,7 +246,7 @@ class LatencyMiddleware:
         context_token = set_current_timeline(timeline)
         raised = False
         try:
-            await self.app(scope, receive_wrapper, send_wrapper)
+            await app(scope, receive_wrapper, send_wrapper)
         except BaseException:
             raised = True
             raise
@@ -261,7 +254,11 @@ class LatencyMiddleware:
             reset_current_timeline(context_token)
             self.bridge.unregister(timeline)
             try:
-                self._finish(timeline, tier.name, route, headers, state, response, raised)
+                self._finish(timeline, tier.name, route, headers, state, response, raised, captured)
+                if key is not None and self.auth is not None:
+                    self.auth.charge_tokens(
+                        key, timeline.input_tokens + len(timeline.token_ns), clock.wall_s()
+                    )
             except Exception:  # reporting must never break the response
                 logger.exception("llm-slo: failed to report request %s", request_id)
 
@@ -274,6 +271,7 @@ class LatencyMiddleware:
         state: dict[str, Any],
         response: _Response,
         raised: bool,
+        captured: CaptureBuffer | None = None,
     ) -> None:
         self.requests_seen += 1
         outcome = classify_outcome(
@@ -290,6 +288,9 @@ class LatencyMiddleware:
             attributes = span_attributes(
                 self.model, route, tier, status, response.is_stream, timeline, breakdown, outcome
             )
+            if captured is not None and self.capture is not None:
+                attributes["gen_ai.prompt"] = self.capture.text(captured.request)
+                attributes["gen_ai.completion"] = self.capture.text(captured.response)
             trace_id = (
                 self.tracer.emit(
                     timeline,
@@ -301,9 +302,7 @@ class LatencyMiddleware:
                 )
                 or trace_id
             )
-        self.metrics.observe(
-            tier, route, outcome, observed, timeline.input_tokens, trace_id
-        )
+        self.metrics.observe(tier, route, outcome, observed, timeline.input_tokens, trace_id)
         self.live.observe(tier, outcome, observed)
         if self.store is not None:
             self.store.add(
@@ -360,84 +359,3 @@ class LatencyMiddleware:
         if self.store is not None:
             self.store.close()
         self.live.close()
-
-
-def record_fields(
-    timeline: RequestTimeline,
-    breakdown: Breakdown,
-    tier: str,
-    model: str,
-    route: str,
-    outcome: str,
-    status: int,
-    stream: bool,
-    trace_id: str | None,
-    produced: bool,
-) -> dict[str, Any]:
-    """One record as a plain dict with every field (the store takes dicts; cheap to build)."""
-    return {
-        "request_id": timeline.request_id,
-        "trace_id": trace_id,
-        "timestamp": timeline.wall_start_s,
-        "tier": tier,
-        "model": model,
-        "route": route,
-        "outcome": outcome,
-        "status_code": status,
-        "stream": stream,
-        "input_tokens": timeline.input_tokens,
-        "output_tokens": breakdown.output_tokens if produced else 0,
-        "cached_tokens": timeline.cached_tokens,
-        "e2e_s": breakdown.e2e_s,
-        "ttft_s": breakdown.ttft_s if produced else None,
-        "tpot_s": breakdown.tpot_s if produced else None,
-        "itl_s": list(breakdown.itl_s) if produced else None,
-        "network_s": breakdown.network_s,
-        "queue_s": breakdown.queue_s,
-        "prefill_s": breakdown.prefill_s,
-        "decode_s": breakdown.decode_s,
-        "detokenize_s": breakdown.detokenize_s,
-        "other_s": breakdown.other_s,
-        "client_ttft_s": None,
-        "client_e2e_s": None,
-        "client_tpot_s": None,
-        "client_itl_s": None,
-    }
-
-
-def span_attributes(
-    model: str,
-    route: str,
-    tier: str,
-    status: int,
-    stream: bool,
-    timeline: RequestTimeline,
-    breakdown: Breakdown,
-    outcome: str,
-) -> dict[str, Any]:
-    """GenAI semantic-convention attributes plus the `gen_ai.latency.*` keys vLLM emits."""
-    attributes: dict[str, Any] = {
-        "http.request.method": "POST",
-        "http.route": route,
-        "http.response.status_code": status,
-        "gen_ai.operation.name": "chat" if "chat" in route else "text_completion",
-        "gen_ai.request.model": model,
-        "gen_ai.response.model": model,
-        "gen_ai.usage.input_tokens": timeline.input_tokens,
-        "gen_ai.usage.output_tokens": breakdown.output_tokens,
-        "gen_ai.request.id": timeline.request_id,
-        "gen_ai.latency.e2e": breakdown.e2e_s,
-        "llm_slo.tier": tier,
-        "llm_slo.outcome": outcome,
-        "llm_slo.stream": stream,
-    }
-    if timeline.finish_reason:
-        attributes["gen_ai.response.finish_reasons"] = (timeline.finish_reason,)
-    if breakdown.ttft_s is not None:
-        attributes["gen_ai.latency.time_to_first_token"] = breakdown.ttft_s
-    if breakdown.queue_s is not None:
-        attributes["gen_ai.latency.time_in_queue"] = breakdown.queue_s
-    if breakdown.prefill_s is not None:
-        attributes["gen_ai.latency.time_in_model_prefill"] = breakdown.prefill_s
-        attributes["gen_ai.latency.time_in_model_decode"] = breakdown.decode_s
-    return attributes

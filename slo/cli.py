@@ -72,6 +72,13 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
         help="give up a request still waiting for its first token (queue wait + prefill) after this long",
     )
     parser.add_argument(
+        "--api-keys",
+        default=None,
+        metavar="FILE",
+        help="require API keys from this YAML file (hashed; per-key tier and rate limits); "
+        "`slo keys new` writes it",
+    )
+    parser.add_argument(
         "--no-middleware",
         action="store_true",
         help="serve the bare engine API, without latency middleware, /metrics or /slo",
@@ -129,6 +136,7 @@ def _serve(args: argparse.Namespace) -> int:
             model=engine.name,
             gpu_stats=engine.gpu_stats,
             alertmanager_url=args.alertmanager_url,
+            auth=args.api_keys,
         )
         engine.add_hooks(middleware.engine_hooks())
         if engine.cold_start is not None:
@@ -322,8 +330,66 @@ def _demo(args: argparse.Namespace) -> int:
     return run(args, generate=lambda spec, out: main(["generate", "--spec", spec, "--out", out]))
 
 
+def _add_keys(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "keys",
+        help="manage API keys (stored hashed)",
+        description="Manage the API-key file that `slo serve --api-keys` reads.",
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    new = actions.add_parser("new", help="create a key, store its hash, print the key once")
+    new.add_argument("--file", required=True, help="the key file (created if missing)")
+    new.add_argument("--id", required=True, help="a name for the key, e.g. acme-prod")
+    new.add_argument("--tier", default=None, help="the tier this key's requests belong to")
+    new.add_argument("--requests-per-minute", type=float, default=None)
+    new.add_argument("--tokens-per-minute", type=float, default=None)
+    new.set_defaults(handler=_keys_new)
+
+
+def _keys_new(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+    from pathlib import Path
+
+    import yaml
+
+    from middleware.auth import hash_key, load_keys, new_key
+
+    path = Path(args.file)
+    entries = (
+        []
+        if not path.exists()
+        else [{k: v for k, v in asdict(key).items() if v is not None} for key in load_keys(path)]
+    )
+    if any(entry["id"] == args.id for entry in entries):
+        raise UsageError(f"{path}: a key with id '{args.id}' already exists; pick another --id")
+    for flag, value in (
+        ("--requests-per-minute", args.requests_per_minute),
+        ("--tokens-per-minute", args.tokens_per_minute),
+    ):
+        if value is not None and value <= 0:
+            raise UsageError(f"{flag} must be positive, got {value}")
+    key = new_key()
+    entry = {
+        "id": args.id,
+        "sha256": hash_key(key),
+        "tier": args.tier,
+        "requests_per_minute": args.requests_per_minute,
+        "tokens_per_minute": args.tokens_per_minute,
+    }
+    entries.append({k: v for k, v in entry.items() if v is not None})
+    path.write_text(yaml.safe_dump({"keys": entries}, sort_keys=False))
+    print(key)
+    print(
+        f"stored the hash of key '{args.id}' in {path}; the key itself is shown only now",
+        file=sys.stderr,
+    )
+    return 0
+
+
 _COMMAND_BUILDERS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_serve,
+    _add_keys,
     _add_check,
     _add_lint,
     _add_init,

@@ -1,0 +1,65 @@
+"""Opt-in capture of request and response bodies into spans, redacted and bounded.
+
+Off by default: no prompt or completion text goes into records, spans, logs or metric labels.
+Turned on (`LatencyMiddleware(..., capture=ContentCapture())`, with tracing on), the first
+`max_chars` of each request and response body go into the request's SERVER span as
+`gen_ai.prompt` and `gen_ai.completion`, after every redaction pattern replaced its matches.
+Records never carry text, captured or not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+DEFAULT_REDACTIONS: tuple[str, ...] = (
+    r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}",  # e-mail addresses
+    r"\b(?:sk|pk|rk|api|key|tok)[-_][A-Za-z0-9_-]{12,}\b",  # API keys and tokens
+    r"\bBearer\s+[A-Za-z0-9._~+/-]+=*",  # bearer credentials
+    r"\b(?:\d[ -]?){13,19}\b",  # card-like digit runs
+    r"\+?\d{1,3}[ .-]?\(?\d{2,4}\)?[ .-]?\d{3,4}[ .-]?\d{3,4}\b",  # phone numbers
+)
+
+
+@dataclass
+class ContentCapture:
+    max_chars: int = 4096
+    patterns: Iterable[str] = DEFAULT_REDACTIONS
+    replacement: str = "[REDACTED]"
+    _compiled: list[re.Pattern[str]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._compiled = [re.compile(pattern) for pattern in self.patterns]
+
+    def redact(self, text: str) -> str:
+        for pattern in self._compiled:
+            text = pattern.sub(self.replacement, text)
+        return text
+
+    def text(self, chunks: list[bytes]) -> str:
+        raw = b"".join(chunks)[: self.max_chars * 4].decode("utf-8", errors="replace")
+        return self.redact(raw[: self.max_chars])
+
+
+class CaptureBuffer:
+    """One request's bodies, bounded while they are collected."""
+
+    __slots__ = ("limit", "request", "request_size", "response", "response_size")
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit = limit_bytes
+        self.request: list[bytes] = []
+        self.response: list[bytes] = []
+        self.request_size = 0
+        self.response_size = 0
+
+    def add_request(self, body: bytes) -> None:
+        if self.request_size < self.limit:
+            self.request.append(body[: self.limit - self.request_size])
+            self.request_size += len(body)
+
+    def add_response(self, body: bytes) -> None:
+        if self.response_size < self.limit:
+            self.response.append(body[: self.limit - self.response_size])
+            self.response_size += len(body)

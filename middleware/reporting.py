@@ -1,0 +1,153 @@
+"""What the middleware reports about one finished request: outcome, record, span attributes,
+server timings for the client, and the refusal answers of the auth layer."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from middleware.auth import AuthDecision
+from middleware.timeline import Breakdown, RequestTimeline
+from middleware.types import ASGIApp, Receive, Scope, Send
+
+
+def classify_outcome(
+    status: int, disconnected: bool, complete: bool, hint: str | None, raised: bool
+) -> str:
+    if disconnected and not complete:
+        return "cancelled"
+    if raised:
+        return "server_error"
+    if hint:
+        return hint
+    if status < 400:
+        return "ok"
+    if status == 429:
+        return "rate_limited"
+    if status == 503:
+        return "shed"
+    if status in (408, 504):
+        return "timeout"
+    if status == 499:
+        return "cancelled"
+    if status < 500:
+        return "client_error"
+    return "server_error"
+
+
+def refusal(decision: AuthDecision) -> ASGIApp:
+    """A tiny ASGI app answering 401 or 429 in OpenAI's error shape."""
+    kind = "authentication_error" if decision.status == 401 else "rate_limit_error"
+    body = json.dumps(
+        {"error": {"message": decision.message, "type": kind, "param": None, "code": None}}
+    ).encode()
+    headers = [(b"content-type", b"application/json")]
+    if decision.status == 429:
+        headers.append((b"retry-after", str(max(1, math.ceil(decision.retry_after_s))).encode()))
+
+    async def respond(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": decision.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return respond
+
+
+def server_timing_value(breakdown: Breakdown) -> str:
+    """A `Server-Timing` value in milliseconds (the standard header browsers and tools read)."""
+    parts = [f"{name};dur={value * 1000:.3f}" for name, value in breakdown.phases.items()]
+    if breakdown.ttft_s is not None:
+        parts.append(f"ttft;dur={breakdown.ttft_s * 1000:.3f}")
+    parts.append(f"e2e;dur={breakdown.e2e_s * 1000:.3f}")
+    return ", ".join(parts)
+
+
+def timings_comment(breakdown: Breakdown) -> bytes:
+    """The final SSE comment (`: ...`) carrying the server's timings; SSE clients ignore comments."""
+    timings = {f"{name}_s": round(value, 6) for name, value in breakdown.phases.items()}
+    timings["e2e_s"] = round(breakdown.e2e_s, 6)
+    if breakdown.ttft_s is not None:
+        timings["ttft_s"] = round(breakdown.ttft_s, 6)
+    timings["output_tokens"] = breakdown.output_tokens
+    return b": llm-slo-timings " + json.dumps(timings, separators=(",", ":")).encode() + b"\n\n"
+
+
+def record_fields(
+    timeline: RequestTimeline,
+    breakdown: Breakdown,
+    tier: str,
+    model: str,
+    route: str,
+    outcome: str,
+    status: int,
+    stream: bool,
+    trace_id: str | None,
+    produced: bool,
+) -> dict[str, Any]:
+    """One record as a plain dict with every field (the store takes dicts; cheap to build)."""
+    return {
+        "request_id": timeline.request_id,
+        "trace_id": trace_id,
+        "timestamp": timeline.wall_start_s,
+        "tier": tier,
+        "model": model,
+        "route": route,
+        "outcome": outcome,
+        "status_code": status,
+        "stream": stream,
+        "input_tokens": timeline.input_tokens,
+        "output_tokens": breakdown.output_tokens if produced else 0,
+        "cached_tokens": timeline.cached_tokens,
+        "e2e_s": breakdown.e2e_s,
+        "ttft_s": breakdown.ttft_s if produced else None,
+        "tpot_s": breakdown.tpot_s if produced else None,
+        "itl_s": list(breakdown.itl_s) if produced else None,
+        "network_s": breakdown.network_s,
+        "queue_s": breakdown.queue_s,
+        "prefill_s": breakdown.prefill_s,
+        "decode_s": breakdown.decode_s,
+        "detokenize_s": breakdown.detokenize_s,
+        "other_s": breakdown.other_s,
+        "client_ttft_s": None,
+        "client_e2e_s": None,
+        "client_tpot_s": None,
+        "client_itl_s": None,
+    }
+
+
+def span_attributes(
+    model: str,
+    route: str,
+    tier: str,
+    status: int,
+    stream: bool,
+    timeline: RequestTimeline,
+    breakdown: Breakdown,
+    outcome: str,
+) -> dict[str, Any]:
+    """GenAI semantic-convention attributes plus the `gen_ai.latency.*` keys vLLM emits."""
+    attributes: dict[str, Any] = {
+        "http.request.method": "POST",
+        "http.route": route,
+        "http.response.status_code": status,
+        "gen_ai.operation.name": "chat" if "chat" in route else "text_completion",
+        "gen_ai.request.model": model,
+        "gen_ai.response.model": model,
+        "gen_ai.usage.input_tokens": timeline.input_tokens,
+        "gen_ai.usage.output_tokens": breakdown.output_tokens,
+        "gen_ai.request.id": timeline.request_id,
+        "gen_ai.latency.e2e": breakdown.e2e_s,
+        "llm_slo.tier": tier,
+        "llm_slo.outcome": outcome,
+        "llm_slo.stream": stream,
+    }
+    if timeline.finish_reason:
+        attributes["gen_ai.response.finish_reasons"] = (timeline.finish_reason,)
+    if breakdown.ttft_s is not None:
+        attributes["gen_ai.latency.time_to_first_token"] = breakdown.ttft_s
+    if breakdown.queue_s is not None:
+        attributes["gen_ai.latency.time_in_queue"] = breakdown.queue_s
+    if breakdown.prefill_s is not None:
+        attributes["gen_ai.latency.time_in_model_prefill"] = breakdown.prefill_s
+        attributes["gen_ai.latency.time_in_model_decode"] = breakdown.decode_s
+    return attributes
