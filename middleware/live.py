@@ -279,6 +279,8 @@ class LiveSLO:
 
     def close(self) -> None:
         self._stop.set()
+        if self._pusher is not None:
+            self._pusher.join(timeout=10)
 
 
 def objective_status(
