@@ -125,4 +125,22 @@ class EngineConfig:
     seed: int = 0  # seeds the generator of sampled requests that bring no seed
     warmup: bool = True
     step_delay_s: float = 0.0  # sleep added to every step: for alert drills and fault tests
+    # Share full KV blocks across requests with the same token prefix (system prompts, turns).
+    enable_prefix_caching: bool = False
+    # Speculative decoding: a small model with the same tokenizer proposes
+    # `num_speculative_tokens` tokens per step; the target verifies them in one forward.
+    draft_model: str | None = None  # "bundled:small-draft" or a checkpoint directory
+    num_speculative_tokens: int = 4
+    quantization: str | None = None  # "int8": weight-only int8 linear layers (target and draft)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.quantization not in (None, "int8"):
+            raise ValueError(
+                f"EngineConfig.quantization is {self.quantization!r}; use None or 'int8'"
+            )
+        if self.draft_model is not None and self.num_speculative_tokens < 1:
+            raise ValueError(
+                "EngineConfig.num_speculative_tokens must be at least 1 with a draft_model, "
+                f"got {self.num_speculative_tokens}"
+            )

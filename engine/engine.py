@@ -15,103 +15,37 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from engine import runner
-from engine.config import EngineConfig, ModelConfig
+from engine.config import CheckpointError, EngineConfig, ModelConfig
 from engine.gpu import GpuStats, read_gpu_stats
-from engine.hooks import HOOK_EVENTS, StepStats
 from engine.kv_cache import PagedKVCache, blocks_needed
 from engine.loader import load_model, resolve_checkpoint, resolve_device, resolve_dtype
 from engine.model import LlamaForCausalLM
 from engine.outputs import (
     EngineOverloaded,
-    EngineStepFailed,
     EngineStopped,
     RequestOutput,
     RequestTooLarge,
 )
-from engine.sampling import SamplingParams, held_back_length, sample_token, stop_string_hit
+from engine.quantize import quantize_model
+from engine.sampling import SamplingParams
 from engine.scheduler import Scheduler, Sequence
+from engine.speculative import SpeculativeDecoder
+from engine.stream import ColdStart, EngineTotals, HookDispatch, RequestStream
 from engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from engine.worker import EngineWorker
 
 logger = logging.getLogger("engine")
 
-
-@dataclass(frozen=True)
-class ColdStart:
-    """How long the engine took to become ready: reading weights, then the warm-up forward."""
-
-    load_s: float
-    warmup_s: float
-
-    @property
-    def total_s(self) -> float:
-        return self.load_s + self.warmup_s
+__all__ = ["ColdStart", "Engine", "EngineTotals", "RequestStream"]
 
 
-class RequestStream:
-    """The caller's end of one request: an async iterator of `RequestOutput` pieces.
-
-    Closing it (or abandoning the `generate` iterator) before the request finished cancels the
-    request; the engine frees its KV blocks within one step.
-    """
-
-    def __init__(self, engine: Engine, request_id: str, prompt_tokens: int) -> None:
-        self.request_id = request_id
-        self.prompt_tokens = prompt_tokens
-        self._engine = engine
-        self._queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        self._loop = asyncio.get_running_loop()
-        self.finished = False
-
-    def _deliver(self, item: RequestOutput | BaseException) -> None:
-        """Called on the worker thread. A caller whose event loop is gone cannot read any more."""
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-        except RuntimeError:  # the loop is closed: nobody is listening
-            self.finished = True
-            self._engine.abort(self.request_id)
-
-    def __aiter__(self) -> RequestStream:
-        return self
-
-    async def __anext__(self) -> RequestOutput:
-        if self.finished:
-            raise StopAsyncIteration
-        item = await self._queue.get()
-        if isinstance(item, BaseException):
-            self.finished = True
-            raise item
-        if item.finish_reason is not None:
-            self.finished = True
-        return item
-
-    def cancel(self) -> None:
-        if not self.finished:
-            self.finished = True
-            self._engine.abort(self.request_id)
-
-
-class _HookDispatch:
-    """Bound hook methods per event, looked up once when hooks are added."""
-
-    def __init__(self) -> None:
-        self.hooks: list[Any] = []
-        self.by_event: dict[str, list[Callable[..., None]]] = {event: [] for event in HOOK_EVENTS}
-
-    def rebuild(self) -> None:
-        self.by_event = {
-            event: [getattr(h, event) for h in self.hooks if callable(getattr(h, event, None))]
-            for event in HOOK_EVENTS
-        }
-
-
-class Engine:
+class Engine(EngineWorker):
     def __init__(
         self,
         model: LlamaForCausalLM,
@@ -120,6 +54,7 @@ class Engine:
         config: EngineConfig | None = None,
         name: str = "model",
         load_s: float = 0.0,
+        draft: LlamaForCausalLM | None = None,
     ) -> None:
         self.config = config or EngineConfig()
         self.model = model
@@ -139,14 +74,23 @@ class Engine:
             self.config.kv_cache_bytes
             // PagedKVCache.bytes_per_block(model_config, block_size, self.dtype),
         )
-        self.cache = PagedKVCache(model_config, num_blocks, block_size, self.dtype, self.device)
+        self.cache = PagedKVCache(
+            model_config,
+            num_blocks,
+            block_size,
+            self.dtype,
+            self.device,
+            enable_caching=self.config.enable_prefix_caching,
+        )
         self.scheduler = Scheduler(
             self.cache.allocator,
             block_size,
             self.config.max_batch_size,
             max(self.config.max_prefill_tokens, self.max_model_len),
+            num_speculative=self.config.num_speculative_tokens if draft is not None else 0,
         )
-        self._hooks = _HookDispatch()
+        self.totals = EngineTotals()
+        self._hooks = HookDispatch()
         self._lock = threading.Condition()
         self._incoming: list[Sequence] = []
         self._aborted: set[str] = set()
@@ -164,6 +108,15 @@ class Engine:
         self.step_faults: Callable[[list[str]], None] | None = (
             None  # test hook: raise to fail a step
         )
+        self.speculative: SpeculativeDecoder | None = None
+        if draft is not None:
+            # Same block ids as the target's cache, so prefix-cached blocks hold both.
+            draft_cache = PagedKVCache(
+                draft.config, num_blocks, block_size, self.dtype, self.device
+            )
+            self.speculative = SpeculativeDecoder(
+                draft, draft_cache, self.config.num_speculative_tokens, self._default_generator
+            )
 
     # ----------------------------------------------------------------- construction, lifecycle
     @classmethod
@@ -177,10 +130,29 @@ class Engine:
         device = resolve_device(config.device)
         dtype = resolve_dtype(config.dtype, device)
         model, model_config = load_model(directory, device, dtype)
+        draft = None
+        if config.draft_model is not None:
+            draft, draft_config = load_model(resolve_checkpoint(config.draft_model), device, dtype)
+            if draft_config.vocab_size != model_config.vocab_size:
+                raise CheckpointError(
+                    f"draft model '{config.draft_model}' has vocab_size "
+                    f"{draft_config.vocab_size}, the target {model_config.vocab_size}; a draft "
+                    "must share the target's tokenizer"
+                )
+        if config.quantization == "int8":
+            for loaded in (model, draft):
+                if loaded is not None:
+                    quantize_model(loaded)
         tokenizer = Tokenizer(directory, model_config.eos_token_ids)
         name = str(name_or_path) if str(name_or_path).startswith("bundled:") else directory.name
         return cls(
-            model, tokenizer, model_config, config, name=name, load_s=time.perf_counter() - started
+            model,
+            tokenizer,
+            model_config,
+            config,
+            name=name,
+            load_s=time.perf_counter() - started,
+            draft=draft,
         )
 
     @property
@@ -226,9 +198,12 @@ class Engine:
                 )
                 self.cache.ensure_capacity(probe.block_table, probe.num_tokens + 2)
                 try:
-                    logits = runner.prefill(self.model, self.cache, [probe])
+                    logits = self._prefill(self.model, self.cache, [probe])
                     probe.output_ids.append(int(logits[0].argmax()))
-                    runner.decode(self.model, self.cache, [probe])
+                    if self.speculative is not None:
+                        self.speculative.step(self.model, self.cache, [probe])
+                    else:
+                        runner.decode(self.model, self.cache, [probe])
                     if self.device.type == "cuda":
                         torch.cuda.synchronize(self.device)
                 finally:
@@ -407,175 +382,3 @@ class Engine:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.num_active_requests} requests still in the engine")
             await asyncio.sleep(0.005)
-
-    # ------------------------------------------------------------------------ worker side
-    def _run(self) -> None:
-        torch.set_grad_enabled(False)
-        while True:
-            with self._lock:
-                while not (
-                    self._stopping or self._incoming or self._aborted or self.scheduler.has_work()
-                ):
-                    self._lock.wait()
-                if self._stopping:
-                    return
-                incoming, self._incoming = self._incoming, []
-                aborted, self._aborted = self._aborted, set()
-            try:
-                with torch.inference_mode():
-                    self._step(incoming, aborted)
-            except Exception:  # a bug outside the forward pass must not kill the worker
-                logger.exception("engine step failed outside the forward pass")
-
-    def _step(self, incoming: list[Sequence], aborted: set[str]) -> None:
-        started_ns = time.perf_counter_ns()
-        by_event = self._hooks.by_event
-        for sequence in incoming:
-            self.scheduler.add(sequence)
-        for request_id in aborted:
-            sequence = self._sequences.get(request_id)
-            if sequence is not None and sequence.finish_reason is None:
-                self.scheduler.remove(sequence)
-                self._finish(sequence, "cancelled", deliver=False)
-
-        if self.config.step_delay_s > 0:
-            time.sleep(self.config.step_delay_s)
-        preempted = self.scheduler.reserve_decode_slots()
-        decoding = list(self.scheduler.running)
-        admitted = self.scheduler.admit()
-        prefill_tokens = sum(s.num_tokens for s in admitted)
-
-        if admitted:
-            now = time.perf_counter_ns()
-            for hook in by_event["on_schedule"]:
-                for sequence in admitted:
-                    hook(sequence.request_id, now)
-            for hook in by_event["on_prefill_start"]:
-                for sequence in admitted:
-                    hook(sequence.request_id, now, sequence.num_tokens)
-            logits = self._forward(runner.prefill, admitted)
-            if logits is not None:
-                now = time.perf_counter_ns()
-                for hook in by_event["on_prefill_end"]:
-                    for sequence in admitted:
-                        hook(sequence.request_id, now)
-                self._sample_and_emit(admitted, logits)
-
-        if decoding:
-            logits = self._forward(runner.decode, decoding)
-            if logits is not None:
-                self._sample_and_emit(decoding, logits)
-
-        self._step_count += 1
-        if by_event["on_step"]:
-            finished_ns = time.perf_counter_ns()
-            stats = StepStats(
-                step=self._step_count,
-                time_ns=finished_ns,
-                step_time_s=(finished_ns - started_ns) / 1e9,
-                batch_size=len(admitted) + len(decoding),
-                prefill_tokens=prefill_tokens,
-                decode_tokens=len(decoding),
-                num_waiting=self.scheduler.num_waiting,
-                num_running=len(self.scheduler.running),
-                num_preempted=len(preempted),
-                kv_blocks_total=self.cache.num_blocks,
-                kv_blocks_free=self.cache.allocator.num_free,
-                waiting_by_priority=self.scheduler.waiting_by_priority(),
-            )
-            for hook in by_event["on_step"]:
-                hook(stats)
-
-    def _forward(
-        self,
-        forward: Callable[[LlamaForCausalLM, PagedKVCache, list[Sequence]], torch.Tensor],
-        sequences: list[Sequence],
-    ) -> torch.Tensor | None:
-        """Run a forward pass; on failure end just these sequences with an error."""
-        try:
-            if self.step_faults is not None:
-                self.step_faults([s.request_id for s in sequences])
-            return forward(self.model, self.cache, sequences)
-        except Exception as error:
-            ids = [s.request_id for s in sequences]
-            logger.exception("forward pass failed for requests %s", ids)
-            for sequence in sequences:
-                self.scheduler.finish(sequence)
-                self._finish(sequence, "error", deliver=False)
-                sequence.deliver(
-                    EngineStepFailed(f"the model failed on this request: {type(error).__name__}")
-                )
-            return None
-
-    def _sample_and_emit(self, sequences: list[Sequence], logits: torch.Tensor) -> None:
-        by_event = self._hooks.by_event
-        greedy_ids = (
-            logits.argmax(dim=-1).tolist() if any(s.params.greedy for s in sequences) else []
-        )
-        eos_ids = self.tokenizer.eos_token_ids
-        for row, sequence in enumerate(sequences):
-            params = sequence.params
-            if params.greedy:
-                token = int(greedy_ids[row])
-            else:
-                token = sample_token(
-                    logits[row], params, sequence.generator or self._default_generator
-                )
-            sequence.output_ids.append(token)
-            token_ns = time.perf_counter_ns()
-            for hook in by_event["on_token"]:
-                hook(sequence.request_id, token_ns, len(sequence.output_ids) - 1)
-
-            finish_reason = None
-            if token in eos_ids and not params.ignore_eos:
-                finish_reason = "stop"
-            elif len(sequence.output_ids) >= params.max_tokens:
-                finish_reason = "length"
-            final = finish_reason is not None
-            text_ids = sequence.all_ids[:-1] if finish_reason == "stop" else sequence.all_ids
-            sequence.text += sequence.detokenizer.step(text_ids, final=final)
-            detok_ns = time.perf_counter_ns()
-            for hook in by_event["on_detokenize"]:
-                hook(sequence.request_id, detok_ns, detok_ns - token_ns)
-
-            cut = stop_string_hit(sequence.text, params.stop) if params.stop else None
-            if cut is not None:
-                sequence.text = sequence.text[:cut]
-                finish_reason = "stop"
-            if finish_reason is None:
-                safe = len(sequence.text) - held_back_length(sequence.text, params.stop)
-            else:
-                safe = len(sequence.text)
-            delta = sequence.text[sequence.sent_chars : safe]
-            sequence.sent_chars = max(sequence.sent_chars, safe)
-            if finish_reason is not None:
-                self.scheduler.finish(sequence)
-                self._finish(sequence, finish_reason, deliver=False)
-            sequence.deliver(
-                RequestOutput(
-                    request_id=sequence.request_id,
-                    text=delta,
-                    token_ids=(token,),
-                    finish_reason=finish_reason,
-                    prompt_tokens=len(sequence.prompt_ids),
-                    completion_tokens=len(sequence.output_ids),
-                )
-            )
-
-    def _finish(self, sequence: Sequence, reason: str, deliver: bool) -> None:
-        sequence.finish_reason = reason
-        with self._lock:
-            self._sequences.pop(sequence.request_id, None)
-        for hook in self._hooks.by_event["on_finish"]:
-            hook(sequence.request_id, time.perf_counter_ns(), reason)
-        if deliver:
-            sequence.deliver(
-                RequestOutput(
-                    sequence.request_id,
-                    "",
-                    (),
-                    reason,
-                    len(sequence.prompt_ids),
-                    len(sequence.output_ids),
-                )
-            )

@@ -5,6 +5,9 @@ happened. `on_enqueue` runs on the thread that called `Engine.generate` (so a ho
 caller's context variables and tie the request id to its own per-request state); every other
 event runs on the engine's worker thread, so hooks must be quick and must not block.
 
+`on_prefix_hit` is newer than the rest and optional like every event; `StepStats` gains fields
+with defaults, so hooks written for older engines keep working.
+
 Hooks are structurally typed: any object with some of these methods works, missing methods are
 skipped (they are looked up once, when the hooks are added), and with no hooks registered the
 engine pays nothing per event.
@@ -24,6 +27,7 @@ HOOK_EVENTS = (
     "on_detokenize",
     "on_finish",
     "on_step",
+    "on_prefix_hit",
 )
 
 
@@ -43,6 +47,14 @@ class StepStats:
     kv_blocks_total: int
     kv_blocks_free: int
     waiting_by_priority: dict[int, int] = field(default_factory=dict)
+    # Prefix caching (0 when off): prompt tokens looked up in the cache at admission this
+    # step, and how many of them were found (their prefill was skipped).
+    prefix_cache_queried_tokens: int = 0
+    prefix_cache_hit_tokens: int = 0
+    # Speculative decoding (0 when off): draft tokens proposed this step, and how many of
+    # them the target accepted (the acceptance rate is accepted / draft over a window).
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
 
     @property
     def kv_usage(self) -> float:
@@ -73,3 +85,9 @@ class EngineHooks(Protocol):
     def on_finish(self, request_id: str, time_ns: int, reason: str) -> None: ...
 
     def on_step(self, stats: StepStats) -> None: ...
+
+    def on_prefix_hit(self, request_id: str, time_ns: int, cached_tokens: int) -> None:
+        """Optional. With prefix caching on, when a request is admitted and `cached_tokens` of
+        its prompt were found in the cache (only when > 0; it then precedes on_prefill_start,
+        whose num_tokens counts only the tokens actually computed). A preempted request that
+        is admitted again can fire it again."""

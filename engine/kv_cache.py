@@ -1,7 +1,9 @@
-"""Paged KV cache: fixed-size blocks, per-sequence block tables, exact free-block accounting."""
+"""Paged KV cache: fixed-size blocks, per-sequence block tables, exact free-block accounting,
+and a prefix cache of full blocks shared across requests."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import torch
@@ -15,33 +17,113 @@ class OutOfBlocks(RuntimeError):
 
 
 class BlockAllocator:
-    """Hands out block ids; every block is either free or owned by exactly one sequence."""
+    """Hands out block ids with reference counts, and optionally keeps a prefix cache.
 
-    def __init__(self, num_blocks: int) -> None:
+    Every block is in exactly one state: free (on the free stack), in use (reference count
+    >= 1; a prefix-cached block can be shared by several sequences), or cached and evictable
+    (reference count 0 but still holding the keys and values of a registered prefix). Free and
+    evictable blocks both count as available (`num_free`): `allocate` takes a free block first
+    and evicts the least recently released cached block only when none is left.
+    """
+
+    def __init__(self, num_blocks: int, enable_caching: bool = False) -> None:
         if num_blocks <= 0:
             raise ValueError(f"num_kv_blocks must be positive, got {num_blocks}")
         self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
         # A stack: the most recently freed block is reused first (warm in cache).
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))
-        self._is_free = [True] * num_blocks
+        self._refs = [0] * num_blocks
+        self._hash_of: dict[int, int] = {}  # registered block -> prefix hash
+        self._block_of: dict[int, int] = {}  # prefix hash -> registered block
+        self._evictable: OrderedDict[int, None] = OrderedDict()  # least recently released first
+        self.num_evictions = 0
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return len(self._free) + len(self._evictable)
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks registered in the prefix cache (in use or evictable)."""
+        return len(self._hash_of)
+
+    def ref_count(self, block: int) -> int:
+        return self._refs[block]
 
     def allocate(self) -> int:
-        if not self._free:
+        if self._free:
+            block = self._free.pop()
+        elif self._evictable:
+            block, _ = self._evictable.popitem(last=False)
+            del self._block_of[self._hash_of.pop(block)]
+            self.num_evictions += 1
+        else:
             raise OutOfBlocks("no free KV-cache block")
-        block = self._free.pop()
-        self._is_free[block] = False
+        self._refs[block] = 1
         return block
 
     def free(self, blocks: Sequence[int]) -> None:
-        for block in blocks:
-            if self._is_free[block]:
+        """Drop one reference to each block. Released in reverse so that, of a sequence's
+        cached chain, the tail is evicted before the head (a head without its tail still
+        serves shorter shared prefixes; a tail without its head serves nothing)."""
+        for block in reversed(blocks):
+            if self._refs[block] <= 0:
                 raise RuntimeError(f"KV-cache block {block} freed twice")
-            self._is_free[block] = True
-            self._free.append(block)
+            self._refs[block] -= 1
+            if self._refs[block] == 0:
+                if block in self._hash_of:
+                    self._evictable[block] = None
+                else:
+                    self._free.append(block)
+
+    # ------------------------------------------------------------------ prefix cache
+    def lookup(self, hashes: Sequence[int]) -> list[int]:
+        """Blocks holding the longest cached prefix of a chain of block hashes (not acquired)."""
+        blocks = []
+        for prefix_hash in hashes:
+            block = self._block_of.get(prefix_hash)
+            if block is None:
+                break
+            blocks.append(block)
+        return blocks
+
+    def acquire(self, blocks: Sequence[int]) -> None:
+        """Take a reference to cached blocks found by `lookup`."""
+        for block in blocks:
+            if self._refs[block] == 0:
+                del self._evictable[block]
+            self._refs[block] += 1
+
+    def register(self, block: int, prefix_hash: int) -> None:
+        """Offer a full, computed block to the cache under the hash of its whole prefix."""
+        if not self.enable_caching or prefix_hash in self._block_of or block in self._hash_of:
+            return  # another block already holds this prefix: this one stays private
+        self._hash_of[block] = prefix_hash
+        self._block_of[prefix_hash] = block
+
+    def check(self) -> None:
+        """Assert the accounting invariant (tests): each block in exactly one state."""
+        free = set(self._free)
+        evictable = set(self._evictable)
+        used = {b for b in range(self.num_blocks) if self._refs[b] > 0}
+        assert len(free) == len(self._free), "a block is on the free stack twice"
+        assert not (free & evictable) and not (free & used) and not (evictable & used)
+        assert len(free) + len(evictable) + len(used) == self.num_blocks, "a block is lost"
+        assert evictable <= set(self._hash_of), "an evictable block is not cached"
+        assert free.isdisjoint(self._hash_of), "a free block is still registered"
+
+
+def chain_hashes(
+    token_ids: Sequence[int], block_size: int, num_blocks: int, parents: Sequence[int] = ()
+) -> list[int]:
+    """Hashes of the first `num_blocks` full blocks, each over its parent's hash and its tokens,
+    so equal hashes mean equal whole prefixes. Extends `parents` (hashes already known)."""
+    hashes = list(parents)
+    for index in range(len(hashes), num_blocks):
+        tokens = tuple(token_ids[index * block_size : (index + 1) * block_size])
+        hashes.append(hash((hashes[-1] if hashes else None, tokens)))
+    return hashes
 
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
@@ -58,6 +140,7 @@ class PagedKVCache:
         block_size: int,
         dtype: torch.dtype,
         device: torch.device,
+        enable_caching: bool = False,
     ) -> None:
         self.block_size = block_size
         self.num_blocks = num_blocks
@@ -69,7 +152,7 @@ class PagedKVCache:
         self.values = [
             torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)
         ]
-        self.allocator = BlockAllocator(num_blocks)
+        self.allocator = BlockAllocator(num_blocks, enable_caching)
 
     @staticmethod
     def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.config import CheckpointError, ModelConfig
+from engine.quantize import Weight, linear
 
 
 class RMSNorm(nn.Module):
@@ -127,14 +128,14 @@ class FusedLayer:
     """One decoder layer's weights packed for the forward pass (q|k|v and gate|up fused)."""
 
     input_norm: torch.Tensor
-    qkv_weight: torch.Tensor
+    qkv_weight: Weight
     qkv_bias: torch.Tensor | None
-    o_weight: torch.Tensor
+    o_weight: Weight
     o_bias: torch.Tensor | None
     post_norm: torch.Tensor
-    gate_up_weight: torch.Tensor
+    gate_up_weight: Weight
     gate_up_bias: torch.Tensor | None
-    down_weight: torch.Tensor
+    down_weight: Weight
     down_bias: torch.Tensor | None
 
 
@@ -161,6 +162,7 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
         self.fused: list[FusedLayer] = []
+        self.lm_head_weight: Weight = self.lm_head.weight.detach()  # set again by fuse()
 
     def fuse(self) -> None:
         """Pack the weights for inference; call again after changing any weight."""
@@ -184,6 +186,7 @@ class LlamaForCausalLM(nn.Module):
                 )
             )
         self.fused = fused
+        self.lm_head_weight = self.lm_head.weight.detach()
 
     def rope(
         self, positions: torch.Tensor, dtype: torch.dtype
@@ -224,7 +227,7 @@ class LlamaForCausalLM(nn.Module):
         hidden = F.embedding(input_ids, self.model.embed_tokens.weight)
         cos, sin = self.rope(positions, hidden.dtype)
         for layer, key_cache, value_cache in zip(self.fused, key_caches, value_caches, strict=True):
-            qkv = F.linear(self._norm(hidden, layer.input_norm), layer.qkv_weight, layer.qkv_bias)
+            qkv = linear(self._norm(hidden, layer.input_norm), layer.qkv_weight, layer.qkv_bias)
             # q and k are adjacent in the packed projection: rotate both in one go.
             qk = qkv[..., : q_size + kv_size].view(bsz, seq_len, heads + kv_heads, head_dim)
             qk = qk * cos + torch.roll(qk, half, dims=-1) * sin
@@ -244,13 +247,13 @@ class LlamaForCausalLM(nn.Module):
                 q.transpose(1, 2), keys, values, attn_mask=batch.mask, enable_gqa=gqa
             )
             attn = attn.transpose(1, 2).reshape(bsz, seq_len, q_size)
-            hidden = hidden + F.linear(attn, layer.o_weight, layer.o_bias)
-            gate_up = F.linear(
+            hidden = hidden + linear(attn, layer.o_weight, layer.o_bias)
+            gate_up = linear(
                 self._norm(hidden, layer.post_norm), layer.gate_up_weight, layer.gate_up_bias
             )
             gate, up = gate_up.chunk(2, dim=-1)
-            hidden = hidden + F.linear(F.silu(gate) * up, layer.down_weight, layer.down_bias)
+            hidden = hidden + linear(F.silu(gate) * up, layer.down_weight, layer.down_bias)
         return self._norm(hidden, self.model.norm.weight)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()
+        return linear(hidden, self.lm_head_weight).float()

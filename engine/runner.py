@@ -44,3 +44,25 @@ def decode(model: LlamaForCausalLM, cache: PagedKVCache, sequences: list[Sequenc
     for sequence in sequences:
         sequence.num_cached = sequence.num_tokens
     return model.logits(hidden[:, 0])
+
+
+def run_tokens(
+    model: LlamaForCausalLM,
+    cache: PagedKVCache,
+    block_tables: list[list[int]],
+    starts: list[int],
+    token_lists: list[list[int]],
+) -> torch.Tensor:
+    """Feed `token_lists[i]` at positions `starts[i]...`; returns logits [B, T, vocab].
+
+    The general form of prefill and decode that speculative decoding needs: the draft feeds
+    one or two tokens per sequence, the target verifies k+1 tokens per sequence. Rows shorter
+    than T are padded; their padded logits are garbage and must be ignored.
+    """
+    counts = [len(tokens) for tokens in token_lists]
+    batch, positions = cache.build_batch(block_tables, starts, counts)
+    ids = torch.zeros((len(token_lists), max(counts)), dtype=torch.long)
+    for row, tokens in enumerate(token_lists):
+        ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+    hidden = model(ids.to(cache.device), positions, cache.keys, cache.values, batch)
+    return model.logits(hidden)

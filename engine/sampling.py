@@ -38,24 +38,33 @@ class SamplingParams:
         return self.temperature == 0
 
 
+def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution a sampled request draws from: temperature, then top-k, then top-p.
+
+    Works on a [vocab] row or a [rows, vocab] matrix (speculative decoding needs both the
+    draft's and the target's distributions under the same rules).
+    """
+    scores = logits.float() / params.temperature
+    if params.top_k and params.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, params.top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_scores, dim=-1)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= params.top_p
+        sorted_scores = sorted_scores.masked_fill(drop, float("-inf"))
+        scores = torch.full_like(scores, float("-inf")).scatter(-1, order, sorted_scores)
+    return torch.softmax(scores, dim=-1)
+
+
 def sample_token(
     logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
 ) -> int:
     """Sample one token id from a [vocab] row of logits."""
     if params.greedy:
         return int(torch.argmax(logits).item())
-    scores = logits.float() / params.temperature
-    if params.top_k and params.top_k < scores.shape[-1]:
-        kth = torch.topk(scores, params.top_k).values[-1]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if params.top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, descending=True)
-        cumulative = torch.softmax(sorted_scores, dim=-1).cumsum(-1)
-        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
-        drop = cumulative - torch.softmax(sorted_scores, dim=-1) >= params.top_p
-        sorted_scores = sorted_scores.masked_fill(drop, float("-inf"))
-        scores = torch.full_like(scores, float("-inf")).scatter(0, order, sorted_scores)
-    probs = torch.softmax(scores, dim=-1)
+    probs = probabilities(logits, params)
     return int(torch.multinomial(probs, 1, generator=generator).item())
 
 

@@ -7,6 +7,9 @@ budget, the batch size and the free blocks allow, and (3) decodes the running se
 A preempted sequence gives back all its blocks and waits again at the head of its priority;
 when it is admitted again its prompt and the tokens generated so far are prefilled anew
 (recompute), and its earlier output is not sent twice.
+
+With prefix caching on, admission first looks up the sequence's full blocks in the cache:
+hits join the block table (shared, reference counted) and prefill starts after them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 import torch
 
-from engine.kv_cache import BlockAllocator, OutOfBlocks, blocks_needed
+from engine.kv_cache import BlockAllocator, OutOfBlocks, blocks_needed, chain_hashes
 from engine.sampling import SamplingParams
 from engine.tokenizer import IncrementalDetokenizer
 
@@ -38,6 +41,9 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     block_table: list[int] = field(default_factory=list)
     num_cached: int = 0  # tokens whose keys and values are in the cache
+    draft_cached: int = 0  # the same for the draft model's cache (speculative decoding)
+    block_hashes: list[int] = field(default_factory=list)  # prefix hashes of full blocks
+    prefix_hit_tokens: int = 0  # tokens found in the prefix cache at the last admission
     text: str = ""  # generated text so far
     sent_chars: int = 0  # how much of `text` has been handed to the caller
     finish_reason: str | None = None
@@ -55,6 +61,11 @@ class Sequence:
     def order(self) -> tuple[int, int]:
         return (self.priority, self.arrival)
 
+    def lookahead(self, num_speculative: int) -> int:
+        """Draft tokens worth proposing: never past max_tokens (the last slot is the bonus)."""
+        remaining = self.params.max_tokens - len(self.output_ids)
+        return max(0, min(num_speculative, remaining - 1))
+
 
 class Scheduler:
     """Owns the waiting queue, the running set and the block allocator. Worker thread only."""
@@ -65,8 +76,10 @@ class Scheduler:
         block_size: int,
         max_batch_size: int,
         max_prefill_tokens: int,
+        num_speculative: int = 0,
     ) -> None:
         self.allocator = allocator
+        self.num_speculative = num_speculative
         self.block_size = block_size
         self.max_batch_size = max_batch_size
         self.max_prefill_tokens = max_prefill_tokens
@@ -105,14 +118,16 @@ class Scheduler:
         return self.running + [entry[2] for entry in self._waiting]
 
     def reserve_decode_slots(self) -> list[Sequence]:
-        """Make room for the next token of every running sequence; returns those preempted."""
+        """Make room for the next token (and any draft tokens to verify) of every running
+        sequence; returns those preempted."""
         preempted: list[Sequence] = []
         for sequence in sorted(self.running, key=lambda s: s.order):
             if sequence not in self.running:
                 continue  # preempted earlier in this loop
+            needed = sequence.num_tokens + sequence.lookahead(self.num_speculative)
             while True:
                 try:
-                    self._grow(sequence, sequence.num_tokens)
+                    self._grow(sequence, needed)
                     break
                 except OutOfBlocks:
                     victim = max(self.running, key=lambda s: s.order)
@@ -129,18 +144,49 @@ class Scheduler:
         while self._waiting and len(self.running) < self.max_batch_size:
             sequence = self._waiting[0][2]
             tokens = sequence.num_tokens
-            if admitted and tokens > budget:
+            hashes, hit = self._cached_prefix(sequence)
+            to_compute = tokens - len(hit) * self.block_size
+            if admitted and to_compute > budget:
                 break
-            # Room for the prompt and the first generated token.
-            if blocks_needed(tokens + 1, self.block_size) > self.allocator.num_free:
+            # Room for the prompt and the first generated token; cached blocks nobody holds
+            # count as free until this sequence takes them.
+            reclaimed = sum(1 for block in hit if self.allocator.ref_count(block) == 0)
+            new_blocks = blocks_needed(tokens + 1, self.block_size) - len(hit)
+            if new_blocks > self.allocator.num_free - reclaimed:
                 break
             heapq.heappop(self._waiting)
+            self.allocator.acquire(hit)
+            sequence.block_table = list(hit)
+            sequence.block_hashes = hashes[: len(hit)]
+            sequence.num_cached = sequence.draft_cached = len(hit) * self.block_size
+            sequence.prefix_hit_tokens = sequence.num_cached
             self._grow(sequence, tokens)
-            sequence.num_cached = 0
             self.running.append(sequence)
             admitted.append(sequence)
-            budget -= tokens
+            budget -= to_compute
         return admitted
+
+    def _cached_prefix(self, sequence: Sequence) -> tuple[list[int], list[int]]:
+        """Hashes of the sequence's full blocks and the cached blocks of its longest prefix.
+
+        At least the last token is always computed: its logits pick the next token.
+        """
+        if not self.allocator.enable_caching:
+            return [], []
+        full = (sequence.num_tokens - 1) // self.block_size
+        hashes = chain_hashes(sequence.all_ids, self.block_size, full)
+        return hashes, self.allocator.lookup(hashes)
+
+    def register_computed(self, sequence: Sequence, num_valid: int) -> None:
+        """Offer the sequence's newly completed blocks (first `num_valid` tokens) to the cache."""
+        full = num_valid // self.block_size
+        if self.allocator.enable_caching and full > len(sequence.block_hashes):
+            start = len(sequence.block_hashes)
+            sequence.block_hashes = chain_hashes(
+                sequence.all_ids, self.block_size, full, sequence.block_hashes
+            )
+            for index in range(start, full):
+                self.allocator.register(sequence.block_table[index], sequence.block_hashes[index])
 
     def finish(self, sequence: Sequence) -> None:
         if sequence in self.running:
@@ -162,4 +208,5 @@ class Scheduler:
         if sequence.block_table:
             self.allocator.free(sequence.block_table)
             sequence.block_table = []
-        sequence.num_cached = 0
+        sequence.block_hashes = []
+        sequence.num_cached = sequence.draft_cached = 0

@@ -321,6 +321,7 @@ class LatencyMiddleware:
             )
 
     async def _serve_metrics(self, scope: Scope, send: Send) -> None:
+        self.metrics.observe_losses(self.store, self.span_drops)
         if self.gpu_stats is not None:
             self.metrics.observe_gpus(self.gpu_stats())
         accept = ""

@@ -35,6 +35,8 @@ REQUEST_HISTOGRAMS = (
     "other",
 )
 ENGINE_GAUGES = ("queue_depth", "running", "batch_size", "kv_usage")
+# Counters of the middleware's own losses, read from the store and the span processor.
+LOSS_COUNTERS = ("records_dropped", "records_spooled", "spans_dropped")
 GPU_GAUGES = ("gpu_utilization", "gpu_memory")
 
 
@@ -130,6 +132,18 @@ class MetricSet:
                 registry=self.registry,
                 multiprocess_mode="livesum" if name == "queue_depth" else "max",
             )
+        self.losses: dict[str, Any] = {}
+        for name in LOSS_COUNTERS:
+            sli = CATALOG[name]
+            counter = Counter(
+                _base_name(sli.metric, "counter"),
+                sli.description,
+                labelnames=sli.labels,
+                registry=self.registry,
+            )
+            self.losses[name] = counter.labels(model=model)
+            self.losses[name].inc(0)  # exported as 0 from the start: alerts need the series
+        self._losses_seen = dict.fromkeys(LOSS_COUNTERS, 0)
         self._itl_bounds = buckets_for("itl", spec)
         self._bounds = {name: buckets_for(name, spec) for name in REQUEST_HISTOGRAMS}
         self._children: dict[tuple[str, str], dict[str, Any]] = {}
@@ -218,6 +232,24 @@ class MetricSet:
                 gpu.utilization_percent / 100
             )
             self.gauges["gpu_memory"].labels(model=self.model, gpu=index).set(gpu.memory_used_bytes)
+
+    def observe_losses(self, store: Any | None, span_drops: Any) -> None:
+        """Bring the loss counters up to the running totals of the record store and the span
+        processor (`dropped`, `spooled`; `DropCounter.dropped`).
+
+        Called at scrape time: the totals live where the losses happen (other threads), and
+        adding only the difference keeps these real counters, summed across workers.
+        """
+        totals = {
+            "records_dropped": store.dropped if store is not None else 0,
+            "records_spooled": store.spooled if store is not None else 0,
+            "spans_dropped": span_drops.dropped,
+        }
+        for name, total in totals.items():
+            delta = total - self._losses_seen[name]
+            if delta > 0:
+                self.losses[name].inc(delta)
+                self._losses_seen[name] = total
 
     def exposition(self, accept: str) -> tuple[bytes, str]:
         registry = self.registry

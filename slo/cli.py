@@ -79,6 +79,14 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
         "`slo keys new` writes it",
     )
     parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, stop accepting and give in-flight requests this long to finish before "
+        "they are cut; every record is flushed either way (default: %(default)s)",
+    )
+    parser.add_argument(
         "--no-middleware",
         action="store_true",
         help="serve the bare engine API, without latency middleware, /metrics or /slo",
@@ -96,6 +104,8 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import signal
+
     import uvicorn
 
     from engine import CheckpointError, Engine, EngineConfig
@@ -118,6 +128,7 @@ def _serve(args: argparse.Namespace) -> int:
     for flag, value in (
         ("--request-timeout", args.request_timeout),
         ("--first-token-timeout", args.first_token_timeout),
+        ("--shutdown-timeout", args.shutdown_timeout),
     ):
         if value is not None and value <= 0:
             raise UsageError(f"{flag} must be a positive number of seconds, got {value}")
@@ -143,12 +154,27 @@ def _serve(args: argparse.Namespace) -> int:
             middleware.observe_cold_start(engine.cold_start.total_s)
         app = middleware
     print(f"serving {engine.name} on http://{args.host}:{args.port} (OpenAI-compatible: /v1/...)")
+    # uvicorn drains on SIGTERM (stops accepting, lets in-flight requests finish), then raises
+    # the signal again for the handler it found. With the default handler that kills the
+    # process before the records are flushed; this one exits through `finally` instead.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=args.shutdown_timeout,
+        )
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the flush
         if middleware is not None:
             middleware.close()
     return 0
+
+
+def _exit_cleanly(_signum: int, _frame: Any) -> None:
+    raise SystemExit(0)
 
 
 def _add_check(subparsers: argparse._SubParsersAction) -> None:
@@ -387,6 +413,202 @@ def _keys_new(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_compare(subparsers: argparse._SubParsersAction) -> None:
+    from slo.compare import VARIANTS
+
+    parser = subparsers.add_parser(
+        "compare",
+        help="measure what INT8, prefix caching, speculative decoding and batching buy",
+        description="Run the same seeded workload against the embedded engine once per "
+        "variant and print TTFT, TPOT, throughput, CPU cost per 1k tokens and greedy agreement "
+        "as ratios to the baseline, next to the industry comparison matrix's claimed ranges. "
+        "Writes an HTML report with a chart.",
+    )
+    parser.add_argument("--profile", default="chat", help="traffic profile (default: %(default)s)")
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="comma-separated, from " + ",".join(VARIANTS) + " (default: all)",
+    )
+    parser.add_argument("--requests", type=int, default=16, help="requests per variant")
+    parser.add_argument("--seed", type=int, default=0, help="workload seed (default: 0)")
+    parser.add_argument(
+        "--model", default="bundled:small", help="target model (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--draft-model",
+        default="bundled:small-draft",
+        help="draft for the speculative variant (default: %(default)s)",
+    )
+    parser.add_argument("--speculative-tokens", type=int, default=4, help="draft tokens per step")
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=512,
+        help="shrink the profile's lengths to fit this many tokens (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--shared-prefix-chars",
+        type=int,
+        default=256,
+        help="a system prompt this long opens every prompt, as in chat (default: %(default)s)",
+    )
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=16.0,
+        help="Poisson arrivals per second; 16 keeps a CPU engine busy, where the profile's own "
+        "rate would leave it idle and every throughput equal (0 sends all at once; "
+        "default: %(default)s)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="runs per variant, interleaved, medians kept: steadier on a shared machine "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads; 1 keeps runs steady on a shared machine (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--report",
+        default="slo-compare.html",
+        help="HTML report with the matrix and chart (default: %(default)s)",
+    )
+    parser.set_defaults(handler=_compare)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from slo.bench.profiles import get_profile, plan_requests
+    from slo.compare import parse_variants, render_html, shared_prefix
+
+    variants = parse_variants(args.variants)
+    if args.requests < 1:
+        raise UsageError(f"--requests must be at least 1, got {args.requests}")
+    profile = get_profile(args.profile)
+    planned = plan_requests(
+        profile,
+        args.requests,
+        seed=args.seed,
+        max_model_len=args.context,
+        rate=_compare_rate(args.rate, profile),
+    )
+    try:
+        from engine.compare import WorkItem, run_variant
+    except ImportError as error:
+        raise UsageError(
+            f"slo compare runs the bundled engine: pip install 'llm-slo[engine]' ({error})"
+        ) from None
+    prefix = shared_prefix(args.shared_prefix_chars)
+    work = [WorkItem(prefix + p.prompt, p.max_tokens, p.offset_s) for p in planned]
+    print(
+        f"slo compare: {len(work)} {profile.name} requests per variant, model {args.model}, "
+        f"variants {','.join(variants)}",
+        flush=True,
+    )
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    runs: dict[str, list[Any]] = {variant: [] for variant in variants}
+    for repeat in range(args.repeats):
+        for variant in variants:  # interleaved, so a noisy minute hits every variant alike
+            run = run_variant(
+                args.model,
+                variant,
+                work,
+                draft_model=args.draft_model,
+                num_speculative_tokens=args.speculative_tokens,
+                device=args.device,
+                seed=args.seed,
+                threads=args.threads,
+            )
+            print(
+                f"  run {repeat + 1}/{args.repeats} {variant:<13} {run.wall_s:5.1f}s  "
+                f"{run.output_tokens} tokens",
+                flush=True,
+            )
+            runs[variant].append(run)
+    baseline = runs["baseline"][0]
+    measurements = [
+        _median_measurement([_measurement(r, baseline) for r in runs[v]]) for v in variants
+    ]
+    from slo.compare import format_matrix
+
+    print()
+    print(format_matrix(measurements))
+    report = Path(args.report)
+    report.write_text(render_html(measurements, f"slo compare: {profile.name}, {args.model}"))
+    print(f"\nreport: {report}")
+    return 0
+
+
+def _median_measurement(repeats: list[Any]) -> Any:
+    """Each number the median over the repeats of one variant."""
+    from dataclasses import replace
+    from statistics import median
+
+    def middle(name: str) -> Any:
+        values = [getattr(m, name) for m in repeats]
+        return None if values[0] is None else median(values)
+
+    numbers = ("ttft_p50_s", "tpot_p50_s", "throughput_tok_s", "cpu_s_per_1k_tokens", "wall_s",
+               "agreement", "acceptance_rate", "prefix_hit_rate")  # fmt: skip
+    return replace(repeats[0], **{name: middle(name) for name in numbers})
+
+
+def _compare_rate(rate: float | None, profile: Any) -> float | None:
+    """Arrival rate for the plan: None sends everything at once (closed loop)."""
+    if rate is None:
+        return profile.rate if profile.arrival == "poisson" else None
+    if rate < 0:
+        raise UsageError(f"--rate must be >= 0, got {rate}")
+    return rate or None
+
+
+def _measurement(run: Any, baseline: Any) -> Any:
+    """An engine run (engine.compare.VariantRun) as the pure record slo.compare formats."""
+    from statistics import median
+
+    from slo.compare import Measurement
+
+    tokens = max(run.output_tokens, 1)
+    agree = sum(
+        next(
+            (i for i, (a, b) in enumerate(zip(mine, base, strict=False)) if a != b),
+            min(len(mine), len(base)),
+        )
+        for mine, base in zip(run.token_ids, baseline.token_ids, strict=True)
+    )
+    totals = run.totals
+    return Measurement(
+        variant=run.variant,
+        requests=len(run.token_ids),
+        output_tokens=run.output_tokens,
+        ttft_p50_s=median(run.ttft_s),
+        tpot_p50_s=median(run.tpot_s) if run.tpot_s else 0.0,
+        throughput_tok_s=run.output_tokens / run.wall_s if run.wall_s > 0 else 0.0,
+        cpu_s_per_1k_tokens=run.cpu_s / tokens * 1000,
+        wall_s=run.wall_s,
+        agreement=agree / max(baseline.output_tokens, 1),
+        acceptance_rate=(
+            totals.spec_accepted_tokens / totals.spec_draft_tokens
+            if totals.spec_draft_tokens
+            else None
+        ),
+        prefix_hit_rate=(
+            totals.prefix_cache_hit_tokens / totals.prefix_cache_queried_tokens
+            if totals.prefix_cache_queried_tokens
+            else None
+        ),
+    )
+
+
 _COMMAND_BUILDERS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_serve,
     _add_keys,
@@ -397,6 +619,7 @@ _COMMAND_BUILDERS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_bench,
     _add_report,
     _add_demo,
+    _add_compare,
 ]
 
 

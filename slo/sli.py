@@ -161,6 +161,13 @@ _SLIS: tuple[SLI, ...] = (
              "Tokens proposed by the speculative-decoding draft."),
     _counter("spec_decode_accepted_tokens", "llm_slo_spec_decode_accepted_tokens_total", "tokens",
              None, "Draft tokens accepted by the target model."),
+    # Losses of the observability layer itself: expected to stay 0 (alert when they move).
+    _counter("records_dropped", "llm_slo_records_dropped_total", "records", None,
+             "Request records lost: neither the record store nor its spool file took them."),
+    _counter("records_spooled", "llm_slo_records_spooled_total", "records", None,
+             "Request records written to the local spool while the record store was out."),
+    _counter("spans_dropped", "llm_slo_spans_dropped_total", "spans", None,
+             "Spans dropped because the exporter's queue was full."),
 )  # fmt: skip
 
 CATALOG: dict[str, SLI] = {sli.name: sli for sli in _SLIS}

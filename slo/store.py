@@ -1,35 +1,45 @@
 """Where records live: SQLite (WAL) by default, PostgreSQL by URL.
 
-`add()` never blocks the request path: records go into a bounded queue and a background thread
-writes them in batches. When the queue is full the record is dropped and counted, because a
-slow disk must not become slow requests. Reads by time window and tier, as record objects or
-as columns for the evaluator; JSONL import and export.
+`add()` never blocks the request path on the database: records go into a bounded queue and a
+background thread writes them in batches (`slo.store_writer`). While the database is locked,
+full or unreachable, records wait in that queue and, beyond it, in a local spool file, and are
+replayed when it is back: a slow or broken disk must become neither slow requests nor lost
+records. Reads by time window and tier, as record objects or as columns for the evaluator;
+JSONL import and export; `delete_before` for retention.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
-import queue
+import tempfile
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, insert, select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Engine, create_engine, event, insert, make_url, select
+from sqlalchemy.exc import (
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session
 
 from slo.columns import ALL_COLUMNS, LIST_COLUMNS, RecordColumns
 from slo.errors import UsageError
 from slo.records import FIELD_NAMES, REQUIRED_FLOAT, RequestRecord, iter_jsonl_dicts
+from slo.spool import Spool
+from slo.store_writer import RecordWriter
 
 logger = logging.getLogger(__name__)
 TABLE = RequestRecord.__table__  # type: ignore[attr-defined]
 _IMPORT_BATCH = 5000
-_STOP = object()
 
 
 def normalize_url(url: str | os.PathLike[str]) -> str:
@@ -41,6 +51,23 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
     if scheme in ("postgres", "postgresql"):
         return f"postgresql+psycopg://{rest}"
     return url
+
+
+def default_spool_dir(url: str) -> Path:
+    """Next to a SQLite file (same disk, same permissions); the temp dir otherwise."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        return Path(parsed.database).resolve().parent
+    return Path(tempfile.gettempdir())
+
+
+def spool_key(url: str) -> str:
+    """A short name for the database, so that a spool is only ever replayed into its own."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        parsed = parsed.set(database=str(Path(parsed.database).resolve()), query={})
+    identity = parsed.render_as_string(hide_password=True)
+    return hashlib.sha256(identity.encode()).hexdigest()[:12]
 
 
 def _enable_wal(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
@@ -73,23 +100,36 @@ class RecordStore:
         queue_size: int = 10_000,
         batch_size: int = 500,
         flush_interval_s: float = 0.5,
+        spool_dir: str | os.PathLike[str] | None = None,
+        max_retry_s: float = 30.0,
     ) -> None:
         self.url = normalize_url(url)
         self.engine = self._connect(self.url)
         self.batch_size = batch_size
-        self.flush_interval_s = flush_interval_s
-        self.written = 0
-        self.dropped = 0
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
-        self._count_lock = threading.Lock()
-        self._writer: threading.Thread | None = None
-        self._writer_lock = threading.Lock()
-        self._wake = threading.Event()
-        self._closed = False
+        self.written = 0  # rows inserted, replayed ones included
         # Raw driver calls raise the driver's own errors, not SQLAlchemy's.
-        self._db_errors: tuple[type[BaseException], ...] = (
-            SQLAlchemyError,
-            self.engine.dialect.loaded_dbapi.Error,
+        dbapi = self.engine.dialect.loaded_dbapi
+        self._db_errors: tuple[type[BaseException], ...] = (SQLAlchemyError, dbapi.Error)
+        self._count_lock = threading.Lock()
+        # Errors that say "the database is out" (locked, read-only, full, unreachable), not
+        # "this batch is bad": the batch waits and is retried instead of being rejected.
+        outage_errors: tuple[type[BaseException], ...] = (
+            OperationalError, InterfaceError, DisconnectionError, PoolTimeout, OSError,
+            dbapi.OperationalError, dbapi.InterfaceError, dbapi.InternalError,
+        )  # fmt: skip
+        self.writer = RecordWriter(
+            lambda rows: self._insert(rows),  # looked up per call: tests slow it down
+            _row,
+            outage_errors,
+            Spool(
+                spool_dir if spool_dir is not None else default_spool_dir(self.url),
+                spool_key(self.url),
+            ),
+            label=self.url,
+            queue_size=queue_size,
+            batch_size=batch_size,
+            flush_interval_s=flush_interval_s,
+            max_retry_s=max_retry_s,
         )
 
     @staticmethod
@@ -112,21 +152,38 @@ class RecordStore:
     # --- writing -------------------------------------------------------------------------------
 
     def add(self, record: RequestRecord | Mapping[str, Any]) -> None:
-        """Queue a record for the background writer; never blocks (drops when full).
+        """Queue a record for the background writer; never blocks on the database.
 
-        A validated dict (`validate_record`) works too and is far cheaper to build.
+        Beyond the in-memory queue the record goes to the spool file. A validated dict
+        (`validate_record`) works too and is far cheaper to build.
         """
-        if self._closed:
-            raise RuntimeError("RecordStore is closed")
-        self._ensure_writer()
-        try:
-            self._queue.put_nowait(record)
-        except queue.Full:
-            with self._count_lock:
-                self.dropped += 1
-            return
-        if self._queue.qsize() >= self.batch_size:
-            self._wake.set()
+        self.writer.add(record)
+
+    def flush(self) -> None:
+        """Wait until every queued record is in the database or, while it is out, the spool."""
+        self.writer.flush()
+
+    def close(self) -> None:
+        """Write everything (to the database if it is up, else to the spool), then stop."""
+        self.writer.close()
+        self.engine.dispose()
+
+    @property
+    def dropped(self) -> int:
+        """Records lost: expected to stay 0 (only when even the spool file cannot be written)."""
+        return self.writer.dropped
+
+    @property
+    def spooled(self) -> int:
+        return self.writer.spooled
+
+    @property
+    def replayed(self) -> int:
+        return self.writer.replayed
+
+    @property
+    def spool(self) -> Spool:
+        return self.writer.spool
 
     def add_many(self, records: Iterable[RequestRecord | Mapping[str, Any]]) -> int:
         """Write records now, in batches, on the calling thread (imports, tests)."""
@@ -140,6 +197,12 @@ class RecordStore:
         if batch:
             count += self._insert(batch)
         return count
+
+    def delete_before(self, timestamp: float) -> int:
+        """Delete records that started before `timestamp` (unix seconds); returns how many."""
+        with self.engine.begin() as connection:
+            result = connection.execute(TABLE.delete().where(TABLE.c.timestamp < timestamp))
+        return int(result.rowcount or 0)
 
     def _insert(self, rows: list[tuple[Any, ...]]) -> int:
         # Straight to the driver's executemany: SQLAlchemy's per-row processing costs 4x more.
@@ -161,63 +224,6 @@ class RecordStore:
         with self._count_lock:
             self.written += len(rows)
         return len(rows)
-
-    def _ensure_writer(self) -> None:
-        if self._writer is None:
-            with self._writer_lock:
-                if self._writer is None:
-                    self._writer = threading.Thread(
-                        target=self._write_loop, name="llm-slo-record-writer", daemon=True
-                    )
-                    self._writer.start()
-
-    def _write_loop(self) -> None:
-        # Wake on a timer (or when a full batch is waiting), never per record: a writer woken
-        # by every `add` fights the request path for the GIL and commits one row at a time.
-        while True:
-            self._wake.wait(self.flush_interval_s)
-            self._wake.clear()
-            while True:
-                batch = []
-                while len(batch) < self.batch_size:
-                    try:
-                        batch.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-                if not batch:
-                    break
-                stop = any(item is _STOP for item in batch)
-                records = [item for item in batch if item is not _STOP]
-                try:
-                    if records:
-                        self._insert([_row(record) for record in records])
-                except self._db_errors as error:
-                    logger.warning(
-                        "dropped %d records: %s", len(records), str(error).splitlines()[0]
-                    )
-                    with self._count_lock:
-                        self.dropped += len(records)
-                finally:
-                    for _ in batch:
-                        self._queue.task_done()
-                if stop:
-                    return
-
-    def flush(self) -> None:
-        """Wait until every queued record is written (or dropped)."""
-        if self._writer is not None:
-            self._wake.set()
-            self._queue.join()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._writer is not None:
-            self._queue.put(_STOP)  # blocking on purpose: close waits for the backlog
-            self._wake.set()
-            self._writer.join()
-        self.engine.dispose()
 
     def __enter__(self) -> RecordStore:
         return self

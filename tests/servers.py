@@ -58,6 +58,15 @@ def uvicorn_thread(app: Any, health_path: str = "/health") -> Iterator[str]:
 @contextlib.contextmanager
 def slo_serve(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
     """Run `slo serve` (the real console script) on a free port; yields the base URL."""
+    with slo_serve_process(*args, env=env) as (base_url, _process):
+        yield base_url
+
+
+@contextlib.contextmanager
+def slo_serve_process(
+    *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`slo_serve`, yielding the process too (to signal it, read its exit code or its RSS)."""
     port = free_port()
     command = [
         sys.executable,
@@ -80,7 +89,7 @@ def slo_serve(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
     base_url = f"http://127.0.0.1:{port}"
     try:
         wait_until_ready(base_url + "/health", process=process)
-        yield base_url
+        yield base_url, process
     finally:
         process.terminate()
         try:

@@ -98,8 +98,8 @@ class Measurement:
             "output_tokens": tokens,
             # Without server timings (another server, or one without the middleware) the
             # record still needs an e2e: the client's is the only one there is.
-            "e2e_s": server.get("e2e_s", self.e2e_s),
-            "client_e2e_s": self.e2e_s,
+            "e2e_s": server.get("e2e_s", _us(self.e2e_s)),
+            "client_e2e_s": _us(self.e2e_s),
         }
         for phase in PHASES:
             if f"{phase}_s" in server:
@@ -107,13 +107,18 @@ class Measurement:
         if "ttft_s" in server:
             record["ttft_s"] = server["ttft_s"]
             if tokens > 1 and "e2e_s" in server:
-                record["tpot_s"] = max(0.0, server["e2e_s"] - server["ttft_s"]) / (tokens - 1)
+                record["tpot_s"] = _us(max(0.0, server["e2e_s"] - server["ttft_s"]) / (tokens - 1))
         if self.ttft_s is not None:
-            record["client_ttft_s"] = self.ttft_s
-            record["client_itl_s"] = self.itl_s
+            record["client_ttft_s"] = _us(self.ttft_s)
+            record["client_itl_s"] = [_us(gap) for gap in self.itl_s]
             if tokens > 1:
-                record["client_tpot_s"] = max(0.0, self.e2e_s - self.ttft_s) / (tokens - 1)
+                record["client_tpot_s"] = _us(max(0.0, self.e2e_s - self.ttft_s) / (tokens - 1))
         return record
+
+
+def _us(seconds: float) -> float:
+    """Microsecond resolution, as the server reports its own: keeps the JSONL small."""
+    return round(seconds, 6)
 
 
 def request_body(planned: PlannedRequest, settings: RequestSettings) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from slo.bench.profiles import PROFILES, get_profile, parse_tier_mix, plan_requests
@@ -23,7 +22,9 @@ FALLBACK_CONTEXT = 4096
 
 def configure(parser: argparse.ArgumentParser) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--url", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
+    target.add_argument(
+        "--url", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000"
+    )
     target.add_argument("--embedded", action="store_true",
                         help="start `slo serve` (bundled engine + middleware) on 127.0.0.1 for the run")  # fmt: skip
     parser.add_argument("--profile", choices=list(PROFILES), default="chat",
@@ -138,7 +139,10 @@ def target(url: str | None, embedded: bool, model: str | None, spec: str | None)
         return
     from slo.bench.server import embedded_server
 
-    print(f"slo bench: starting `slo serve --model {model or 'bundled:tiny'}` on 127.0.0.1 ...", flush=True)
+    print(
+        f"slo bench: starting `slo serve --model {model or 'bundled:tiny'}` on 127.0.0.1 ...",
+        flush=True,
+    )
     with embedded_server(model=model or "bundled:tiny", spec=spec) as base_url:
         yield base_url
 
@@ -162,7 +166,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def describe_stop(result: RunResult) -> str:
-    done = f"{len(result.records)} of {result.planned} requests finished in {result.elapsed_s:.1f} s"
+    done = (
+        f"{len(result.records)} of {result.planned} requests finished in {result.elapsed_s:.1f} s"
+    )
     if result.stopped_by is None:
         return done
     return (

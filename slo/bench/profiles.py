@@ -127,7 +127,7 @@ class PlannedRequest:
 
 
 # Common English words: prompts that look like text to any tokenizer.
-_WORDS = (
+_WORD_TEXT = (
     "the of and to in is that for it as with was on be by at this from or have an they which "
     "one you were all we when there can more if out so what time up about into than them "
     "only other new some could these two may first then do any like now such make over our "
@@ -135,7 +135,8 @@ _WORDS = (
     "down should because each just those people how too little state good very world still "
     "own see men work long get here between both life being under never day same another know "
     "while last might great old year off come since against go came right used take three"
-).split()
+)
+_WORDS = tuple(_WORD_TEXT.split())
 
 
 def make_prompt(rng: random.Random, target_chars: int, index: int) -> str:
@@ -184,7 +185,5 @@ def plan_requests(
         if rate is not None and index > 0:
             offset += rng.expovariate(rate)
         prompt = make_prompt(rng, max(1, int(input_tokens * chars_per_token)), index)
-        planned.append(
-            PlannedRequest(index, tier, prompt, input_tokens, output_tokens, offset)
-        )
+        planned.append(PlannedRequest(index, tier, prompt, input_tokens, output_tokens, offset))
     return planned

@@ -13,7 +13,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -95,7 +95,7 @@ async def run_plan(
     duration_limit_s: float,
     out: IO[str] | None,
     progress: bool,
-    on_record: Callable[[dict[str, Any]], None] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> RunResult:
     """Send the plan: at each request's offset (open loop) or `concurrency` at a time (closed)."""
     result = RunResult(planned=len(plan), started_at=time.time())
@@ -122,15 +122,20 @@ async def run_plan(
         if out is not None:
             out.write(_json_line(record))
             out.flush()
-        if on_record is not None:
-            on_record(record)
         live.add(measurement.ttft_s if measurement.outcome == "ok" else None)
         bar.update(task_id, advance=1, ttft=live.text())
 
-    async with httpx.AsyncClient(limits=limits, timeout=settings.timeout_s) as client:
+    async with httpx.AsyncClient(
+        limits=limits, timeout=settings.timeout_s, transport=transport
+    ) as client:
+        in_flight = 0
 
         async def one(planned: PlannedRequest) -> None:
-            finished(await measure(client, base_url, planned, settings))
+            nonlocal in_flight
+            in_flight += 1
+            measurement = await measure(client, base_url, planned, settings)
+            in_flight -= 1  # not reached when cancelled: what is left was cut off
+            finished(measurement)
 
         async def open_loop() -> None:
             for planned in plan:
@@ -166,20 +171,19 @@ async def run_plan(
                 if current is not None:
                     current.uncancel()
             finally:
-                result.cancelled_in_flight = await _cancel(tasks)
+                await _cancel(tasks)
+                result.cancelled_in_flight = in_flight
     result.elapsed_s = time.perf_counter() - start
     return result
 
 
-async def _cancel(tasks: set[asyncio.Task[Any]]) -> int:
-    """Cancel what is still running; how many requests were in flight (closed-loop workers
-    each hold at most one)."""
+async def _cancel(tasks: set[asyncio.Task[None]]) -> None:
+    """Cancel what is still running and wait until it has stopped."""
     running = [task for task in tasks if not task.done()]
     for task in running:
         task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.gather(*running, return_exceptions=True)
-    return len(running)
 
 
 def _json_line(record: dict[str, Any]) -> str:

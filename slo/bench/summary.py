@@ -118,7 +118,9 @@ def render_summary(spec: SLOSpec, columns: RecordColumns, elapsed_s: float) -> s
     summaries = summarize(spec, columns)
     buffer = io.StringIO()
     console = Console(file=buffer, width=130, force_terminal=False, no_color=True)
-    table = Table(title="per tier (client view; phases are the server's means)", title_justify="left")
+    table = Table(
+        title="per tier (client view; phases are the server's means)", title_justify="left"
+    )
     headers = ["tier", "requests", "ok", "TTFT p50", "TTFT p95", "TPOT p95", "e2e p95",
                "queue", "prefill", "decode", "other", "network", "goodput"]  # fmt: skip
     for header in headers:

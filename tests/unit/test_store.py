@@ -55,7 +55,7 @@ def test_add_is_batched_in_the_background(tmp_path: Path) -> None:
         assert len(store.query(tier="premium")) == 400
 
 
-def test_add_drops_instead_of_blocking_when_the_queue_is_full(tmp_path: Path) -> None:
+def test_add_spools_instead_of_blocking_when_the_queue_is_full(tmp_path: Path) -> None:
     store = RecordStore(str(tmp_path / "r.db"), queue_size=5)
     gate = threading.Event()
     original = store._insert
@@ -68,11 +68,14 @@ def test_add_drops_instead_of_blocking_when_the_queue_is_full(tmp_path: Path) ->
     records = [record_from_dict(r) for r in sample_records(50)]
     for record in records:
         store.add(record)  # must return at once even though the writer is stuck
-    assert store.dropped >= 50 - 5 - store.batch_size
-    assert store.dropped > 0
+    assert store.spooled >= 50 - 5 - store.batch_size
+    assert store.spooled > 0 and store.dropped == 0
     gate.set()
     store.close()
-    assert store.written + store.dropped == 50
+    assert store.written == 50 and store.replayed == store.spooled and store.dropped == 0
+    with RecordStore(tmp_path / "r.db") as reader:
+        assert len(reader.query()) == 50
+    assert not list(tmp_path.glob("llm-slo-spool-*"))
 
 
 def test_bad_jsonl_line_is_named(tmp_path: Path) -> None:

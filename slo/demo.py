@@ -1,0 +1,130 @@
+"""`slo demo`: the whole product in one command, on a laptop, in under a minute.
+
+Serve the bundled engine behind the latency middleware (a `slo serve` child process on a free
+loopback port), send it a short mixed-tier benchmark, print where the time went and the SLO
+verdicts, and leave everything behind in one directory: the records, the server's own view
+(/metrics, /slo), report.html, and what `slo generate` writes for the same spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+
+from slo.errors import UsageError
+
+# Mixed tiers at a rate the bundled model on two CPU cores serves with room to spare: the
+# premium lane should look premium. Raise --rate to watch the tiers pull apart.
+DEMO_TIER_MIX = "premium=0.2,standard=0.6,batch=0.2"
+
+Generate = Callable[[str, str], int]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="slo-demo", help="directory to write into (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--spec", help="SLO spec (default: the packaged example, copied to OUT/slo.yaml)")  # fmt: skip
+    parser.add_argument("--requests", type=int, default=60, help="requests in the benchmark (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--rate", type=float, default=5.0, help="Poisson arrivals, requests/s (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="benchmark seed (default: %(default)s)")
+    parser.add_argument("--duration-limit", type=float, default=60.0, metavar="S", help="stop the benchmark after S seconds (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace, generate: Generate) -> int:
+    import httpx
+
+    from slo.bench.command import BenchOptions, describe_stop, execute
+    from slo.bench.server import embedded_server
+    from slo.bench.summary import columns_of, render_summary
+    from slo.evaluate import evaluate
+    from slo.report_format import render_text
+    from slo.spec import SLOSpec
+
+    began = time.perf_counter()
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"--out {out}: cannot create the directory ({error.strerror})") from None
+    spec_path = out / "slo.yaml"
+    if args.spec:
+        if Path(args.spec).resolve() != spec_path.resolve():
+            shutil.copyfile(_existing(args.spec), spec_path)
+    else:
+        spec_path.write_text(
+            resources.files("slo").joinpath("examples/slo.yaml").read_text("utf-8"), "utf-8"
+        )
+    spec = SLOSpec.load(spec_path)
+    written: list[tuple[Path, str]] = [(spec_path, "the SLO spec everything here was judged by")]
+    results = out / "results.jsonl"
+    store = out / "server-records.db"
+    for stale in (
+        store,
+        store.with_name(store.name + "-wal"),
+        store.with_name(store.name + "-shm"),
+    ):
+        stale.unlink(missing_ok=True)  # this run's server records only
+
+    _step("starting the bundled engine behind the latency middleware on 127.0.0.1")
+    with embedded_server(spec=str(spec_path), store=f"sqlite:///{store}") as base_url:
+        _step(f"serving at {base_url}; benchmarking ({args.requests} chat requests, "
+              f"{args.rate:g} req/s, tiers {DEMO_TIER_MIX})")  # fmt: skip
+        options = BenchOptions(profile="chat", requests=args.requests, rate=args.rate,
+                               tier_mix=DEMO_TIER_MIX, seed=args.seed,
+                               duration_limit_s=args.duration_limit, progress=not args.quiet)  # fmt: skip
+        result = execute(options, base_url, results)
+        for path, description in ((out / "metrics.prom", "/metrics"), (out / "slo.json", "/slo")):
+            path.write_bytes(httpx.get(base_url + description, timeout=10).content)
+            written.append((path, f"the server's {description} at the end of the run"))
+    written.insert(1, (results, f"{len(result.records)} request records, client + server view"))
+    written.append((store, "the server's own records (`slo check --db sqlite:///...`)"))
+    print(describe_stop(result))
+    if not result.records:
+        raise UsageError("the benchmark finished no request; see the messages above")
+
+    columns = columns_of(result.records)
+    print()
+    sys.stdout.write(render_summary(spec, columns, result.elapsed_s))
+    print()
+    sys.stdout.write(render_text(evaluate(spec, columns)))
+
+    _step("drawing the report")
+    try:
+        from slo.report import write_report
+
+        report = write_report(spec, result.records, out / "report.html", "slo demo")
+        written.append((report, "charts and verdicts in one offline HTML page"))
+    except UsageError as error:  # matplotlib missing: the rest of the tour still stands
+        print(f"  skipped report.html: {error}")
+
+    _step("generating dashboards, alert rules and runbooks for the same spec (slo generate)")
+    if generate(str(spec_path), str(out)) != 0:
+        raise UsageError("`slo generate` failed; see the message above")
+    for folder, description in (("grafana", "Grafana dashboards + provisioning"),
+                                ("prometheus", "recording and alerting rules + promtool tests"),
+                                ("alertmanager", "Alertmanager routing per tier and severity"),
+                                ("runbooks", "one runbook per alert")):  # fmt: skip
+        if (out / folder).exists():
+            written.append((out / folder, description))
+
+    print(f"\nslo demo: done in {time.perf_counter() - began:.0f} s. Files:")
+    for path, description in written:
+        shown = f"{path}/" if path.is_dir() else str(path)
+        print(f"  {shown:<40} {description}")
+    print(f"\nnext: open {out / 'report.html'}; `slo check --spec {spec_path} --results {results}`")
+    return 0
+
+
+def _existing(path: str) -> Path:
+    if not Path(path).is_file():
+        raise UsageError(f"--spec {path}: no such file")
+    return Path(path)
+
+
+def _step(message: str) -> None:
+    print(f"slo demo: {message} ...", flush=True)

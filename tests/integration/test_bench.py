@@ -1,0 +1,233 @@
+"""`slo bench` against real servers on 127.0.0.1.
+
+- `slo serve` (bundled engine + middleware): every request has the client's and the server's
+  view, the client never sees a token before the server sent it, and the records agree with
+  the server's own /metrics counts.
+- An independent OpenAI-compatible server (a few lines of Starlette streaming with scripted
+  delays, no llm-slo inside): the client-side TTFT and ITL match the script within a few ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from slo.cli import main
+from slo.records import read_jsonl
+from tests.servers import free_port, slo_serve, wait_until_ready
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.integration
+
+SCRIPTED_TTFT_S = 0.120
+SCRIPTED_GAPS_S = (0.040, 0.080, 0.020, 0.060)
+TOLERANCE_S = 0.015  # loopback, one process: scheduling noise stays well under this
+
+
+def scripted_app(sent_at: dict[str, list[float]]) -> Starlette:
+    """Stream five text chunks: the first after SCRIPTED_TTFT_S, then after each gap.
+
+    `sent_at[request]` gets the perf_counter of the request's arrival and of each text chunk
+    (served at /stamps): how long the server really waited, sleep overshoot on a busy machine
+    included. perf_counter is CLOCK_MONOTONIC on Linux, one clock for every process.
+    """
+
+    async def stream(request: Request) -> StreamingResponse | JSONResponse:
+        arrived = time.perf_counter()
+        body = await request.json()
+        index = re.search(r"\[(\d+)\]", json.dumps(body)).group(1)  # type: ignore[union-attr]
+        stamps = sent_at.setdefault(f"bench-{index}", [arrived])  # the planned request's index
+        chat = request.url.path.endswith("/chat/completions")
+
+        def chunk(text: str | None, finish: str | None = None) -> bytes:
+            if chat:
+                delta = {"role": "assistant", "content": ""} if text is None else {"content": text}
+                choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": text or "", "finish_reason": finish}
+            return b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
+
+        async def events() -> AsyncIterator[bytes]:
+            if chat:
+                yield chunk(None)  # the role chunk, at once: not a token
+            await asyncio.sleep(SCRIPTED_TTFT_S)
+            stamps.append(time.perf_counter())
+            yield chunk("tok0")
+            for index, gap in enumerate(SCRIPTED_GAPS_S, start=1):
+                await asyncio.sleep(gap)
+                last = index == len(SCRIPTED_GAPS_S)
+                stamps.append(time.perf_counter())
+                yield chunk(f" tok{index}", "length" if last else None)
+            usage = {"prompt_tokens": 12, "completion_tokens": len(SCRIPTED_GAPS_S) + 1}
+            yield b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+        if not body.get("stream"):
+            return JSONResponse({"error": {"message": "stream only"}}, status_code=400)
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def models(request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def stamps(request: Request) -> JSONResponse:
+        return JSONResponse(sent_at)
+
+    return Starlette(routes=[
+        Route("/v1/chat/completions", stream, methods=["POST"]),
+        Route("/v1/completions", stream, methods=["POST"]),
+        Route("/v1/models", models), Route("/health", health), Route("/stamps", stamps),
+    ])  # fmt: skip
+
+
+def serve_scripted(port: int) -> None:
+    import uvicorn
+
+    uvicorn.run(scripted_app({}), host="127.0.0.1", port=port, log_level="warning")
+
+
+@contextlib.contextmanager
+def scripted_server() -> Iterator[str]:
+    """The scripted server in its own process, as an independent server would be (in a thread
+    of the test process, the GIL's 5 ms switch interval would blur the very ms measured)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("compares perf_counter across processes: CLOCK_MONOTONIC on Linux")
+    port = free_port()
+    code = f"from tests.integration.test_bench import serve_scripted; serve_scripted({port})"
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_ready(url + "/health", process=process)
+        # one request first: a fresh server pays for lazy imports on its first stream
+        warm = {"model": "scripted", "prompt": "[999]", "max_tokens": 5, "stream": True}
+        httpx.post(url + "/v1/completions", json=warm, timeout=10).raise_for_status()
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("profile", ["chat", "code"])  # chat and text completions
+def test_client_timings_match_a_scripted_server(profile: str, tmp_path: Path) -> None:
+    out = tmp_path / "run.jsonl"
+    with scripted_server() as url:
+        argv = ["bench", "--url", url, "--profile", profile, "--requests", "4",
+                "--concurrency", "1", "--out", str(out), "--quiet"]  # fmt: skip
+        assert main(argv) == 0
+        sent_at = httpx.get(url + "/stamps", timeout=10).json()
+    records = read_jsonl(out)
+    assert len(records) == 4
+    for record in records:
+        assert record.outcome == "ok" and record.model == "scripted"
+        assert record.output_tokens == 5 and record.input_tokens == 12  # from usage
+        ttft, gaps = record.client_ttft_s, record.client_itl_s or []
+        assert ttft is not None and len(gaps) == len(SCRIPTED_GAPS_S)
+        # against what the server really did (same clock): its own wait plus connecting,
+        # sending and delivery, a few ms
+        arrived, *chunks = sent_at[record.request_id]
+        assert chunks[0] - arrived <= ttft <= chunks[0] - arrived + 0.010
+        actual_gaps = [b - a for a, b in itertools.pairwise(chunks)]
+        for measured, actual in zip(gaps, actual_gaps, strict=True):
+            assert abs(measured - actual) <= 0.008, (gaps, actual_gaps)
+        # e2e and TPOT follow from the same clock: the last chunk plus the usage/[DONE] tail
+        tail = (record.client_e2e_s or 0) - (ttft + sum(gaps))
+        assert 0 <= tail <= 0.005
+        assert record.client_tpot_s == pytest.approx((record.client_e2e_s - ttft) / 4, abs=2e-6)
+        # no llm-slo on that server: no server view, the client's e2e stands in
+        assert record.ttft_s is None and record.e2e_s == record.client_e2e_s
+    # against the script: the typical request (a busy machine makes single sleeps overshoot)
+    ttfts = [record.client_ttft_s or 0.0 for record in records]
+    assert SCRIPTED_TTFT_S - 0.002 <= statistics.median(ttfts) <= SCRIPTED_TTFT_S + TOLERANCE_S
+    for position, scripted in enumerate(SCRIPTED_GAPS_S):
+        measured = statistics.median((record.client_itl_s or [])[position] for record in records)
+        assert abs(measured - scripted) <= TOLERANCE_S, (position, measured, scripted)
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
+    out = tmp_path / "run.jsonl"
+    with scripted_server() as url:
+        command = [sys.executable, "-m", "slo.cli", "bench", "--url", url, "--requests", "200",
+                   "--concurrency", "2", "--out", str(out), "--quiet"]  # fmt: skip
+        process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+            not out.exists() or len(out.read_text().splitlines()) < 3
+        ):
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        printed, _ = process.communicate(timeout=60)
+    assert process.returncode == 130
+    records = read_jsonl(out)  # every line whole: nothing half-written
+    assert 3 <= len(records) < 200
+    assert f"{len(records)} of 200 requests finished" in printed
+    assert "stopped by the interrupt" in printed and "per tier" in printed
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    pytest.importorskip("torch")
+    store = tmp_path_factory.mktemp("serve") / "records.db"
+    with slo_serve("--store", f"sqlite:///{store}") as url:
+        yield url
+
+
+def test_every_request_has_both_views_and_the_servers_counts(served: str, tmp_path: Path) -> None:
+    chat, code = tmp_path / "chat.jsonl", tmp_path / "code.jsonl"
+    assert main(["bench", "--url", served, "--profile", "chat", "--requests", "24",
+                 "--rate", "8", "--tier-mix", "premium=0.25,standard=0.5,batch=0.25",
+                 "--seed", "3", "--out", str(chat), "--quiet"]) == 0  # fmt: skip
+    assert main(["bench", "--url", served, "--profile", "code", "--requests", "6",
+                 "--concurrency", "2", "--out", str(code), "--quiet"]) == 0  # fmt: skip
+    records = read_jsonl(chat) + read_jsonl(code)
+    assert len(records) == 30
+    assert len({r.request_id for r in records}) == 30
+    for r in records:
+        assert r.outcome == "ok" and r.request_id.startswith("req-"), r  # the server's id
+        assert r.ttft_s is not None and r.client_ttft_s is not None, r
+        assert r.client_e2e_s is not None and r.prefill_s is not None and r.queue_s is not None
+        assert r.client_ttft_s >= r.ttft_s, r  # no token reaches the client before it is sent
+        assert r.client_e2e_s >= r.e2e_s, r
+        phases = [r.network_s, r.queue_s, r.prefill_s, r.decode_s, r.detokenize_s, r.other_s]
+        assert sum(p or 0.0 for p in phases) == pytest.approx(r.e2e_s, abs=1e-5)
+
+    metrics = httpx.get(served + "/metrics", timeout=10).text
+    counted: Counter[tuple[str, str]] = Counter()
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == "llm_slo_requests_total":
+                counted[(sample.labels["tier"], sample.labels["route"])] += int(sample.value)
+    assert counted == Counter((r.tier, r.route) for r in records)
+    assert set(counted) >= {("premium", "/v1/chat/completions"), ("standard", "/v1/completions")}
+
+
+def test_check_and_report_read_what_bench_wrote(served: str, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    run, page = tmp_path / "run.jsonl", tmp_path / "report.html"
+    assert main(["bench", "--url", served, "--profile", "voice", "--requests", "8",
+                 "--out", str(run), "--quiet"]) == 0  # fmt: skip
+    assert main(["check", "--results", str(run)]) in (0, 1)  # a verdict, not bad input
+    assert main(["report", "--results", str(run), "--out", str(page)]) == 0
+    assert page.read_text().count("<svg") == 6

@@ -1,0 +1,90 @@
+"""`slo compare`: the ratio table (pure) and one small end-to-end run against the engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slo.compare import Measurement, format_matrix, impact, parse_variants
+from slo.errors import UsageError
+
+
+def measurement(variant: str, **numbers: float) -> Measurement:
+    base = {
+        "ttft_p50_s": 0.1,
+        "tpot_p50_s": 0.01,
+        "throughput_tok_s": 100.0,
+        "cpu_s_per_1k_tokens": 2.0,
+        "wall_s": 1.0,
+    }
+    return Measurement(variant=variant, requests=4, output_tokens=40, **{**base, **numbers})
+
+
+def test_ratios_are_to_the_baseline_and_batching_is_inverted() -> None:
+    rows = impact(
+        [
+            measurement("baseline"),
+            measurement("prefix-cache", ttft_p50_s=0.03),
+            # The batching run is the baseline with batching off: four times slower.
+            measurement("batching", throughput_tok_s=25.0, cpu_s_per_1k_tokens=4.0),
+        ]
+    )
+    by_name = {row.variant: row for row in rows}
+    assert by_name["prefix-cache"].ttft == pytest.approx(0.3)
+    assert by_name["batching"].throughput == pytest.approx(4.0)
+    assert by_name["batching"].cost == pytest.approx(0.5)
+    text = format_matrix([measurement("baseline"), measurement("int8", tpot_p50_s=0.006)])
+    assert "0.60x (0.5-0.7x)" in text
+
+
+def test_variants_are_checked_and_baseline_is_always_run() -> None:
+    assert parse_variants("int8,speculative") == ["baseline", "int8", "speculative"]
+    with pytest.raises(UsageError, match="unknown int4"):
+        parse_variants("int4")
+
+
+def test_compare_runs_every_variant_and_writes_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    from slo.cli import main
+
+    report = tmp_path / "compare.html"
+    code = main(
+        [
+            "compare",
+            "--profile",
+            "chat",
+            "--variants",
+            "baseline,int8,prefix-cache,speculative,batching",
+            "--requests",
+            "3",
+            "--repeats",
+            "1",
+            "--context",
+            "160",
+            "--shared-prefix-chars",
+            "96",
+            "--device",
+            "cpu",
+            "--report",
+            str(report),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    for variant in ("int8", "prefix-cache", "speculative", "batching"):
+        assert any(line.startswith(variant + " ") for line in out.splitlines()), out
+    # Greedy speculative decoding and prefix caching change no token.
+    rows = {line.split()[0]: line for line in out.splitlines() if "agree" in line}
+    assert "100% agree" in rows["speculative"] and "100% agree" in rows["prefix-cache"]
+    assert "acceptance" in out and "prefix-cache hit rate" in out
+    text = report.read_text()
+    assert "speculative" in text
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "Install matplotlib" in text
+    else:
+        assert "<svg" in text
