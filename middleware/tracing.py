@@ -107,8 +107,12 @@ class RequestTracer:
                 if is_recording_provider(global_provider)
                 else provider_from_environment(drops)
             )
-        self.enabled = provider is not None and is_recording_provider(provider)
-        self.tracer = provider.get_tracer("llm-slo.middleware") if self.enabled else None
+        self.tracer = (
+            provider.get_tracer("llm-slo.middleware")
+            if provider is not None and is_recording_provider(provider)
+            else None
+        )
+        self.enabled = self.tracer is not None
 
     @staticmethod
     def parent_context(headers: Mapping[str, str]) -> Context | None:
