@@ -53,6 +53,11 @@ class EngineBridge:
         if timeline is not None and timeline.prefill_start_ns is None:
             timeline.prefill_start_ns = time_ns
 
+    def on_prefix_hit(self, request_id: str, time_ns: int, cached_tokens: int) -> None:
+        timeline = self._timelines.get(request_id)
+        if timeline is not None:
+            timeline.cached_tokens = cached_tokens
+
     def on_prefill_end(self, request_id: str, time_ns: int) -> None:
         timeline = self._timelines.get(request_id)
         if timeline is not None and timeline.prefill_end_ns is None:

@@ -35,6 +35,13 @@ REQUEST_HISTOGRAMS = (
     "other",
 )
 ENGINE_GAUGES = ("queue_depth", "running", "batch_size", "kv_usage")
+# Catalog counter -> the StepStats field that feeds it.
+ENGINE_COUNTERS = {
+    "prefix_cache_queries": "prefix_cache_queried_tokens",
+    "prefix_cache_hits": "prefix_cache_hit_tokens",
+    "spec_decode_draft_tokens": "spec_draft_tokens",
+    "spec_decode_accepted_tokens": "spec_accepted_tokens",
+}
 # Counters of the middleware's own losses, read from the store and the span processor.
 LOSS_COUNTERS = ("records_dropped", "records_spooled", "spans_dropped")
 GPU_GAUGES = ("gpu_utilization", "gpu_memory")
@@ -132,6 +139,16 @@ class MetricSet:
                 registry=self.registry,
                 multiprocess_mode="livesum" if name == "queue_depth" else "max",
             )
+        # Engine counters, fed from each step's stats (prefix cache and speculative decoding).
+        self.engine_counters = {
+            name: Counter(
+                _base_name(CATALOG[name].metric, "counter"),
+                CATALOG[name].description,
+                labelnames=CATALOG[name].labels,
+                registry=self.registry,
+            ).labels(model=model)
+            for name in ENGINE_COUNTERS
+        }
         self.losses: dict[str, Any] = {}
         for name in LOSS_COUNTERS:
             sli = CATALOG[name]
@@ -224,6 +241,10 @@ class MetricSet:
                 waiting[tier] += count
         for tier, child in self._queue_depth.items():
             child.set(waiting[tier])
+        for name, field in ENGINE_COUNTERS.items():
+            amount = getattr(stats, field, 0)
+            if amount:
+                self.engine_counters[name].inc(amount)
 
     def observe_gpus(self, gpus: Iterable[Any]) -> None:
         for gpu in gpus:

@@ -92,6 +92,25 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
         help="serve the bare engine API, without latency middleware, /metrics or /slo",
     )
     parser.add_argument(
+        "--enable-prefix-caching",
+        action="store_true",
+        help="share the KV blocks of common prompt prefixes between requests",
+    )
+    parser.add_argument(
+        "--draft-model",
+        default=None,
+        help="speculative decoding with this draft model (e.g. bundled:small-draft)",
+    )
+    parser.add_argument(
+        "--speculative-tokens",
+        type=int,
+        default=4,
+        help="draft tokens proposed per step (default: 4)",
+    )
+    parser.add_argument(
+        "--quantization", choices=["int8"], default=None, help="INT8 weight-only linear layers"
+    )
+    parser.add_argument(
         "--step-delay-ms",
         type=float,
         default=0.0,
@@ -114,16 +133,25 @@ def _serve(args: argparse.Namespace) -> int:
 
     if args.step_delay_ms < 0:
         raise UsageError(f"--step-delay-ms must be >= 0, got {args.step_delay_ms}")
+    if args.speculative_tokens < 1:
+        raise UsageError(f"--speculative-tokens must be at least 1, got {args.speculative_tokens}")
     config = EngineConfig(
         device=args.device,
         dtype=args.dtype,
         max_waiting=args.max_waiting,
         step_delay_s=args.step_delay_ms / 1000,
+        enable_prefix_caching=args.enable_prefix_caching,
+        draft_model=args.draft_model,
+        num_speculative_tokens=args.speculative_tokens,
+        quantization=args.quantization,
     )
     try:
         engine = Engine.from_pretrained(args.model, config)
-    except CheckpointError as error:
-        raise UsageError(f"--model {args.model}: {error}") from error
+    except (CheckpointError, ValueError) as error:
+        which = f"--model {args.model}" + (
+            f" --draft-model {args.draft_model}" if args.draft_model else ""
+        )
+        raise UsageError(f"{which}: {error}") from error
     engine.start_sync()  # load and warm up before accepting traffic; the cold start is reported
     for flag, value in (
         ("--request-timeout", args.request_timeout),
