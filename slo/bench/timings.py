@@ -36,7 +36,7 @@ def parse_server_timing(value: str | None) -> dict[str, float]:
             except ValueError:
                 break
             if math.isfinite(millis) and millis >= 0:
-                timings[f"{name}_s"] = millis / 1000.0
+                timings[f"{name}_s"] = round(millis / 1000.0, 9)  # no float noise from ms->s
             break
     return timings
 
