@@ -124,6 +124,10 @@ class EngineConfig:
     max_tokens_cap: int | None = None  # upper bound for max_tokens; default: max_model_len
     seed: int = 0  # seeds the generator of sampled requests that bring no seed
     warmup: bool = True
+    # Intra-op threads of the engine's worker thread on a CPU. None: one fewer than the cores,
+    # so the event loop serving HTTP keeps a core; sharing all of them makes torch's threads
+    # wait on each other at every op (oversubscription) and roughly doubles a decode step.
+    cpu_threads: int | None = None
     step_delay_s: float = 0.0  # sleep added to every step: for alert drills and fault tests
     # Share full KV blocks across requests with the same token prefix (system prompts, turns).
     enable_prefix_caching: bool = False

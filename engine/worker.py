@@ -8,6 +8,7 @@ speculatively with a draft model), samples, checks stop conditions and streams t
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +55,9 @@ class EngineWorker:
 
     def _run(self) -> None:
         torch.set_grad_enabled(False)
+        if self.device.type == "cpu":
+            # Per-thread in torch (OpenMP): other threads of the process keep their own setting.
+            torch.set_num_threads(self.config.cpu_threads or max(1, (os.cpu_count() or 2) - 1))
         while True:
             with self._lock:
                 while not (
