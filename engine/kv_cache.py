@@ -153,6 +153,7 @@ class PagedKVCache:
             torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)
         ]
         self.allocator = BlockAllocator(num_blocks, enable_caching)
+        self._offsets: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @staticmethod
     def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -165,6 +166,48 @@ class PagedKVCache:
         while len(block_table) * self.block_size < num_tokens:
             block_table.append(self.allocator.allocate())
 
+    def _key_offsets(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(position // block_size, position % block_size) for positions 0..length-1, cached."""
+        if self._offsets is None or self._offsets[0].shape[0] < length:
+            size = max(
+                length, 2 * (0 if self._offsets is None else self._offsets[0].shape[0]), 1024
+            )
+            positions = torch.arange(size)
+            self._offsets = (positions // self.block_size, positions % self.block_size)
+        return self._offsets[0][:length], self._offsets[1][:length]
+
+    def _decode_batch(
+        self, block_tables: Sequence[Sequence[int]], start_positions: Sequence[int]
+    ) -> tuple[AttentionBatch, torch.Tensor]:
+        """The one-new-token-per-sequence case, with few tensor ops: it runs every decode step."""
+        bs = self.block_size
+        context = max(start_positions) + 1
+        width = blocks_needed(context, bs)
+        rows = [
+            list(blocks[:width]) + [0] * (width - min(len(blocks), width))
+            for blocks in block_tables
+        ]
+        block_index, block_offset = self._key_offsets(context)
+        context_slots = torch.tensor(rows, dtype=torch.long)[:, block_index] * bs + block_offset
+        slots = [
+            blocks[p // bs] * bs + p % bs
+            for blocks, p in zip(block_tables, start_positions, strict=True)
+        ]
+        positions = torch.tensor(start_positions, dtype=torch.long).unsqueeze(1)
+        mask = None
+        if len(block_tables) > 1:  # shorter sequences must not see the padding keys
+            key_positions = torch.arange(context)
+            mask = (key_positions.unsqueeze(0) <= positions).view(len(block_tables), 1, 1, context)
+            mask = mask.to(self.device)
+        device = self.device
+        batch = AttentionBatch(
+            token_index=None,
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
+            context_slots=context_slots.to(device),
+            mask=mask,
+        )
+        return batch, positions.to(device)
+
     def build_batch(
         self,
         block_tables: Sequence[Sequence[int]],
@@ -175,6 +218,8 @@ class PagedKVCache:
 
         Returns the batch and the positions tensor [B, T] (padding positions are 0).
         """
+        if all(new == 1 for new in num_new_tokens):
+            return self._decode_batch(block_tables, start_positions)
         bsz = len(block_tables)
         max_new = max(num_new_tokens)
         context_lens = [

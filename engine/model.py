@@ -162,6 +162,7 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
         self.fused: list[FusedLayer] = []
+        self._rope_tables: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
         self.lm_head_weight: Weight = self.lm_head.weight.detach()  # set again by fuse()
 
     def fuse(self) -> None:
@@ -186,17 +187,28 @@ class LlamaForCausalLM(nn.Module):
                 )
             )
         self.fused = fused
+        self._rope_tables = {}  # rebuilt lazily on the weights' device and dtype
         self.lm_head_weight = self.lm_head.weight.detach()
 
     def rope(
-        self, positions: torch.Tensor, dtype: torch.dtype
+        self, positions: torch.Tensor, dtype: torch.dtype, max_position: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sign-folded sin for `x * cos + roll(x, half) * sin` (HF's rotate_half form)."""
-        freqs = positions.to(torch.float32).unsqueeze(-1) * self.inv_freq.to(torch.float32)
-        cos = torch.cat((freqs, freqs), dim=-1).cos()
-        sin = freqs.sin()
-        signed_sin = torch.cat((-sin, sin), dim=-1)
-        return cos.to(dtype).unsqueeze(2), signed_sin.to(dtype).unsqueeze(2)
+        """cos and sign-folded sin for `x * cos + roll(x, half) * sin` (HF's rotate_half form).
+
+        Read from tables computed once (grown on demand), as HF computes them: angles in
+        float32, then cast; two lookups per forward instead of ten ops.
+        """
+        needed = (max_position if max_position is not None else int(positions.max())) + 1
+        table = self._rope_tables.get(dtype)
+        if table is None or table[0].shape[0] < needed:
+            length = max(needed, 2 * (0 if table is None else table[0].shape[0]), 256)
+            steps = torch.arange(length, device=self.inv_freq.device, dtype=torch.float32)
+            freqs = steps.unsqueeze(-1) * self.inv_freq.to(torch.float32)
+            cos = torch.cat((freqs, freqs), dim=-1).cos()
+            sin = freqs.sin()
+            table = (cos.to(dtype), torch.cat((-sin, sin), dim=-1).to(dtype))
+            self._rope_tables[dtype] = table
+        return table[0][positions].unsqueeze(2), table[1][positions].unsqueeze(2)
 
     def _norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         if hidden.dtype == torch.float32:
@@ -225,7 +237,8 @@ class LlamaForCausalLM(nn.Module):
         half = head_dim // 2
         gqa = heads != kv_heads
         hidden = F.embedding(input_ids, self.model.embed_tokens.weight)
-        cos, sin = self.rope(positions, hidden.dtype)
+        # Every position is below the longest context of the batch (no device sync to find it).
+        cos, sin = self.rope(positions, hidden.dtype, batch.context_slots.shape[1] - 1)
         for layer, key_cache, value_cache in zip(self.fused, key_caches, value_caches, strict=True):
             qkv = linear(self._norm(hidden, layer.input_norm), layer.qkv_weight, layer.qkv_bias)
             # q and k are adjacent in the packed projection: rotate both in one go.
