@@ -184,7 +184,7 @@ class LatencyMiddleware:
         state["tier"] = tier.name
         response = _Response()
         server_timing = self.server_timing
-        now_ns = clock.now_ns
+        now_ns = time.perf_counter_ns if isinstance(clock, SystemClock) else clock.now_ns
         captured = (
             CaptureBuffer(self.capture.max_chars * 4)
             if self.capture is not None and self.tracer.enabled
@@ -203,9 +203,30 @@ class LatencyMiddleware:
                 response.disconnected = True
             return message
 
+        chunk_times = timeline.body_chunk_ns
+
         async def send_wrapper(message: Message) -> None:
-            kind = message["type"]
-            if kind == "http.response.start":
+            # The body branch runs once per streamed chunk: keep it to a few operations.
+            if message["type"] == "http.response.body":
+                started = now_ns()
+                more = message.get("more_body", False)
+                if not more and server_timing and response.is_stream and response.status < 400:
+                    comment = timings_comment(timeline.breakdown())
+                    await send({"type": "http.response.body", "body": comment, "more_body": True})
+                await send(message)
+                body = message.get("body")
+                if body:
+                    if timeline.first_token_byte_ns is None:
+                        timeline.chunk_sent(started)
+                    else:
+                        chunk_times.append(started)
+                    if captured is not None:
+                        captured.add_response(body)
+                if not more:
+                    timeline.last_byte_ns = now_ns()
+                    response.complete = True
+                return
+            if message["type"] == "http.response.start":
                 response.status = message["status"]
                 response.started = True
                 raw_headers = list(message.get("headers", ()))
@@ -217,29 +238,6 @@ class LatencyMiddleware:
                         (b"server-timing", server_timing_value(timeline.breakdown()).encode())
                     )
                     message = {**message, "headers": raw_headers}
-                await send(message)
-                return
-            if kind == "http.response.body":
-                started = now_ns()
-                body = message.get("body", b"")
-                final = not message.get("more_body", False)
-                if final and server_timing and response.is_stream and response.status < 400:
-                    await send(
-                        {
-                            "type": "http.response.body",
-                            "body": timings_comment(timeline.breakdown()),
-                            "more_body": True,
-                        }
-                    )
-                await send(message)
-                if body:
-                    timeline.chunk_sent(started)
-                    if captured is not None:
-                        captured.add_response(body)
-                if final:
-                    timeline.last_byte_ns = now_ns()
-                    response.complete = True
-                return
             await send(message)
 
         self.bridge.register(timeline)
