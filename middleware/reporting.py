@@ -10,6 +10,7 @@ from typing import Any
 from middleware.auth import AuthDecision
 from middleware.timeline import Breakdown, RequestTimeline
 from middleware.types import ASGIApp, Receive, Scope, Send
+from slo.sli import outcome_for_status
 
 
 def classify_outcome(
@@ -21,19 +22,7 @@ def classify_outcome(
         return "server_error"
     if hint:
         return hint
-    if status < 400:
-        return "ok"
-    if status == 429:
-        return "rate_limited"
-    if status == 503:
-        return "shed"
-    if status in (408, 504):
-        return "timeout"
-    if status == 499:
-        return "cancelled"
-    if status < 500:
-        return "client_error"
-    return "server_error"
+    return outcome_for_status(status)
 
 
 def refusal(decision: AuthDecision) -> ASGIApp:

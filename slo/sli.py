@@ -33,6 +33,22 @@ OUTCOMES: tuple[str, ...] = (
 # walked away. They are left out of availability; every other non-ok outcome counts as bad.
 OUTCOMES_EXCLUDED_FROM_AVAILABILITY: tuple[str, ...] = ("client_error", "cancelled")
 
+
+def outcome_for_status(status: int) -> str:
+    """The outcome of a finished HTTP response, by status alone (one mapping for every reader)."""
+    if status < 400:
+        return "ok"
+    if status == 429:
+        return "rate_limited"
+    if status == 503:
+        return "shed"
+    if status in (408, 504):
+        return "timeout"
+    if status == 499:
+        return "cancelled"
+    return "client_error" if status < 500 else "server_error"
+
+
 STANDARD_LABELS: tuple[str, ...] = ("tier", "model", "route")
 _REQUEST_LABELS = STANDARD_LABELS
 _ENGINE_LABELS: tuple[str, ...] = ("model",)

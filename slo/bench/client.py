@@ -24,23 +24,9 @@ import httpx
 
 from slo.bench.profiles import PlannedRequest
 from slo.bench.timings import PHASES, parse_server_timing, parse_timings_comment
+from slo.sli import outcome_for_status
 
 ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
-
-
-def outcome_for_status(status: int) -> str:
-    """The record outcome of an HTTP status, as the middleware classifies it."""
-    if status < 400:
-        return "ok"
-    if status == 429:
-        return "rate_limited"
-    if status == 503:
-        return "shed"
-    if status in (408, 504):
-        return "timeout"
-    if status == 499:
-        return "cancelled"
-    return "client_error" if status < 500 else "server_error"
 
 
 @dataclass

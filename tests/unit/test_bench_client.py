@@ -15,10 +15,11 @@ import pytest
 
 from middleware.reporting import server_timing_value, timings_comment
 from middleware.timeline import Breakdown
-from slo.bench.client import RequestSettings, measure, outcome_for_status, request_body
+from slo.bench.client import RequestSettings, measure, request_body
 from slo.bench.profiles import PlannedRequest
 from slo.bench.timings import parse_server_timing, parse_timings_comment
 from slo.records import validate_record
+from slo.sli import outcome_for_status
 
 PLANNED = PlannedRequest(3, "premium", "[3] the of", 10, 4, 0.0)
 BREAKDOWN = Breakdown(e2e_s=0.5, ttft_s=0.2, tpot_s=0.1, itl_s=(), network_s=0.01, queue_s=0.02,
