@@ -12,6 +12,7 @@ from alerts.alertmanager import DEFAULT_WEBHOOK_URL, Timing, render_alertmanager
 from alerts.promtool_tests import render_rules_test
 from alerts.rules import Links, render_rules
 from alerts.runbooks import render_runbooks
+from slo.files import write_tree
 from slo.spec import SLOSpec
 
 RULES_FILE = "prometheus/rules.yml"
@@ -37,13 +38,7 @@ def write_alerts(
     }
     for name, text in render_runbooks(spec).items():
         files[f"{RUNBOOKS_DIR}/{name}.md"] = text
-    written = []
-    for relative, text in files.items():
-        path = out / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return written
+    return write_tree(out, files)
 
 
 __all__ = [

@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from dashboards.panels import Panel, Row, rows
+from slo.files import write_tree
 from slo.sli import CATALOG
 from slo.spec import SLOSpec
 
@@ -137,13 +138,7 @@ def write_dashboards(
     files = {f"grafana/{OVERVIEW_UID}.json": render_dashboard(spec)}
     for relative, text in render_provisioning(prometheus_url=prometheus_url).items():
         files[f"grafana/{relative}"] = text
-    written = []
-    for relative, text in files.items():
-        path = out / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return written
+    return write_tree(out, files)
 
 
 def panel_queries(dashboard: dict[str, Any] | str) -> list[PanelQuery]:
