@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -165,10 +166,15 @@ class LlamaForCausalLM(nn.Module):
         self._rope_tables: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
         self.lm_head_weight: Weight = self.lm_head.weight.detach()  # set again by fuse()
 
+    @property
+    def decoder_layers(self) -> list[DecoderLayer]:
+        """The decoder layers, typed (iterating an nn.ModuleList yields plain Modules)."""
+        return [cast(DecoderLayer, layer) for layer in self.model.layers]
+
     def fuse(self) -> None:
         """Pack the weights for inference; call again after changing any weight."""
         fused = []
-        for layer in self.model.layers:
+        for layer in self.decoder_layers:
             attn, mlp = layer.self_attn, layer.mlp
             fused.append(
                 FusedLayer(
@@ -202,8 +208,9 @@ class LlamaForCausalLM(nn.Module):
         table = self._rope_tables.get(dtype)
         if table is None or table[0].shape[0] < needed:
             length = max(needed, 2 * (0 if table is None else table[0].shape[0]), 256)
-            steps = torch.arange(length, device=self.inv_freq.device, dtype=torch.float32)
-            freqs = steps.unsqueeze(-1) * self.inv_freq.to(torch.float32)
+            inv_freq = cast(torch.Tensor, self.inv_freq)
+            steps = torch.arange(length, device=inv_freq.device, dtype=torch.float32)
+            freqs = steps.unsqueeze(-1) * inv_freq.to(torch.float32)
             cos = torch.cat((freqs, freqs), dim=-1).cos()
             sin = freqs.sin()
             table = (cos.to(dtype), torch.cat((-sin, sin), dim=-1).to(dtype))

@@ -13,9 +13,13 @@ Embeddings and norms stay in full precision: they are small and quality-sensitiv
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from engine.model import LlamaForCausalLM
 
 
 @dataclass(frozen=True)
@@ -26,7 +30,9 @@ class Int8Weight:
     scales: torch.Tensor  # [out], in the activations' dtype
 
     @classmethod
-    def quantize(cls, weight: torch.Tensor) -> Int8Weight:
+    def quantize(cls, weight: torch.Tensor | Int8Weight) -> Int8Weight:
+        if isinstance(weight, Int8Weight):  # quantizing twice would only lose precision
+            return weight
         w = weight.detach().float()
         scales = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
         qweight = torch.clamp(torch.round(w / scales[:, None]), -127, 127).to(torch.int8)
@@ -51,22 +57,21 @@ def linear(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) ->
     return F.linear(x, weight, bias)
 
 
-def quantize_model(model: torch.nn.Module) -> None:
+def quantize_model(model: LlamaForCausalLM) -> None:
     """Replace the fused linear weights and the LM head of a loaded model with int8 ones."""
-    fused = model.fused  # type: ignore[attr-defined]
-    for layer in fused:
+    for layer in model.fused:
         layer.qkv_weight = Int8Weight.quantize(layer.qkv_weight)
         layer.o_weight = Int8Weight.quantize(layer.o_weight)
         layer.gate_up_weight = Int8Weight.quantize(layer.gate_up_weight)
         layer.down_weight = Int8Weight.quantize(layer.down_weight)
-    model.lm_head_weight = Int8Weight.quantize(model.lm_head.weight)  # type: ignore[attr-defined]
+    model.lm_head_weight = Int8Weight.quantize(model.lm_head.weight)
 
 
-def linear_weight_bytes(model: torch.nn.Module) -> int:
+def linear_weight_bytes(model: LlamaForCausalLM) -> int:
     """Bytes held by the weights the forward pass multiplies with (fused layers + LM head)."""
     total = 0
-    for layer in model.fused:  # type: ignore[attr-defined]
+    for layer in model.fused:
         for weight in (layer.qkv_weight, layer.o_weight, layer.gate_up_weight, layer.down_weight):
             total += weight.nbytes
-    head = model.lm_head_weight  # type: ignore[attr-defined]
+    head = model.lm_head_weight
     return total + head.nbytes

@@ -124,7 +124,7 @@ def causal_logits(model: LlamaForCausalLM, ids: torch.Tensor) -> torch.Tensor:
     def rotate(x: torch.Tensor) -> torch.Tensor:
         return x * cos + torch.roll(x, half, dims=-1) * sin
 
-    for layer in model.model.layers:
+    for layer in model.decoder_layers:
         attn, mlp = layer.self_attn, layer.mlp
         normed = F.rms_norm(hidden, (hidden.shape[-1],), layer.input_layernorm.weight, eps)
         q = rotate(attn.q_proj(normed).view(bsz, seq_len, heads, head_dim))

@@ -42,6 +42,7 @@ class EngineWorker:
     cache: PagedKVCache
     scheduler: Scheduler
     speculative: SpeculativeDecoder | None
+    device: torch.device
     totals: EngineTotals
     step_faults: Callable[[list[str]], None] | None
     _hooks: HookDispatch
@@ -80,10 +81,10 @@ class EngineWorker:
         for sequence in incoming:
             self.scheduler.add(sequence)
         for request_id in aborted:
-            sequence = self._sequences.get(request_id)
-            if sequence is not None and sequence.finish_reason is None:
-                self.scheduler.remove(sequence)
-                self._finish(sequence, "cancelled", deliver=False)
+            gone = self._sequences.get(request_id)
+            if gone is not None and gone.finish_reason is None:
+                self.scheduler.remove(gone)
+                self._finish(gone, "cancelled", deliver=False)
 
         if self.config.step_delay_s > 0:
             time.sleep(self.config.step_delay_s)
