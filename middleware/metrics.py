@@ -97,38 +97,13 @@ class MetricSet:
         self.model = model
         self.spec = spec
         self._tier_by_priority = {tier.priority: tier.name for tier in spec.tiers}
-        self.histograms: dict[str, Histogram] = {}
-        for name in (*REQUEST_HISTOGRAMS, "itl", "input_tokens", "output_tokens"):
-            sli = CATALOG[name]
-            self.histograms[name] = Histogram(
-                sli.metric,
-                sli.description,
-                labelnames=sli.labels,
-                buckets=buckets_for(name, spec),
-                registry=self.registry,
-            )
-        requests = CATALOG["requests"]
-        self.requests = Counter(
-            _base_name(requests.metric, "counter"),
-            requests.description,
-            labelnames=requests.labels,
-            registry=self.registry,
-        )
-        throughput = CATALOG["throughput"]
-        self.output_tokens_total = Counter(
-            _base_name(throughput.metric, "counter"),
-            throughput.description,
-            labelnames=throughput.labels,
-            registry=self.registry,
-        )
-        cold = CATALOG["cold_start"]
-        self.cold_start = Histogram(
-            cold.metric,
-            cold.description,
-            labelnames=cold.labels,
-            buckets=cold.default_buckets,
-            registry=self.registry,
-        )
+        self.histograms = {
+            name: self._histogram(name, buckets_for(name, spec))
+            for name in (*REQUEST_HISTOGRAMS, "itl", "input_tokens", "output_tokens")
+        }
+        self.requests = self._counter("requests")
+        self.output_tokens_total = self._counter("throughput")
+        self.cold_start = self._histogram("cold_start", CATALOG["cold_start"].default_buckets)
         self.gauges: dict[str, Gauge] = {}
         for name in (*ENGINE_GAUGES, *GPU_GAUGES):
             sli = CATALOG[name]
@@ -141,24 +116,11 @@ class MetricSet:
             )
         # Engine counters, fed from each step's stats (prefix cache and speculative decoding).
         self.engine_counters = {
-            name: Counter(
-                _base_name(CATALOG[name].metric, "counter"),
-                CATALOG[name].description,
-                labelnames=CATALOG[name].labels,
-                registry=self.registry,
-            ).labels(model=model)
-            for name in ENGINE_COUNTERS
+            name: self._counter(name).labels(model=model) for name in ENGINE_COUNTERS
         }
         self.losses: dict[str, Any] = {}
         for name in LOSS_COUNTERS:
-            sli = CATALOG[name]
-            counter = Counter(
-                _base_name(sli.metric, "counter"),
-                sli.description,
-                labelnames=sli.labels,
-                registry=self.registry,
-            )
-            self.losses[name] = counter.labels(model=model)
+            self.losses[name] = self._counter(name).labels(model=model)
             self.losses[name].inc(0)  # exported as 0 from the start: alerts need the series
         self._losses_seen = dict.fromkeys(LOSS_COUNTERS, 0)
         self._itl_bounds = buckets_for("itl", spec)
@@ -169,6 +131,26 @@ class MetricSet:
             tier.name: self.gauges["queue_depth"].labels(tier=tier.name, model=model)
             for tier in spec.tiers
         }
+
+    def _counter(self, name: str) -> Counter:
+        """The catalog's counter `name` (prometheus_client adds the `_total` suffix itself)."""
+        sli = CATALOG[name]
+        return Counter(
+            _base_name(sli.metric, "counter"),
+            sli.description,
+            labelnames=sli.labels,
+            registry=self.registry,
+        )
+
+    def _histogram(self, name: str, buckets: tuple[float, ...]) -> Histogram:
+        sli = CATALOG[name]
+        return Histogram(
+            sli.metric,
+            sli.description,
+            labelnames=sli.labels,
+            buckets=buckets,
+            registry=self.registry,
+        )
 
     def _bound(self, tier: str, route: str) -> dict[str, Any]:
         key = (tier, route)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
+
+from slo.store import RecordStore
 
 
 def require_or_skip(reason: str) -> NoReturn:
@@ -13,3 +17,11 @@ def require_or_skip(reason: str) -> NoReturn:
     if os.environ.get("LLM_SLO_REQUIRE_INTEGRATION") == "1":
         pytest.fail(f"required for integration tests but missing: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[RecordStore]:
+    """A real SQLite record store in the test's folder, closed afterwards."""
+    record_store = RecordStore(f"sqlite:///{tmp_path / 'records.db'}")
+    yield record_store
+    record_store.close()

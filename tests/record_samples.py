@@ -70,3 +70,12 @@ def write_jsonl(records: list[dict[str, Any]], path: Path) -> Path:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def phase_parts(record: Any) -> list[float]:
+    """The six additive phases of a record, all required present: they must sum to its e2e."""
+    names = ("network_s", "other_s", "queue_s", "prefill_s", "decode_s", "detokenize_s")
+    values = [getattr(record, name) for name in names]
+    missing = [name for name, value in zip(names, values, strict=True) if value is None]
+    assert not missing, f"record {record.request_id} has no {', '.join(missing)}"
+    return values

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -14,11 +13,7 @@ from typing import Any
 
 import httpx
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from slo.bench.server import free_port, stop_process
 
 
 def wait_until_ready(
@@ -91,11 +86,6 @@ def slo_serve_process(
         wait_until_ready(base_url + "/health", process=process)
         yield base_url, process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         if process.stdout is not None:
             process.stdout.close()

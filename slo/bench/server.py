@@ -28,6 +28,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_process(
+    process: subprocess.Popen[bytes] | subprocess.Popen[str], timeout_s: float = 30
+) -> None:
+    """SIGTERM (a graceful drain for `slo serve`), then SIGKILL if it does not end in time."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 @contextlib.contextmanager
 def embedded_server(
     *,
@@ -58,12 +70,7 @@ def embedded_server(
             _wait_ready(base_url, process, log_path, startup_timeout_s)
             yield base_url
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process)
 
 
 def _wait_ready(

@@ -31,6 +31,7 @@ from engine import Engine
 from engine.api import create_app
 from middleware import LatencyMiddleware
 from slo.store import RecordStore
+from tests.record_samples import phase_parts
 from tests.servers import free_port, uvicorn_thread, wait_until_ready
 
 MODEL = "bundled:tiny"
@@ -121,14 +122,7 @@ def test_records_metrics_spans_agree_with_the_client(
         record = records[request_id]
         assert record.ttft_s is not None and record.ttft_s <= ttft
         assert record.queue_s is not None and record.prefill_s is not None and record.prefill_s > 0
-        parts = [
-            record.network_s,
-            record.other_s,
-            record.queue_s,
-            record.prefill_s,
-            record.decode_s,
-            record.detokenize_s,
-        ]
+        parts = phase_parts(record)
         assert sum(parts) == pytest.approx(record.e2e_s, abs=1e-6)
 
     spans = exporter.get_finished_spans()

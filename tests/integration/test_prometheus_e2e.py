@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts import Links, Timing, write_alerts
 from alerts.alertmanager import receiver_name
 from dashboards import panel_queries, render_dashboard, substitute
+from slo.bench.server import stop_process
 from slo.sli import CATALOG
 from slo.spec import SLOSpec
 from tests.conftest import require_or_skip
@@ -76,12 +77,7 @@ def _process(command: list[str], ready_url: str, log: Path) -> Iterator[None]:
             wait_until_ready(ready_url, timeout_s=60, process=process)
             yield
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process, timeout_s=20)
 
 
 @contextlib.contextmanager

@@ -65,13 +65,6 @@ def keys_file(tmp_path: Path, **limits: Any) -> Path:
     return path
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Any:
-    store = RecordStore(f"sqlite:///{tmp_path / 'r.db'}")
-    yield store
-    store.close()
-
-
 def test_missing_and_wrong_keys_get_the_same_401(tmp_path: Path, store: RecordStore) -> None:
     app = LatencyMiddleware(echo_app, store=store, auth=keys_file(tmp_path))
     missing = asyncio.run(call(app, {}))

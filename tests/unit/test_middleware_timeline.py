@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from middleware import LatencyMiddleware, ScriptedClock, current_timeline
 from middleware.timeline import RequestTimeline
 from slo.spec import SLOSpec
 from slo.store import RecordStore
+from tests.record_samples import phase_parts
 
 MS = 1e-3
 
@@ -82,13 +82,6 @@ async def call(
     return sent
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Any:
-    store = RecordStore(f"sqlite:///{tmp_path / 'records.db'}")
-    yield store
-    store.close()
-
-
 def test_every_phase_exact_and_additive(store: RecordStore) -> None:
     clock = ScriptedClock()
     app = LatencyMiddleware(
@@ -116,14 +109,7 @@ def test_every_phase_exact_and_additive(store: RecordStore) -> None:
     assert record.tpot_s == pytest.approx((50 - 28) / 2 * MS)
     assert record.itl_s == pytest.approx([10 * MS, 10 * MS])
     assert record.input_tokens == 7 and record.output_tokens == 3
-    parts = [
-        record.network_s,
-        record.other_s,
-        record.queue_s,
-        record.prefill_s,
-        record.decode_s,
-        record.detokenize_s,
-    ]
+    parts = phase_parts(record)
     assert sum(parts) == pytest.approx(record.e2e_s)
 
 
@@ -199,14 +185,7 @@ def test_interleaved_streams_never_mix_state(store: RecordStore) -> None:
     assert len({r.request_id for r in records}) == len(lengths)
     for record in records:
         assert len(record.itl_s or []) == record.output_tokens - 1
-        parts = [
-            record.network_s,
-            record.other_s,
-            record.queue_s,
-            record.prefill_s,
-            record.decode_s,
-            record.detokenize_s,
-        ]
+        parts = phase_parts(record)
         assert sum(parts) == pytest.approx(record.e2e_s)
         assert min(parts) >= 0
 
