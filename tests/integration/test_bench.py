@@ -149,9 +149,13 @@ def test_client_timings_match_a_scripted_server(profile: str, tmp_path: Path) ->
         # sending and delivery, a few ms
         arrived, *chunks = sent_at[record.request_id]
         assert chunks[0] - arrived <= ttft <= chunks[0] - arrived + 0.010
-        actual_gaps = [b - a for a, b in itertools.pairwise(chunks)]
-        for measured, actual in zip(gaps, actual_gaps, strict=True):
-            assert abs(measured - actual) <= 0.008, (gaps, actual_gaps)
+        # Each chunk is seen after the server sent it and within 10 ms of that, on the same
+        # clock (a chunk delivered late lengthens one gap and shortens the next, so judging
+        # arrivals, not single gaps, keeps one scheduling hiccup from counting twice).
+        seen = list(itertools.accumulate(gaps, initial=ttft))
+        sent = [chunk - arrived for chunk in chunks]
+        for seen_at, sent_at_s in zip(seen, sent, strict=True):
+            assert sent_at_s <= seen_at <= sent_at_s + 0.010, (seen, sent)
         # e2e and TPOT follow from the same clock: the last chunk plus the usage/[DONE] tail
         tail = (record.client_e2e_s or 0) - (ttft + sum(gaps))
         assert 0 <= tail <= 0.005
