@@ -136,6 +136,9 @@ class EngineConfig:
     draft_model: str | None = None  # "bundled:small-draft" or a checkpoint directory
     num_speculative_tokens: int = 4
     quantization: str | None = None  # "int8": weight-only int8 linear layers (target and draft)
+    # torch.compile the decode forward (engine/compiled.py): faster decode steps for a one-time
+    # compile during warm-up (tens of seconds on a CPU, cached on disk by inductor after that).
+    compile: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from engine import runner
+from engine.compiled import compile_forward
 from engine.config import CheckpointError, EngineConfig, ModelConfig
 from engine.gpu import GpuStats, read_gpu_stats
 from engine.kv_cache import PagedKVCache, blocks_needed
@@ -185,30 +186,51 @@ class Engine(EngineWorker):
 
     def _warm_up(self) -> None:
         started = time.perf_counter()
-        if self.config.warmup:
-            with torch.inference_mode():
-                probe = Sequence(
-                    request_id="warmup",
-                    prompt_ids=[0] * min(8, self.max_model_len - 2),
-                    params=SamplingParams(max_tokens=2, temperature=0),
-                    priority=0,
-                    arrival=-1,
-                    detokenizer=IncrementalDetokenizer(self.tokenizer),
-                    deliver=lambda _: None,
-                )
-                self.cache.ensure_capacity(probe.block_table, probe.num_tokens + 2)
-                try:
-                    logits = self._prefill(self.model, self.cache, [probe])
-                    probe.output_ids.append(int(logits[0].argmax()))
-                    if self.speculative is not None:
-                        self.speculative.step(self.model, self.cache, [probe])
-                    else:
-                        runner.decode(self.model, self.cache, [probe])
-                    if self.device.type == "cuda":
-                        torch.cuda.synchronize(self.device)
-                finally:
-                    self.cache.allocator.free(probe.block_table)
+        if self.config.compile and self.model.compiled_forward is None:
+            # Every position's RoPE angles now: a table growing inside the graph would recompile.
+            self.model.rope(torch.zeros(1, dtype=torch.long), self.dtype, self.max_model_len - 1)
+            self.model.compiled_forward = compile_forward(self.model.forward, self.device)
+        if self.config.warmup or self.config.compile:
+            previous_threads = torch.get_num_threads()
+            if self.device.type == "cpu":  # inductor sizes its kernels' thread pools now
+                torch.set_num_threads(self.worker_threads)
+            try:
+                with torch.inference_mode():
+                    self._run_probes(2 if self.config.compile else 1)
+            finally:
+                torch.set_num_threads(previous_threads)
         self._warmup_s = time.perf_counter() - started
+
+    def _run_probes(self, batch_sizes: int) -> None:
+        """Prefill and decode short probe requests, decoding at batch 1..`batch_sizes` (a
+        compiled forward has one graph for a single sequence and one for larger batches)."""
+        probes = [
+            Sequence(
+                request_id=f"warmup-{index}",
+                prompt_ids=[0] * min(8, self.max_model_len - 2),
+                params=SamplingParams(max_tokens=2, temperature=0),
+                priority=0,
+                arrival=-1,
+                detokenizer=IncrementalDetokenizer(self.tokenizer),
+                deliver=lambda _: None,
+            )
+            for index in range(batch_sizes)
+        ]
+        try:
+            for probe in probes:
+                self.cache.ensure_capacity(probe.block_table, probe.num_tokens + 2)
+                logits = self._prefill(self.model, self.cache, [probe])
+                probe.output_ids.append(int(logits[0].argmax()))
+            if self.speculative is not None:
+                self.speculative.step(self.model, self.cache, probes[:1])
+            else:
+                for size in range(1, batch_sizes + 1):
+                    runner.decode(self.model, self.cache, probes[:size])
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        finally:
+            for probe in probes:
+                self.cache.allocator.free(probe.block_table)
 
     async def stop(self) -> None:
         await asyncio.to_thread(self.stop_sync)

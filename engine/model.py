@@ -9,6 +9,7 @@ cache slots of their positions, then attends over each sequence's cached context
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -165,6 +166,8 @@ class LlamaForCausalLM(nn.Module):
         self.fused: list[FusedLayer] = []
         self._rope_tables: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
         self.lm_head_weight: Weight = self.lm_head.weight.detach()  # set again by fuse()
+        # The decode forward compiled for these weights (engine/compiled.py), or None: eager.
+        self.compiled_forward: Callable[..., torch.Tensor] | None = None
 
     @property
     def decoder_layers(self) -> list[DecoderLayer]:
@@ -195,6 +198,7 @@ class LlamaForCausalLM(nn.Module):
         self.fused = fused
         self._rope_tables = {}  # rebuilt lazily on the weights' device and dtype
         self.lm_head_weight = self.lm_head.weight.detach()
+        self.compiled_forward = None  # frozen on the old weights: compile again if wanted
 
     def rope(
         self, positions: torch.Tensor, dtype: torch.dtype, max_position: int | None = None

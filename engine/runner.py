@@ -40,7 +40,8 @@ def decode(model: LlamaForCausalLM, cache: PagedKVCache, sequences: list[Sequenc
         [s.block_table for s in sequences], starts, [1] * len(sequences)
     )
     ids = torch.tensor([[s.output_ids[-1]] for s in sequences], dtype=torch.long)
-    hidden = model(ids.to(cache.device), positions, cache.keys, cache.values, batch)
+    forward = model.compiled_forward or model
+    hidden = forward(ids.to(cache.device), positions, cache.keys, cache.values, batch)
     for sequence in sequences:
         sequence.num_cached = sequence.num_tokens
     return model.logits(hidden[:, 0])

@@ -54,11 +54,16 @@ class EngineWorker:
     _step_count: int
     _default_generator: torch.Generator
 
+    @property
+    def worker_threads(self) -> int:
+        """Intra-op threads of the worker on a CPU (see `EngineConfig.cpu_threads`)."""
+        return self.config.cpu_threads or max(1, (os.cpu_count() or 2) - 1)
+
     def _run(self) -> None:
         torch.set_grad_enabled(False)
         if self.device.type == "cpu":
             # Per-thread in torch (OpenMP): other threads of the process keep their own setting.
-            torch.set_num_threads(self.config.cpu_threads or max(1, (os.cpu_count() or 2) - 1))
+            torch.set_num_threads(self.worker_threads)
         while True:
             with self._lock:
                 while not (

@@ -3,7 +3,8 @@
     python -m pytest tests/benchmarks/test_engine_vs_transformers.py -o addopts="" -s
 
 Reports three ratios (goals from the foundation issue):
-- tokens/s at batch 1, engine / transformers (goal >= 2x);
+- tokens/s at batch 1, engine / transformers (goal >= 2x), eager and with the decode forward
+  compiled (`EngineConfig(compile=True)`, the `--compile` flag of `slo serve`);
 - aggregate tokens/s of 16 concurrent requests through continuous batching / the same 16
   requests one after another in transformers (goal >= 5x);
 - decode step time with hooks on / hooks off (goal: within 1%).
@@ -55,6 +56,15 @@ def engine(checkpoint: Path) -> Iterator[Engine]:
 
 
 @pytest.fixture(scope="module")
+def compiled_engine(checkpoint: Path) -> Iterator[Engine]:
+    config = EngineConfig(device="cpu", dtype="float32", compile=True)
+    engine = Engine.from_pretrained(checkpoint, config)
+    engine.start_sync()  # compiles during warm-up, outside the measured rounds
+    yield engine
+    engine.stop_sync()
+
+
+@pytest.fixture(scope="module")
 def reference(checkpoint: Path) -> Any:
     return transformers.LlamaForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
 
@@ -95,6 +105,16 @@ def test_engine_batch1(benchmark: Any, engine: Engine, reference: Any) -> None:
     )
     assert list(out.token_ids) == hf_generate(reference, ids)  # same work, same answer
     record("engine_batch1", benchmark, NEW_TOKENS)
+
+
+@pytest.mark.benchmark(group="batch-1")
+def test_compiled_engine_batch1(benchmark: Any, compiled_engine: Engine, reference: Any) -> None:
+    ids = compiled_engine.tokenizer.encode(PROMPT)
+    out = benchmark.pedantic(
+        lambda: asyncio.run(compiled_engine.complete(ids, GREEDY)), rounds=5, warmup_rounds=1
+    )
+    assert list(out.token_ids) == hf_generate(reference, ids)
+    record("compiled_engine_batch1", benchmark, NEW_TOKENS)
 
 
 def prompts() -> list[str]:
@@ -182,6 +202,7 @@ def test_engine_hooks_overhead(benchmark: Any, engine: Engine, hooks_on: bool) -
 def test_report_ratios() -> None:
     needed = {
         "engine_batch1",
+        "compiled_engine_batch1",
         "transformers_batch1",
         "engine_16_concurrent",
         "transformers_16_sequential",
@@ -192,6 +213,10 @@ def test_report_ratios() -> None:
         pytest.skip("run the whole module to get the ratios")
     ratios = {
         "batch1_tokens_per_s_engine_over_transformers (goal >= 2)": RESULTS["engine_batch1"]
+        / RESULTS["transformers_batch1"],
+        "batch1_tokens_per_s_compiled_engine_over_transformers (goal >= 2)": RESULTS[
+            "compiled_engine_batch1"
+        ]
         / RESULTS["transformers_batch1"],
         "16_concurrent_over_16_sequential_transformers (goal >= 5)": RESULTS["engine_16_concurrent"]
         / RESULTS["transformers_16_sequential"],

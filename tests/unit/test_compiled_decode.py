@@ -1,0 +1,113 @@
+"""`EngineConfig(compile=True)`: the compiled decode forward gives the eager engine's tokens,
+is built during warm-up, and serves every later batch size and context length without
+compiling again (a compile in the middle of serving would be a latency spike of seconds)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "In the beginning",
+    "And the LORD said unto Moses, Speak unto the children of Israel",
+    "Blessed are",
+    "The quick brown fox jumps over the lazy dog. " * 3,
+]
+GREEDY = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
+
+
+def start(compile: bool) -> Engine:
+    config = EngineConfig(device="cpu", dtype="float32", compile=compile, num_kv_blocks=96)
+    engine = Engine.from_pretrained("bundled:small", config)
+    engine.start_sync()
+    return engine
+
+
+@pytest.fixture(scope="module")
+def engines() -> Iterator[tuple[Engine, Engine]]:
+    eager, compiled = start(False), start(True)
+    yield eager, compiled
+    eager.stop_sync()
+    compiled.stop_sync()
+
+
+async def run_together(engine: Engine) -> list[tuple[int, ...]]:
+    outs = await asyncio.gather(*(engine.complete(p, GREEDY) for p in PROMPTS))
+    return [out.token_ids for out in outs]
+
+
+def test_warm_up_builds_the_compiled_forward(engines: tuple[Engine, Engine]) -> None:
+    eager, compiled = engines
+    assert eager.model.compiled_forward is None
+    assert compiled.model.compiled_forward is not None
+    cold = compiled.cold_start
+    assert cold is not None and cold.warmup_s > 0
+
+
+def test_compiled_tokens_equal_eager_alone_and_batched_without_recompiling(
+    engines: tuple[Engine, Engine],
+) -> None:
+    eager, compiled = engines
+    dynamo_config = torch._dynamo.config
+    previous = dynamo_config.error_on_recompile
+    dynamo_config.error_on_recompile = True  # any new graph after warm-up fails the request
+    try:
+        for prompt in PROMPTS:  # batch 1, contexts from 3 to ~180 tokens
+            alone = asyncio.run(compiled.complete(prompt, GREEDY)).token_ids
+            assert alone == asyncio.run(eager.complete(prompt, GREEDY)).token_ids
+        # Batches of 4 shrinking to 1 as the shorter requests finish.
+        assert asyncio.run(run_together(compiled)) == asyncio.run(run_together(eager))
+    finally:
+        dynamo_config.error_on_recompile = previous
+
+
+def test_compiled_decode_logits_match_eager(engines: tuple[Engine, Engine]) -> None:
+    eager, compiled = engines
+    from engine import runner
+    from engine.scheduler import Sequence
+    from engine.tokenizer import IncrementalDetokenizer
+
+    def decode_logits(engine: Engine) -> torch.Tensor:
+        sequence = Sequence(
+            request_id="probe",
+            prompt_ids=engine.encode_prompt(PROMPTS[1]),
+            params=GREEDY,
+            priority=0,
+            arrival=0,
+            detokenizer=IncrementalDetokenizer(engine.tokenizer),
+            deliver=lambda _: None,
+        )
+        engine.cache.ensure_capacity(sequence.block_table, sequence.num_tokens + 1)
+        try:
+            with torch.inference_mode():
+                runner.prefill(engine.model, engine.cache, [sequence])
+                sequence.output_ids.append(5)
+                return runner.decode(engine.model, engine.cache, [sequence])
+        finally:
+            engine.cache.allocator.free(sequence.block_table)
+
+    eager.stop_sync()  # the test drives the model directly: no worker may step meanwhile
+    compiled.stop_sync()
+    try:
+        torch.testing.assert_close(
+            decode_logits(compiled), decode_logits(eager), rtol=1e-4, atol=1e-4
+        )
+    finally:
+        eager.start_sync()
+        compiled.start_sync()
+
+
+def test_new_weights_drop_the_compiled_forward(engines: tuple[Engine, Engine]) -> None:
+    _, compiled = engines  # runs last in this module: it puts the engine back to eager
+    compiled.model.fuse()  # what changing weights requires; frozen graphs would be stale
+    assert compiled.model.compiled_forward is None
+    out = asyncio.run(compiled.complete("Hi", SamplingParams(max_tokens=3, temperature=0)))
+    assert len(out.token_ids) == 3  # eager again, still serving
