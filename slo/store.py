@@ -35,6 +35,7 @@ from slo.columns import ALL_COLUMNS, LIST_COLUMNS, RecordColumns
 from slo.errors import UsageError
 from slo.records import FIELD_NAMES, REQUIRED_FLOAT, RequestRecord, iter_jsonl_dicts
 from slo.spool import Spool
+from slo.store_read import coded_columns
 from slo.store_writer import RecordWriter
 
 logger = logging.getLogger(__name__)
@@ -288,6 +289,10 @@ class RecordStore:
         """The evaluator's fast read: only the needed columns, straight into arrays."""
         wanted = [name for name in ALL_COLUMNS if name in columns or name in REQUIRED_FLOAT]
         try:
+            if self.engine.dialect.name == "sqlite" and not set(wanted) & set(LIST_COLUMNS):
+                coded = coded_columns(wanted, self.engine.raw_connection, since, until, tier)
+                if coded is not None:
+                    return coded
             # Optional columns that are NULL in every selected row (client timings outside
             # `slo bench`, say) cost a C-level probe instead of a fetch and a conversion.
             absent = [

@@ -1,15 +1,35 @@
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from slo.columns import load_jsonl_columns
-from slo.records import RecordError, read_jsonl, record_from_dict
+import slo.columns
+from slo.columns import ALL_COLUMNS, RecordColumns, load_jsonl_columns
+from slo.evaluate import columns_needed
+from slo.records import RecordError, iter_jsonl_dicts, read_jsonl, record_from_dict
+from slo.spec import SLOSpec
 from slo.store import RecordStore, normalize_url
+from slo.store_read import coded_columns
 from tests.record_samples import START, sample_records, write_jsonl
+
+NEEDED = columns_needed(SLOSpec.default())
+
+
+def assert_same_columns(got: RecordColumns, expected: RecordColumns) -> None:
+    assert got.tier.tolist() == expected.tier.tolist()
+    assert got.outcome.tolist() == expected.outcome.tolist()
+    assert sorted(got.numbers) == sorted(expected.numbers)
+    for name, values in expected.numbers.items():
+        np.testing.assert_array_equal(got.numbers[name], values, err_msg=name)
+    assert sorted(got.gaps) == sorted(expected.gaps)
+    for name, gaps in expected.gaps.items():
+        np.testing.assert_array_equal(got.gaps[name].values, gaps.values, err_msg=name)
+        np.testing.assert_array_equal(got.gaps[name].owner, gaps.owner, err_msg=name)
 
 
 def check_round_trip(store: RecordStore, tmp_path: Path, count: int) -> None:
@@ -91,6 +111,64 @@ def test_bad_jsonl_line_is_named(tmp_path: Path) -> None:
     path.write_text(path.read_text().replace(lines[3], "{not json"))
     with pytest.raises(RecordError, match=r"run\.jsonl:4: not valid JSON"):
         load_jsonl_columns(path)
+
+
+@pytest.mark.parametrize("layout", ["compact", "blank lines", "crlf", "no final newline"])
+def test_jsonl_columns_match_the_validating_reader(
+    layout: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = write_jsonl(sample_records(2000), tmp_path / "run.jsonl").read_text()
+    text = {
+        "compact": text,
+        "blank lines": "\n" + text.replace("\n", "\n\n \t\n", 40),
+        "crlf": text.replace("\n", "\r\n"),
+        "no final newline": text.rstrip("\n"),
+    }[layout]
+    path = tmp_path / "run.jsonl"
+    path.write_text(text)
+    monkeypatch.setattr(slo.columns, "_CHUNK_BYTES", 50_000)  # a dozen chunks
+
+    def no_fallback(_: object) -> None:
+        raise AssertionError("the fast reader gave up")
+
+    monkeypatch.setattr(slo.columns, "iter_jsonl_dicts", no_fallback)
+    for wanted in (ALL_COLUMNS, NEEDED):
+        expected = RecordColumns.from_dicts(list(iter_jsonl_dicts(path)), wanted)
+        assert_same_columns(load_jsonl_columns(path, wanted), expected)
+
+
+def test_two_records_on_one_line_are_named(tmp_path: Path) -> None:
+    lines = write_jsonl(sample_records(5), tmp_path / "run.jsonl").read_text().splitlines()
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join([*lines[:2], lines[2] + " " + lines[3], lines[4]]) + "\n")
+    with pytest.raises(RecordError, match=r"run\.jsonl:3: not valid JSON \(Extra data"):
+        load_jsonl_columns(path)
+
+
+def test_store_columns_match_the_generic_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's coded read (one query, packed codes) gives what rows-then-columns gives."""
+    with RecordStore(tmp_path / "r.db") as store:
+        store.add_many(sample_records(3000))
+        windows: list[dict[str, Any]] = [
+            {}, {"since": START + 1.0, "until": START + 2.0}, {"tier": "batch"},
+        ]  # fmt: skip
+        assert coded_columns(sorted(NEEDED), store.engine.raw_connection) is not None
+        coded = [store.columns(**window, columns=NEEDED) for window in windows]
+        assert "client_tpot_s" in coded[0].numbers  # absent everywhere: NaN, as asked
+        monkeypatch.setattr("slo.store.coded_columns", lambda *args: None)
+        for window, columns in zip(windows, coded, strict=True):
+            assert_same_columns(columns, store.columns(**window, columns=NEEDED))
+
+
+def test_store_columns_keep_an_unknown_outcome(tmp_path: Path) -> None:
+    with RecordStore(tmp_path / "r.db") as store:
+        store.add_many(sample_records(30))
+    with sqlite3.connect(tmp_path / "r.db") as connection:
+        connection.execute("UPDATE llm_slo_request_records SET outcome = 'exploded' WHERE id = 7")
+    with RecordStore(tmp_path / "r.db") as store:
+        assert store.columns(columns=NEEDED).outcome.tolist().count("exploded") == 1
 
 
 @pytest.mark.parametrize(
