@@ -5,6 +5,7 @@ compiling again (a compile in the middle of serving would be a latency spike of 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
+from tests.conftest import require_or_skip  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +35,8 @@ def start(compile: bool) -> Engine:
 
 @pytest.fixture(scope="module")
 def engines() -> Iterator[tuple[Engine, Engine]]:
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        require_or_skip("torch.compile on a CPU needs a C++ compiler (apt-get install g++)")
     eager, compiled = start(False), start(True)
     yield eager, compiled
     eager.stop_sync()
