@@ -21,13 +21,12 @@ class EngineBridge:
         self._lock = threading.Lock()
         self._on_step = on_step
 
+    # Once each per request: a single dict store or pop is atomic, no lock needed.
     def register(self, timeline: RequestTimeline) -> None:
-        with self._lock:
-            self._timelines[timeline.request_id] = timeline
+        self._timelines[timeline.request_id] = timeline
 
     def unregister(self, timeline: RequestTimeline) -> None:
-        with self._lock:
-            self._timelines.pop(timeline.request_id, None)
+        self._timelines.pop(timeline.request_id, None)
 
     def __len__(self) -> int:
         return len(self._timelines)

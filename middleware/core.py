@@ -24,6 +24,7 @@ from middleware.auth import ApiKeyAuth
 from middleware.bridge import EngineBridge
 from middleware.capture import CaptureBuffer, ContentCapture
 from middleware.clock import Clock, SystemClock
+from middleware.histograms import bucket_counts
 from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
 from middleware.reporting import (
@@ -203,7 +204,7 @@ class LatencyMiddleware:
                 response.disconnected = True
             return message
 
-        chunk_times = timeline.body_chunk_ns
+        add_chunk_time = timeline.body_chunk_ns.append
 
         async def send_wrapper(message: Message) -> None:
             # The body branch runs once per streamed chunk: keep it to a few operations.
@@ -219,7 +220,7 @@ class LatencyMiddleware:
                     if timeline.first_token_byte_ns is None:
                         timeline.chunk_sent(started)
                     else:
-                        chunk_times.append(started)
+                        add_chunk_time(started)
                     if captured is not None:
                         captured.add_response(body)
                 if not more:
@@ -300,8 +301,17 @@ class LatencyMiddleware:
                 )
                 or trace_id
             )
-        self.metrics.observe(tier, route, outcome, observed, timeline.input_tokens, trace_id)
-        self.live.observe(tier, outcome, observed)
+        # The gaps are counted on the itl buckets once, for the histogram and the live windows
+        # (both bucket on the catalog's itl bounds plus the spec's thresholds).
+        itl_counts = (
+            bucket_counts(self.live.itl_bounds, observed.itl_s)
+            if observed is not None and observed.itl_s
+            else None
+        )
+        self.metrics.observe(
+            tier, route, outcome, observed, timeline.input_tokens, trace_id, itl_counts
+        )
+        self.live.observe(tier, outcome, observed, itl_counts)
         if self.store is not None:
             self.store.add(
                 record_fields(

@@ -9,11 +9,11 @@ client_error and cancelled, goodput as ok requests meeting every per-request lat
 
 from __future__ import annotations
 
-import bisect
 import html
 import logging
 import math
 import threading
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ import numpy as np
 
 from middleware.alerting import firing_rules, push_to_alertmanager
 from middleware.clock import Clock, SystemClock
+from middleware.histograms import BucketCounts, bucket_counts
 from middleware.timeline import Breakdown
 from middleware.windows import SLOTS_PER_WINDOW, WindowSet
 from slo.alert_rules import alert_rules, histogram_quantile, windows_s
@@ -82,45 +83,77 @@ class TierWindows:
         )
         self.windows = WindowSet(windows_s, column)
         self.latency_objectives = [o for o in tier.objectives if o.kind == "latency"]
+        # What `observe` reads per request, decided once: (breakdown field, first column,
+        # bounds) per latency SLI but itl, and (field, threshold, inclusive) per goodput check.
+        self._latency_columns = [
+            (BREAKDOWN_FIELD[sli], start, self.layout.bound_lists[sli])
+            for sli, start in starts.items()
+            if sli in BREAKDOWN_FIELD
+        ]
+        self._itl_start = starts.get("itl")
+        self._goodput_checks = [
+            (BREAKDOWN_FIELD[o.sli], o.threshold_s or 0.0, o.inclusive)
+            for o in self.latency_objectives
+            if o.sli in BREAKDOWN_FIELD
+        ]
         self._lock = threading.Lock()
-        self._pending: list[int] = []
+        self._pending = [0] * column  # counts per column since the last flush
         self._pending_since: float | None = None
         self._flush_every_s = min(windows_s) / SLOTS_PER_WINDOW / 4
 
-    def observe(self, now_s: float, outcome: str, breakdown: Breakdown | None) -> None:
-        """Queue one request's counts; they reach the rings in batches (see `_flush`)."""
+    def observe(
+        self,
+        now_s: float,
+        outcome: str,
+        breakdown: Breakdown | None,
+        itl_counts: BucketCounts | None = None,
+    ) -> None:
+        """Queue one request's counts; they reach the rings in batches (see `_flush`).
+
+        `itl_counts`: the breakdown's gaps already counted on the itl buckets
+        (`bucket_counts(buckets_for("itl", spec), gaps)`), shared with the Prometheus histogram.
+        """
         layout = self.layout
-        columns = self._pending
-        columns.append(layout.outcome_column[outcome])
-        if outcome == "ok" and breakdown is not None:
-            for sli, start in layout.histogram_start.items():
-                bounds = layout.bound_lists[sli]
-                if sli == "itl":
-                    columns.extend(
-                        start + bisect.bisect_left(bounds, gap) for gap in breakdown.itl_s
-                    )
-                else:
-                    value = getattr(breakdown, BREAKDOWN_FIELD[sli], None)
+        with self._lock:
+            pending = self._pending
+            pending[layout.outcome_column[outcome]] += 1
+            if outcome == "ok" and breakdown is not None:
+                for field, start, bounds in self._latency_columns:
+                    value = getattr(breakdown, field)
                     if value is not None:
-                        columns.append(start + bisect.bisect_left(bounds, value))
-            if all(_meets(o, breakdown) for o in self.latency_objectives):
-                columns.append(layout.goodput_column)
-        if self._pending_since is None:
-            self._pending_since = now_s
-        elif now_s - self._pending_since >= self._flush_every_s or len(columns) > 4096:
+                        pending[start + bisect_left(bounds, value)] += 1
+                itl_start = self._itl_start
+                if itl_start is not None and breakdown.itl_s:
+                    if itl_counts is None:
+                        itl_counts = bucket_counts(layout.bound_lists["itl"], breakdown.itl_s)
+                    for index, count in itl_counts:
+                        pending[itl_start + index] += count
+                for field, threshold, inclusive in self._goodput_checks:
+                    value = getattr(breakdown, field)
+                    if value is not None and not (
+                        value <= threshold if inclusive else value < threshold
+                    ):
+                        break
+                else:
+                    pending[layout.goodput_column] += 1
+            since = self._pending_since
+            if since is None:
+                self._pending_since = now_s
+                return
+        if now_s - since >= self._flush_every_s:
             self._flush(now_s)
 
     def _flush(self, now_s: float) -> None:
         # Counts queued within a fraction of the finest slot land in the slot of the flush: one
-        # bincount per batch instead of per-request numpy calls on every ring.
+        # numpy update per batch instead of per-request numpy calls on every ring.
         with self._lock:
-            if not self._pending:
+            if self._pending_since is None:
                 return
-            pending, self._pending = self._pending, []
+            pending, self._pending = self._pending, [0] * self.layout.width
             self._pending_since = None
-            amounts = np.bincount(np.asarray(pending, dtype=np.int64), minlength=self.layout.width)
+            amounts = np.asarray(pending, dtype=np.float64)
             touched = np.nonzero(amounts)[0]
-            self.windows.add(now_s, touched, amounts[touched].astype(np.float64))
+            self.windows.add(now_s, touched, amounts[touched])
 
     def totals(self, window_s: float, now_s: float) -> np.ndarray:
         self._flush(now_s)
@@ -161,16 +194,6 @@ class TierWindows:
         return None if math.isnan(value) else value
 
 
-def _meets(objective: Objective, breakdown: Breakdown) -> bool:
-    if objective.sli == "itl" or objective.sli not in BREAKDOWN_FIELD:
-        return True
-    value = getattr(breakdown, BREAKDOWN_FIELD[objective.sli])
-    if value is None:
-        return True
-    threshold = objective.threshold_s or 0.0
-    return value <= threshold if objective.inclusive else value < threshold
-
-
 class LiveSLO:
     """Per-tier windows fed by the middleware; `status()` is what `/slo` returns."""
 
@@ -185,6 +208,7 @@ class LiveSLO:
         self.clock = clock or SystemClock()
         self.windows_s = list(windows_s(spec))
         self.tiers = {tier.name: TierWindows(spec, tier, self.windows_s) for tier in spec.tiers}
+        self.itl_bounds = buckets_for("itl", spec)  # what `observe`'s itl_counts are counted on
         self.alertmanager_url = alertmanager_url
         self.evaluation_interval_s = evaluation_interval_s
         self._stop = threading.Event()
@@ -199,8 +223,18 @@ class LiveSLO:
             )
             self._pusher.start()
 
-    def observe(self, tier: str, outcome: str, breakdown: Breakdown | None) -> None:
-        self.tiers[tier].observe(self.clock.wall_s(), outcome, breakdown)
+    def observe(
+        self,
+        tier: str,
+        outcome: str,
+        breakdown: Breakdown | None,
+        itl_counts: BucketCounts | None = None,
+    ) -> None:
+        """Count one finished request (`breakdown` for ok requests that produced tokens).
+
+        `itl_counts`, when given, are `bucket_counts(self.itl_bounds, breakdown.itl_s)`.
+        """
+        self.tiers[tier].observe(self.clock.wall_s(), outcome, breakdown, itl_counts)
 
     def status(self) -> dict[str, Any]:
         now = self.clock.wall_s()

@@ -1,16 +1,21 @@
 """Prometheus metrics, every name, unit, label and bucket taken from the SLI catalog.
 
-Label children are bound once per (tier, route) and outcome; `observe` is then a few dict
-lookups and calls. OpenMetrics output carries exemplars with trace ids. With
-`PROMETHEUS_MULTIPROC_DIR` set (multi-worker servers), values go through prometheus_client's
-multiprocess files and `/metrics` aggregates every worker.
+Label children are bound once per (tier, route) and outcome. A request's observations are
+counted in plain lists under one lock (`histograms.HistogramBatch`) and reach the metrics in
+batches: whenever the registry is read, and at most FLUSH_EVERY_S after a request. OpenMetrics
+output carries exemplars with trace ids. With `PROMETHEUS_MULTIPROC_DIR` set (multi-worker
+servers), values go through prometheus_client's multiprocess files, flushed after every request,
+and `/metrics` aggregates every worker.
 """
 
 from __future__ import annotations
 
-import bisect
 import os
+import threading
+import time
+from bisect import bisect_left
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -18,9 +23,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_TYPE
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
+from middleware.histograms import BucketCounts, HistogramBatch, bucket_counts
 from middleware.timeline import Breakdown
 from slo.sli import CATALOG, buckets_for
 from slo.spec import SLOSpec
+
+# Longest a request's observations wait before reaching the metrics while requests come in.
+# A scrape always sees them: reading the registry (or `/metrics`) flushes first.
+FLUSH_EVERY_S = 1.0
 
 # Per-request histograms and the record field (of Breakdown) that feeds each.
 REQUEST_HISTOGRAMS = (
@@ -34,6 +44,10 @@ REQUEST_HISTOGRAMS = (
     "network",
     "other",
 )
+# The Breakdown values of REQUEST_HISTOGRAMS, in that order, in one call.
+_latencies = attrgetter(*(f"{name}_s" for name in REQUEST_HISTOGRAMS))
+# Histograms that carry the trace id as an exemplar (OpenMetrics), when there is one.
+EXEMPLAR_HISTOGRAMS = ("ttft", "e2e")
 ENGINE_GAUGES = ("queue_depth", "running", "batch_size", "kv_usage")
 # Catalog counter -> the StepStats field that feeds it.
 ENGINE_COUNTERS = {
@@ -52,38 +66,56 @@ def _base_name(metric: str, kind: str) -> str:
     return metric[: -len("_total")] if kind == "counter" and metric.endswith("_total") else metric
 
 
-def observe_one(child: Any, bounds: tuple[float, ...], value: float) -> None:
-    """`child.observe(value)` without the per-call checks and the linear bucket scan."""
-    buckets = getattr(child, "_buckets", None)
-    if buckets is None or len(buckets) != len(bounds) + 1:
-        child.observe(value)
-        return
-    buckets[bisect.bisect_left(bounds, value)].inc(1)
-    child._sum.inc(value)
+# The histograms fed one value per request, in the order `MetricSet.observe` reads them.
+PER_REQUEST = (*REQUEST_HISTOGRAMS, "input_tokens", "output_tokens")
 
 
-def observe_many(child: Any, bounds: tuple[float, ...], values: Iterable[float]) -> None:
-    """Observe many values on one histogram child with one increment per touched bucket.
+class _Bound:
+    """One (tier, route)'s label children, bound once, and their pending observations.
 
-    A 500-token stream has 499 inter-token gaps; observing them one by one costs a lock and
-    several calls each. Uses prometheus_client's bucket values when present (stable since
-    0.4), else falls back to `observe`.
+    `plan` has per PER_REQUEST histogram: (child, offset of its buckets in `batch.counts`,
+    bounds, index in `batch.sums`, takes an exemplar); `itl` the same for the gaps' histogram.
+    `batch` is None where prometheus_client lacks the internals batches add to: every value
+    then goes through `observe`.
     """
-    buckets = getattr(child, "_buckets", None)
-    total = getattr(child, "_sum", None)
-    if buckets is None or total is None or len(buckets) != len(bounds) + 1:
-        for value in values:
-            child.observe(value)
-        return
-    counts: dict[int, int] = {}
-    summed = 0.0
-    for value in values:
-        index = bisect.bisect_left(bounds, value)
-        counts[index] = counts.get(index, 0) + 1
-        summed += value
-    for index, count in counts.items():
-        buckets[index].inc(count)
-    total.inc(summed)
+
+    __slots__ = ("batch", "itl", "output_tokens", "output_tokens_total", "plan")
+
+    def __init__(
+        self,
+        histograms: dict[str, Any],
+        bounds: dict[str, tuple[float, ...]],
+        output_tokens_total: Any,
+    ) -> None:
+        names = (*PER_REQUEST, "itl")
+        try:
+            self.batch: HistogramBatch | None = HistogramBatch(
+                [histograms[name] for name in names], [bounds[name] for name in names]
+            )
+        except ValueError:
+            self.batch = None
+        offsets = self.batch.offsets if self.batch is not None else [0] * len(names)
+        self.plan = [
+            (histograms[name], offsets[slot], bounds[name], slot, name in EXEMPLAR_HISTOGRAMS)
+            for slot, name in enumerate(PER_REQUEST)
+        ]
+        self.itl = (histograms["itl"], offsets[-1], bounds["itl"], len(PER_REQUEST))
+        self.output_tokens_total = output_tokens_total
+        self.output_tokens = 0  # pending for the counter
+
+
+class _Flusher:
+    """A collector of nothing that flushes the pending observations when the registry is read."""
+
+    def __init__(self, metrics: MetricSet) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> list[Any]:
+        self._metrics.flush()
+        return []
 
 
 class MetricSet:
@@ -94,6 +126,8 @@ class MetricSet:
     ) -> None:
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        # First in the registry: whoever collects it gets the pending observations too.
+        self.registry.register(_Flusher(self))
         self.model = model
         self.spec = spec
         self._tier_by_priority = {tier.priority: tier.name for tier in spec.tiers}
@@ -123,10 +157,15 @@ class MetricSet:
             self.losses[name] = self._counter(name).labels(model=model)
             self.losses[name].inc(0)  # exported as 0 from the start: alerts need the series
         self._losses_seen = dict.fromkeys(LOSS_COUNTERS, 0)
-        self._itl_bounds = buckets_for("itl", spec)
-        self._bounds = {name: buckets_for(name, spec) for name in REQUEST_HISTOGRAMS}
-        self._children: dict[tuple[str, str], dict[str, Any]] = {}
+        self._bounds = {name: buckets_for(name, spec) for name in (*PER_REQUEST, "itl")}
+        self._children: dict[tuple[str, str], _Bound] = {}
         self._outcomes: dict[tuple[str, str, str], Any] = {}
+        # Pending observations (see `observe`): one lock per request instead of two per value.
+        self._lock = threading.Lock()
+        self._requests_pending: dict[tuple[str, str, str], int] = {}
+        # Other workers read a worker's values from its files: multiprocess mode flushes at once.
+        self._flush_every_s = 0.0 if self.multiprocess else FLUSH_EVERY_S
+        self._flush_at = 0.0
         self._queue_depth = {
             tier.name: self.gauges["queue_depth"].labels(tier=tier.name, model=model)
             for tier in spec.tiers
@@ -152,17 +191,22 @@ class MetricSet:
             registry=self.registry,
         )
 
-    def _bound(self, tier: str, route: str) -> dict[str, Any]:
+    def _bound(self, tier: str, route: str) -> _Bound:
         key = (tier, route)
-        children = self._children.get(key)
-        if children is None:
+        bound = self._children.get(key)
+        if bound is None:
             labels = {"tier": tier, "model": self.model, "route": route}
-            children = {
-                name: histogram.labels(**labels) for name, histogram in self.histograms.items()
-            }
-            children["output_tokens_total"] = self.output_tokens_total.labels(**labels)
-            self._children[key] = children
-        return children
+            bound = self._children[key] = _Bound(
+                {name: histogram.labels(**labels) for name, histogram in self.histograms.items()},
+                self._bounds,
+                self.output_tokens_total.labels(**labels),
+            )
+        return bound
+
+    @property
+    def itl_bounds(self) -> tuple[float, ...]:
+        """The ITL histogram's bucket boundaries (the live windows bucket on the same)."""
+        return self._bounds["itl"]
 
     def observe(
         self,
@@ -172,43 +216,89 @@ class MetricSet:
         breakdown: Breakdown | None,
         input_tokens: int,
         trace_id: str | None,
+        itl_counts: BucketCounts | None = None,
     ) -> None:
+        """Count one request; with an ok breakdown, observe its latencies and token counts.
+
+        The counts wait in plain lists and reach the metrics at the next flush: whenever the
+        registry is read, and at most FLUSH_EVERY_S later. `itl_counts` are the breakdown's
+        gaps already counted on `itl_bounds` (`bucket_counts`), when the caller has them.
+        """
         key = (tier, route, outcome)
-        counter = self._outcomes.get(key)
-        if counter is None:
-            counter = self._outcomes[key] = self.requests.labels(
+        if key not in self._outcomes:
+            self._outcomes[key] = self.requests.labels(
                 tier=tier, model=self.model, route=route, outcome=outcome
             )
-        counter.inc()
-        if breakdown is None:
-            return
-        children = self._bound(tier, route)
+        bound = None if breakdown is None else self._bound(tier, route)
+        with self._lock:
+            pending = self._requests_pending
+            pending[key] = pending.get(key, 0) + 1
+            if bound is not None and breakdown is not None:
+                self._add(bound, breakdown, input_tokens, trace_id, itl_counts)
+            now = time.monotonic()
+            if now < self._flush_at:
+                return
+            self._flush_at = now + self._flush_every_s
+            self._flush_locked()
+
+    def _add(
+        self,
+        bound: _Bound,
+        breakdown: Breakdown,
+        input_tokens: int,
+        trace_id: str | None,
+        itl_counts: BucketCounts | None,
+    ) -> None:
         exemplar = {"trace_id": trace_id} if trace_id and not self.multiprocess else None
-        values = {
-            "e2e": breakdown.e2e_s,
-            "ttft": breakdown.ttft_s,
-            "tpot": breakdown.tpot_s,
-            "queue": breakdown.queue_s,
-            "prefill": breakdown.prefill_s,
-            "decode": breakdown.decode_s,
-            "detokenize": breakdown.detokenize_s,
-            "network": breakdown.network_s,
-            "other": breakdown.other_s,
-        }
-        bounds = self._bounds
-        for name, value in values.items():
+        output_tokens = breakdown.output_tokens
+        values = (*_latencies(breakdown), input_tokens, output_tokens)
+        gaps = breakdown.itl_s
+        itl_child, itl_offset, itl_bounds, itl_slot = bound.itl
+        batch = bound.batch
+        if batch is None:  # a prometheus_client without the internals batches add to
+            for value, (child, _, _, _, takes_exemplar) in zip(values, bound.plan, strict=True):
+                if value is not None:
+                    child.observe(value, exemplar if takes_exemplar else None)
+            for gap in gaps:
+                itl_child.observe(gap)
+            if output_tokens:
+                bound.output_tokens_total.inc(output_tokens)
+            return
+        counts, sums = batch.counts, batch.sums
+        for value, (child, offset, bounds, slot, takes_exemplar) in zip(
+            values, bound.plan, strict=True
+        ):
             if value is None:
                 continue
-            if exemplar is not None and name in ("e2e", "ttft"):
-                children[name].observe(value, exemplar)
+            if takes_exemplar and exemplar is not None:
+                child.observe(value, exemplar)
             else:
-                observe_one(children[name], bounds[name], value)
-        if breakdown.itl_s:
-            observe_many(children["itl"], self._itl_bounds, breakdown.itl_s)
-        children["input_tokens"].observe(input_tokens)
-        children["output_tokens"].observe(breakdown.output_tokens)
-        if breakdown.output_tokens:
-            children["output_tokens_total"].inc(breakdown.output_tokens)
+                counts[offset + bisect_left(bounds, value)] += 1
+                sums[slot] += value
+        if gaps:
+            if itl_counts is None:
+                itl_counts = bucket_counts(itl_bounds, gaps)
+            for index, count in itl_counts:
+                counts[itl_offset + index] += count
+            sums[itl_slot] += sum(gaps)
+        bound.output_tokens += output_tokens
+        batch.dirty = True
+
+    def flush(self) -> None:
+        """Add every pending observation to the metrics (before anything reads them)."""
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        requests, self._requests_pending = self._requests_pending, {}
+        for key, count in requests.items():
+            self._outcomes[key].inc(count)
+        for bound in list(self._children.values()):  # a request may add one meanwhile
+            if bound.batch is not None:
+                bound.batch.flush()
+            if bound.output_tokens:
+                bound.output_tokens_total.inc(bound.output_tokens)
+                bound.output_tokens = 0
 
     def observe_engine_step(self, stats: Any) -> None:
         """Engine gauges from the bundled engine's `on_step(StepStats)`."""
@@ -256,6 +346,7 @@ class MetricSet:
 
     def exposition(self, accept: str) -> tuple[bytes, str]:
         registry = self.registry
+        self.flush()
         if self.multiprocess:
             from prometheus_client import multiprocess
 

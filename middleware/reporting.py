@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from middleware.auth import AuthDecision
-from middleware.timeline import Breakdown, RequestTimeline
+from middleware.timeline import PHASES, Breakdown, RequestTimeline
 from middleware.types import ASGIApp, Receive, Scope, Send
 from slo.sli import outcome_for_status
 
@@ -42,23 +42,37 @@ def refusal(decision: AuthDecision) -> ASGIApp:
     return respond
 
 
+# Both answers are %-formatted in one step from a template made once. "%.6f" rounds exactly as
+# round(value, 6) does (both correctly rounded), so a JSON parser reads the same numbers as from
+# json.dumps of the rounded values, for a fraction of the cost (float repr is slow).
+_SERVER_TIMING = ", ".join(f"{name};dur=%.3f" for name in PHASES)
+_TIMINGS_COMMENT = (
+    b": llm-slo-timings {"
+    + b",".join(b'"%s_s":%%.6f' % name.encode() for name in PHASES)
+    + b',"e2e_s":%.6f%s,"output_tokens":%d}\n\n'
+)
+
+
 def server_timing_value(breakdown: Breakdown) -> str:
     """A `Server-Timing` value in milliseconds (the standard header browsers and tools read)."""
-    parts = [f"{name};dur={value * 1000:.3f}" for name, value in breakdown.phases.items()]
+    value = _SERVER_TIMING % tuple(seconds * 1000 for seconds in breakdown.phases.values())
     if breakdown.ttft_s is not None:
-        parts.append(f"ttft;dur={breakdown.ttft_s * 1000:.3f}")
-    parts.append(f"e2e;dur={breakdown.e2e_s * 1000:.3f}")
-    return ", ".join(parts)
+        value += ", ttft;dur=%.3f" % (breakdown.ttft_s * 1000)
+    return value + ", e2e;dur=%.3f" % (breakdown.e2e_s * 1000)
 
 
 def timings_comment(breakdown: Breakdown) -> bytes:
-    """The final SSE comment (`: ...`) carrying the server's timings; SSE clients ignore comments."""
-    timings = {f"{name}_s": round(value, 6) for name, value in breakdown.phases.items()}
-    timings["e2e_s"] = round(breakdown.e2e_s, 6)
-    if breakdown.ttft_s is not None:
-        timings["ttft_s"] = round(breakdown.ttft_s, 6)
-    timings["output_tokens"] = breakdown.output_tokens
-    return b": llm-slo-timings " + json.dumps(timings, separators=(",", ":")).encode() + b"\n\n"
+    """The final SSE comment (`: ...`) carrying the server's timings; SSE clients ignore comments.
+
+    Compact JSON: seconds to the microsecond, then output_tokens.
+    """
+    ttft = breakdown.ttft_s
+    return _TIMINGS_COMMENT % (
+        *breakdown.phases.values(),
+        breakdown.e2e_s,
+        b"" if ttft is None else b',"ttft_s":%.6f' % ttft,
+        breakdown.output_tokens,
+    )
 
 
 def record_fields(

@@ -20,8 +20,10 @@ tokens.
 from __future__ import annotations
 
 import contextvars
-import itertools
+import operator
 from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Any
 
 from middleware.clock import Clock
 
@@ -38,7 +40,14 @@ ENGINE_EVENTS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+# The additive parts of e2e, in the order `Breakdown.phases` lists them.
+PHASES = ("network", "queue", "prefill", "decode", "detokenize", "other")
+
+# (count, last, gaps in seconds) of a list of marks: see `RequestTimeline._gaps`.
+_Gaps = tuple[int, int | None, tuple[float, ...]]
+
+
+@dataclass(frozen=True)
 class Breakdown:
     """Everything derived from a finished timeline, in seconds."""
 
@@ -56,7 +65,7 @@ class Breakdown:
 
     @property
     def phases(self) -> dict[str, float]:
-        """The additive parts (unknown ones as 0): they sum to e2e."""
+        """The additive parts (unknown ones as 0), in PHASES order: they sum to e2e."""
         return {
             "network": self.network_s,
             "queue": self.queue_s or 0.0,
@@ -65,6 +74,14 @@ class Breakdown:
             "detokenize": self.detokenize_s,
             "other": self.other_s,
         }
+
+    @classmethod
+    def _of(cls, **fields: Any) -> Breakdown:
+        # The frozen __init__ pays one object.__setattr__ call per field, and a request makes
+        # two breakdowns on the hot path: fill the instance's dict in one step instead.
+        breakdown = object.__new__(cls)
+        breakdown.__dict__.update(fields)
+        return breakdown
 
 
 @dataclass(slots=True, eq=False)
@@ -89,6 +106,11 @@ class RequestTimeline:
     input_tokens: int = 0
     cached_tokens: int = 0
     engine_reported: bool = False
+    # The sequence-derived part of the last breakdown (see `_gaps`): a response asks for its
+    # breakdown twice (timings for the client, then the report), the gaps are the costly part.
+    _gaps_cache: tuple[tuple[int | None, int, int | None], _Gaps] | None = field(
+        default=None, init=False, repr=False
+    )
 
     @classmethod
     def begin(cls, request_id: str, clock: Clock) -> RequestTimeline:
@@ -152,17 +174,19 @@ class RequestTimeline:
         self.last_byte_ns = ended_ns
 
     def breakdown(self) -> Breakdown:
+        # Runs twice per request (timings for the client, then the report): clamps are inlined
+        # (`min(max(mark, low), high)`) and the gaps come from a cache (see `_gaps`).
         start = self.start_ns
         end = max(self.last_byte_ns or self.clock.now_ns(), start)
-        receive_end = _clamp(self.receive_end_ns, start, end, default=start)
+        mark = self.receive_end_ns
+        receive_end = start if mark is None else min(max(mark, start), end)
         tokens = self.token_ns
         if self.engine_reported and tokens:
-            enqueue = _clamp(self.enqueue_ns, receive_end, end, default=receive_end)
-            schedule = _clamp(
-                self.schedule_ns[0] if self.schedule_ns else None, enqueue, end, default=enqueue
-            )
-            first_token = _clamp(tokens[0], schedule, end, default=schedule)
-            last_token = _clamp(tokens[-1], first_token, end, default=first_token)
+            mark = self.enqueue_ns
+            enqueue = receive_end if mark is None else min(max(mark, receive_end), end)
+            schedule = min(max(self.schedule_ns[0], enqueue), end) if self.schedule_ns else enqueue
+            first_token = min(max(tokens[0], schedule), end)
+            last_token = min(max(tokens[-1], first_token), end)
             resumed_gaps = self._preemption_gaps_ns()
             decode_total = last_token - first_token
             preempted = min(resumed_gaps, decode_total)
@@ -172,20 +196,18 @@ class RequestTimeline:
             prefill_ns: int | None = first_token - schedule
             decode_ns = decode_total - preempted - detokenize
             other_ns = enqueue - receive_end
-            itl = tuple((b - a) * NS for a, b in itertools.pairwise(tokens))
-            output_tokens = len(tokens)
+            output_tokens, _, itl = self._gaps(tokens, None)
         else:
             # No engine phases: the server's time up to the first byte is one segment.
-            first_byte = _clamp(self.first_token_byte_ns, receive_end, end, default=end)
-            chunks = [t for t in self.body_chunk_ns if t >= first_byte]
-            last_chunk = _clamp(chunks[-1] if chunks else None, first_byte, end, default=first_byte)
+            mark = self.first_token_byte_ns
+            first_byte = end if mark is None else min(max(mark, receive_end), end)
+            output_tokens, mark, itl = self._gaps(self.body_chunk_ns, first_byte)
+            last_chunk = first_byte if mark is None else min(max(mark, first_byte), end)
             network_ns = (receive_end - start) + (end - last_chunk)
             queue_ns = prefill_ns = None
             decode_ns = last_chunk - first_byte
             detokenize = 0
             other_ns = first_byte - receive_end
-            itl = tuple((b - a) * NS for a, b in itertools.pairwise(chunks))
-            output_tokens = len(chunks)
         e2e = end - start
         ttft = (
             None
@@ -197,7 +219,7 @@ class RequestTimeline:
         tpot = None
         if ttft is not None and output_tokens > 1:
             tpot = max(e2e * NS - ttft, 0.0) / (output_tokens - 1)
-        return Breakdown(
+        return Breakdown._of(
             e2e_s=e2e * NS,
             ttft_s=ttft,
             tpot_s=tpot,
@@ -211,6 +233,24 @@ class RequestTimeline:
             output_tokens=output_tokens,
         )
 
+    def _gaps(self, times: list[int], since: int | None) -> _Gaps:
+        """(count, last, gaps in seconds) of the marks in `times` (those at or after `since`).
+
+        Mark lists only grow by appending: the result is cached per (since, length, last mark),
+        and the second breakdown of a response reuses it.
+        """
+        key = (since, len(times), times[-1] if times else None)
+        cached = self._gaps_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        if since is not None and times and min(times) < since:
+            times = [t for t in times if t >= since]
+        # `(b - a) * NS` for each consecutive pair, looped in C.
+        gaps = tuple(map(operator.mul, map(operator.sub, times[1:], times[:-1]), repeat(NS)))
+        result = (len(times), times[-1] if times else None, gaps)
+        self._gaps_cache = (key, result)
+        return result
+
     def _preemption_gaps_ns(self) -> int:
         """Token-to-token gaps that contain a re-schedule (a preemption and its resume)."""
         if len(self.schedule_ns) < 2:
@@ -223,12 +263,6 @@ class RequestTimeline:
             if before and after:
                 total += after[0] - before[-1]
         return total
-
-
-def _clamp(value: int | None, low: int, high: int, default: int) -> int:
-    if value is None:
-        return default
-    return min(max(value, low), high)
 
 
 _current: contextvars.ContextVar[RequestTimeline | None] = contextvars.ContextVar(

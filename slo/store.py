@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from sqlalchemy import Engine, create_engine, event, insert, make_url, select
 from sqlalchemy.exc import (
     DisconnectionError,
@@ -82,6 +83,9 @@ def _enable_wal(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
 _LIST_POSITIONS = tuple(i for i, name in enumerate(FIELD_NAMES) if name in LIST_COLUMNS)
 
 
+_encode_json = msgspec.json.Encoder().encode
+
+
 def _row(record: RequestRecord | Mapping[str, Any]) -> tuple[Any, ...]:
     """A record (object or validated dict) as insert parameters in FIELD_NAMES order."""
     # An object's __dict__ holds the instrumented attributes' values; getattr costs 10x more.
@@ -89,7 +93,10 @@ def _row(record: RequestRecord | Mapping[str, Any]) -> tuple[Any, ...]:
     row = [values.get(name) for name in FIELD_NAMES]
     for position in _LIST_POSITIONS:
         if row[position] is not None:
-            row[position] = json.dumps(row[position])
+            # msgspec writes floats ten times faster than json.dumps, digits that read back
+            # to the same floats: a streamed request's 30-odd inter-token gaps are its
+            # costliest field to store.
+            row[position] = _encode_json(row[position]).decode()
     return tuple(row)
 
 

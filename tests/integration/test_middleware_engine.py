@@ -154,7 +154,14 @@ def test_traceparent_is_honored(
         headers=headers,
     )
     assert response.status_code == 200
-    (server,) = [s for s in exporter.get_finished_spans() if s.kind.name == "SERVER"]
+    # Spans are emitted once the last byte is sent: the client can read the answer first.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        servers = [s for s in exporter.get_finished_spans() if s.kind.name == "SERVER"]
+        if servers:
+            break
+        time.sleep(0.01)
+    (server,) = servers
     assert format(server.context.trace_id, "032x") == trace_id
 
 

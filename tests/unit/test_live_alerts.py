@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry
+
 from middleware.clock import ScriptedClock
+from middleware.histograms import bucket_counts
 from middleware.live import LiveSLO
+from middleware.metrics import MetricSet
 from middleware.timeline import Breakdown
 from slo.spec import SLOSpec
 
@@ -144,3 +148,50 @@ def test_firing_alerts_are_pushed_to_alertmanager_v2_api() -> None:
     names = {a["labels"]["alertname"] for a in alerts}  # type: ignore[index]
     assert "LLMSLOTTFTBudgetBurn" in names
     assert all(a["endsAt"] > a["startsAt"] for a in alerts)  # type: ignore[operator]
+
+
+ITL_SPEC = """
+version: 1
+window: 1h
+tiers:
+  - name: premium
+    priority: 0
+    default: true
+    objectives:
+      - p95 ttft <= 200ms
+      - 99% of gaps itl <= 50ms
+      - goodput >= 95%
+"""
+
+
+def test_itl_gaps_counted_once_for_metrics_and_windows_give_the_same_status() -> None:
+    """The middleware counts a request's gaps on the itl buckets once and hands the counts to
+    both the histogram and the windows: the windows must count exactly as from the gaps."""
+    spec = SLOSpec.from_yaml(ITL_SPEC)
+    clock = ScriptedClock()
+    shared = LiveSLO(spec, clock=clock)
+    own = LiveSLO(spec, clock=clock)
+    assert shared.itl_bounds == MetricSet(spec, "m", CollectorRegistry()).itl_bounds
+    gaps_seen = 0
+    for index in range(200):
+        gaps = tuple((index * 7 + k * 13) % 90 / 1000 for k in range(index % 9))
+        ttft = 0.05 if index % 5 else 0.3
+        observed = Breakdown(
+            e2e_s=ttft + sum(gaps), ttft_s=ttft, tpot_s=None, itl_s=gaps, network_s=0.0,
+            queue_s=None, prefill_s=None, decode_s=sum(gaps), detokenize_s=0.0, other_s=0.0,
+            output_tokens=len(gaps) + 1,
+        )  # fmt: skip
+        shared.observe("premium", "ok", observed, bucket_counts(shared.itl_bounds, gaps))
+        own.observe("premium", "ok", observed)
+        gaps_seen += len(gaps)
+        clock.advance_ms(10)
+    status = shared.status()
+    assert status == own.status()
+    objectives = {o["objective"]: o for o in status["tiers"][0]["objectives"]}
+    itl = objectives["99% of gaps itl <= 50ms"]
+    assert itl["events"] == gaps_seen
+    assert itl["good"] == sum(
+        (index * 7 + k * 13) % 90 <= 50 for index in range(200) for k in range(index % 9)
+    )
+    assert objectives["goodput >= 95%"]["events"] == 200
+    assert objectives["goodput >= 95%"]["good"] == 160  # every fifth request is slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -296,7 +297,8 @@ def test_server_timing_header_and_final_sse_comment() -> None:
     bodies = [m.get("body", b"") for m in sent if m["type"] == "http.response.body"]
     comment = bodies[-2]
     assert comment.startswith(b": llm-slo-timings {") and comment.endswith(b"\n\n")
-    assert b'"prefill_s":0.02' in comment
+    timings = json.loads(comment[len(b": llm-slo-timings ") :])
+    assert timings["prefill_s"] == 0.02 and timings["output_tokens"] == 3
 
     async def plain(scope: Any, receive: Any, send: Any) -> None:
         await send(
