@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from sqlalchemy import Engine, create_engine, event, insert, make_url, select
+from sqlalchemy import Engine, create_engine, event, insert, inspect, make_url, select
 from sqlalchemy.exc import (
     DisconnectionError,
     InterfaceError,
@@ -86,6 +86,17 @@ _LIST_POSITIONS = tuple(i for i, name in enumerate(FIELD_NAMES) if name in LIST_
 _encode_json = msgspec.json.Encoder().encode
 
 
+def _create_table(engine: Engine) -> None:
+    """Create the records table and its indexes unless present. Workers of one server start
+    together: when another process creates the table between the check and the CREATE, the
+    CREATE fails, and the table being there now is success."""
+    try:
+        TABLE.create(engine, checkfirst=True)
+    except SQLAlchemyError:
+        if not inspect(engine).has_table(TABLE.name):
+            raise
+
+
 def _row(record: RequestRecord | Mapping[str, Any]) -> tuple[Any, ...]:
     """A record (object or validated dict) as insert parameters in FIELD_NAMES order."""
     # An object's __dict__ holds the instrumented attributes' values; getattr costs 10x more.
@@ -148,7 +159,7 @@ class RecordStore:
                 event.listen(engine, "connect", _enable_wal)
             else:
                 engine = create_engine(url, pool_pre_ping=True)
-            TABLE.create(engine, checkfirst=True)
+            _create_table(engine)
         except (SQLAlchemyError, ImportError, ValueError) as error:
             reason = str(error).splitlines()[0]
             raise UsageError(

@@ -196,3 +196,30 @@ def test_urls() -> None:
     assert normalize_url("records.db") == "sqlite:///records.db"
     assert normalize_url("postgresql://u:p@h/db") == "postgresql+psycopg://u:p@h/db"
     assert normalize_url("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_a_table_created_by_another_worker_meanwhile_is_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers starting together race to create the table: the loser's CREATE fails."""
+    from sqlalchemy.exc import OperationalError
+
+    import slo.store
+    from slo.errors import UsageError
+
+    create = slo.store.TABLE.create
+
+    def lose_the_race(bind: Any, checkfirst: bool = True) -> None:
+        create(bind, checkfirst=checkfirst)  # the other worker's CREATE lands first
+        raise OperationalError("CREATE TABLE", {}, Exception("table records already exists"))
+
+    monkeypatch.setattr(slo.store.TABLE, "create", lose_the_race)
+    store = RecordStore(f"sqlite:///{tmp_path / 'raced.db'}")
+    store.close()
+
+    def fail(bind: Any, checkfirst: bool = True) -> None:
+        raise OperationalError("CREATE TABLE", {}, Exception("disk I/O error"))
+
+    monkeypatch.setattr(slo.store.TABLE, "create", fail)
+    with pytest.raises(UsageError, match="cannot open record store"):
+        RecordStore(f"sqlite:///{tmp_path / 'broken.db'}")
