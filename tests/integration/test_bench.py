@@ -170,13 +170,21 @@ def test_client_timings_match_a_scripted_server(profile: str, tmp_path: Path) ->
         assert abs(measured - scripted) <= TOLERANCE_S, (position, measured, scripted)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
     out = tmp_path / "run.jsonl"
     with scripted_server() as url:
         command = [sys.executable, "-m", "slo.cli", "bench", "--url", url, "--requests", "200",
                    "--concurrency", "2", "--out", str(out), "--quiet"]  # fmt: skip
         # The context manager kills and reaps the process if the test fails midway.
-        with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as process:
+        # SIGINT as at a terminal even when the suite runs in the background (`cmd &` starts
+        # with SIGINT ignored, and children inherit that).
+        with subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.PIPE, text=True, preexec_fn=_default_sigint
+        ) as process:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and (
                 not out.exists() or len(out.read_text().splitlines()) < 3
