@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.config import CheckpointError, ModelConfig
-from engine.quantize import Weight, linear
+from engine.quantize import Weight, linear, linear_add
 
 
 class RMSNorm(nn.Module):
@@ -141,6 +141,19 @@ class FusedLayer:
     down_bias: torch.Tensor | None
 
 
+def _pack(linears: tuple[nn.Linear, ...]) -> torch.Tensor:
+    """The linears' weights stacked as one [out, in] matrix, stored input-major on a CPU.
+
+    `F.linear` multiplies by the transpose; with the transpose contiguous, a one-row product
+    reads the matrix in order, about twice as fast on a CPU once the weights are out of the
+    core's own cache (a decode step reads every weight once).
+    """
+    weight = torch.cat([linear.weight for linear in linears]).detach()
+    if weight.device.type == "cpu":
+        return weight.t().contiguous().t()
+    return weight
+
+
 def _cat_bias(*linears: nn.Linear) -> torch.Tensor | None:
     if linears[0].bias is None:
         return None
@@ -165,6 +178,8 @@ class LlamaForCausalLM(nn.Module):
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
         self.fused: list[FusedLayer] = []
         self._rope_tables: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._norm_floors: dict[torch.device, torch.Tensor] = {}
+        self.final_norm: torch.Tensor = self.model.norm.weight.detach()  # set again by fuse()
         self.lm_head_weight: Weight = self.lm_head.weight.detach()  # set again by fuse()
         # The decode forward compiled for these weights (engine/compiled.py), or None: eager.
         self.compiled_forward: Callable[..., torch.Tensor] | None = None
@@ -179,26 +194,34 @@ class LlamaForCausalLM(nn.Module):
         fused = []
         for layer in self.decoder_layers:
             attn, mlp = layer.self_attn, layer.mlp
+            qkv = (attn.q_proj, attn.k_proj, attn.v_proj)
+            gate_up = (mlp.gate_proj, mlp.up_proj)
             fused.append(
                 FusedLayer(
-                    input_norm=layer.input_layernorm.weight.detach(),
-                    qkv_weight=torch.cat(
-                        [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]
-                    ).detach(),
-                    qkv_bias=_cat_bias(attn.q_proj, attn.k_proj, attn.v_proj),
-                    o_weight=attn.o_proj.weight.detach(),
+                    input_norm=self._norm_weight(layer.input_layernorm.weight),
+                    qkv_weight=_pack(qkv),
+                    qkv_bias=_cat_bias(*qkv),
+                    o_weight=_pack((attn.o_proj,)),
                     o_bias=attn.o_proj.bias,
-                    post_norm=layer.post_attention_layernorm.weight.detach(),
-                    gate_up_weight=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(),
-                    gate_up_bias=_cat_bias(mlp.gate_proj, mlp.up_proj),
-                    down_weight=mlp.down_proj.weight.detach(),
+                    post_norm=self._norm_weight(layer.post_attention_layernorm.weight),
+                    gate_up_weight=_pack(gate_up),
+                    gate_up_bias=_cat_bias(*gate_up),
+                    down_weight=_pack((mlp.down_proj,)),
                     down_bias=mlp.down_proj.bias,
                 )
             )
         self.fused = fused
+        self.final_norm = self._norm_weight(self.model.norm.weight)
         self._rope_tables = {}  # rebuilt lazily on the weights' device and dtype
         self.lm_head_weight = self.lm_head.weight.detach()
         self.compiled_forward = None  # frozen on the old weights: compile again if wanted
+
+    def _norm_weight(self, weight: torch.Tensor) -> torch.Tensor:
+        """An RMSNorm weight as `_norm` takes it: in float32, times sqrt(width)."""
+        weight = weight.detach()
+        if weight.dtype != torch.float32:
+            return weight
+        return weight * math.sqrt(weight.shape[0])
 
     def rope(
         self, positions: torch.Tensor, dtype: torch.dtype, max_position: int | None = None
@@ -222,10 +245,27 @@ class LlamaForCausalLM(nn.Module):
         return table[0][positions].unsqueeze(2), table[1][positions].unsqueeze(2)
 
     def _norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """RMSNorm with a weight from `_norm_weight`.
+
+        In float32 it is `x / hypot(|x|, sqrt(eps * d)) * (w * sqrt(d))`: the same value as
+        `x * rsqrt(mean(x^2) + eps) * w` in four small ops, where `F.rms_norm` on a CPU runs
+        a chain of about ten (a fifth of a decode step). Other dtypes normalize in float32 and
+        cast back, as HF does.
+        """
         if hidden.dtype == torch.float32:
-            return F.rms_norm(hidden, (hidden.shape[-1],), weight, self.config.rms_norm_eps)
+            length = torch.linalg.vector_norm(hidden, dim=-1, keepdim=True)
+            return hidden / torch.hypot(length, self._norm_floor(hidden.device)) * weight
         normed = F.rms_norm(hidden.float(), (hidden.shape[-1],), None, self.config.rms_norm_eps)
         return weight * normed.to(hidden.dtype)
+
+    def _norm_floor(self, device: torch.device) -> torch.Tensor:
+        """sqrt(eps * hidden_size) as a one-element float32 tensor on `device` (cached)."""
+        floor = self._norm_floors.get(device)
+        if floor is None:
+            value = math.sqrt(self.config.rms_norm_eps * self.config.hidden_size)
+            floor = torch.tensor([value], dtype=torch.float32, device=device)
+            self._norm_floors[device] = floor
+        return floor
 
     def forward(
         self,
@@ -247,37 +287,40 @@ class LlamaForCausalLM(nn.Module):
         q_size, kv_size = heads * head_dim, kv_heads * head_dim
         half = head_dim // 2
         gqa = heads != kv_heads
-        hidden = F.embedding(input_ids, self.model.embed_tokens.weight)
+        tokens = bsz * seq_len
+        # Hidden states stay [tokens, hidden]: each projection is one matrix product, and the
+        # residual add rides along with it (`linear_add`).
+        hidden = F.embedding(input_ids.view(tokens), self.model.embed_tokens.weight)
         # Every position is below the longest context of the batch (no device sync to find it).
         cos, sin = self.rope(positions, hidden.dtype, batch.context_slots.shape[1] - 1)
+        slots = batch.context_slots.view(-1)
+        context = (bsz, batch.context_slots.shape[1], kv_heads, head_dim)
         for layer, key_cache, value_cache in zip(self.fused, key_caches, value_caches, strict=True):
             qkv = linear(self._norm(hidden, layer.input_norm), layer.qkv_weight, layer.qkv_bias)
             # q and k are adjacent in the packed projection: rotate both in one go.
-            qk = qkv[..., : q_size + kv_size].view(bsz, seq_len, heads + kv_heads, head_dim)
+            qk = qkv[:, : q_size + kv_size].view(bsz, seq_len, heads + kv_heads, head_dim)
             qk = qk * cos + torch.roll(qk, half, dims=-1) * sin
             q = qk[:, :, :heads]
-            k = qk[:, :, heads:]
-            v = qkv[..., q_size + kv_size :].view(bsz, seq_len, kv_heads, head_dim)
-            new_k = k.reshape(bsz * seq_len, kv_heads, head_dim)
-            new_v = v.reshape(bsz * seq_len, kv_heads, head_dim)
+            new_k = qk[:, :, heads:].reshape(tokens, kv_heads, head_dim)
+            new_v = qkv[:, q_size + kv_size :].view(tokens, kv_heads, head_dim)
             if batch.token_index is not None:
                 new_k = new_k.index_select(0, batch.token_index)
                 new_v = new_v.index_select(0, batch.token_index)
             key_cache.index_copy_(0, batch.slot_mapping, new_k)
             value_cache.index_copy_(0, batch.slot_mapping, new_v)
-            keys = key_cache[batch.context_slots].transpose(1, 2)  # [B, kv_heads, L, D]
-            values = value_cache[batch.context_slots].transpose(1, 2)
+            keys = key_cache.index_select(0, slots).view(context).transpose(1, 2)
+            values = value_cache.index_select(0, slots).view(context).transpose(1, 2)
             attn = F.scaled_dot_product_attention(
                 q.transpose(1, 2), keys, values, attn_mask=batch.mask, enable_gqa=gqa
             )
-            attn = attn.transpose(1, 2).reshape(bsz, seq_len, q_size)
-            hidden = hidden + linear(attn, layer.o_weight, layer.o_bias)
+            attn = attn.transpose(1, 2).reshape(tokens, q_size)
+            hidden = linear_add(hidden, attn, layer.o_weight, layer.o_bias)
             gate_up = linear(
                 self._norm(hidden, layer.post_norm), layer.gate_up_weight, layer.gate_up_bias
             )
             gate, up = gate_up.chunk(2, dim=-1)
-            hidden = hidden + linear(F.silu(gate) * up, layer.down_weight, layer.down_bias)
-        return self._norm(hidden, self.model.norm.weight)
+            hidden = linear_add(hidden, F.silu(gate) * up, layer.down_weight, layer.down_bias)
+        return self._norm(hidden, self.final_norm).view(bsz, seq_len, -1)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return linear(hidden, self.lm_head_weight).float()

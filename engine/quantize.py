@@ -57,6 +57,15 @@ def linear(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) ->
     return F.linear(x, weight, bias)
 
 
+def linear_add(
+    residual: torch.Tensor, x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`residual + linear(x, weight, bias)` for 2-D `residual` and `x`; one `addmm` when it can."""
+    if bias is None and isinstance(weight, torch.Tensor):
+        return torch.addmm(residual, x, weight.t())
+    return residual + linear(x, weight, bias)
+
+
 def quantize_model(model: LlamaForCausalLM) -> None:
     """Replace the fused linear weights and the LM head of a loaded model with int8 ones."""
     for layer in model.fused:
