@@ -296,8 +296,13 @@ class Engine(EngineWorker):
         params: SamplingParams | None = None,
         priority: int = 0,
         request_id: str | None = None,
+        streaming: bool = True,
     ) -> RequestStream:
-        """Queue a request now (raising EngineOverloaded or RequestTooLarge at once)."""
+        """Queue a request now (raising EngineOverloaded or RequestTooLarge at once).
+
+        With `streaming=False` the stream yields a single output when the request ends, with
+        all its text and token ids: the caller's event loop is not woken once per token.
+        """
         params = params or SamplingParams()
         if self._worker is None:
             self.start_sync()
@@ -317,6 +322,7 @@ class Engine(EngineWorker):
             detokenizer=IncrementalDetokenizer.for_prompt(self.tokenizer, prompt_ids),
             deliver=stream._deliver,
             generator=generator,
+            streaming=streaming,
         )
         with self._lock:
             if self._stopping:
@@ -355,23 +361,20 @@ class Engine(EngineWorker):
     async def complete(
         self, prompt: str | list[int], params: SamplingParams | None = None, priority: int = 0
     ) -> RequestOutput:
-        """Run one request to the end; returns all its text and token ids in one output."""
-        text: list[str] = []
-        token_ids: list[int] = []
-        last: RequestOutput | None = None
-        async for output in self.generate(prompt, params, priority):
-            text.append(output.text)
-            token_ids.extend(output.token_ids)
-            last = output
-        assert last is not None
-        return RequestOutput(
-            last.request_id,
-            "".join(text),
-            tuple(token_ids),
-            last.finish_reason,
-            last.prompt_tokens,
-            last.completion_tokens,
-        )
+        """Run one request to the end; returns all its text and token ids in one output.
+
+        The engine delivers only that final output (as vLLM does for requests that do not
+        stream), so waiting costs the event loop nothing per token. Cancelling the awaiting
+        task cancels the request.
+        """
+        stream = self.submit(prompt, params, priority, streaming=False)
+        try:
+            async for output in stream:
+                if output.finish_reason is not None:
+                    return output
+        finally:
+            stream.cancel()
+        raise AssertionError("a request stream ended without a finished output")
 
     def abort(self, request_id: str) -> None:
         """Cancel a request from any thread; its blocks are freed at the start of the next step."""

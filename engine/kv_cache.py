@@ -154,6 +154,10 @@ class PagedKVCache:
         ]
         self.allocator = BlockAllocator(num_blocks, enable_caching)
         self._offsets: tuple[torch.Tensor, torch.Tensor] | None = None
+        # One sequence decoding: the slots of its whole block table, kept between steps.
+        self._single_table: tuple[int, ...] = ()
+        self._single_slots = torch.empty(0, dtype=torch.long, device=device)
+        self._positions = torch.arange(0, dtype=torch.long, device=device)
 
     @staticmethod
     def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -175,6 +179,31 @@ class PagedKVCache:
             positions = torch.arange(size)
             self._offsets = (positions // self.block_size, positions % self.block_size)
         return self._offsets[0][:length], self._offsets[1][:length]
+
+    def _single_decode_batch(
+        self, block_table: Sequence[int], position: int
+    ) -> tuple[AttentionBatch, torch.Tensor]:
+        """One sequence adding one token: views into tensors kept between steps.
+
+        The slots of every position its block table covers are computed when the table
+        changes (a new block every `block_size` tokens); a step slices them.
+        """
+        table = tuple(block_table)
+        if table != self._single_table:
+            bs = self.block_size
+            blocks = torch.tensor(table, dtype=torch.long)
+            slots = (blocks.unsqueeze(1) * bs + torch.arange(bs)).view(-1)
+            self._single_table, self._single_slots = table, slots.to(self.device)
+        if self._positions.shape[0] <= position:
+            size = max(position + 1, 2 * self._positions.shape[0], 1024)
+            self._positions = torch.arange(size, dtype=torch.long, device=self.device)
+        batch = AttentionBatch(
+            token_index=None,
+            slot_mapping=self._single_slots[position : position + 1],
+            context_slots=self._single_slots[: position + 1].view(1, position + 1),
+            mask=None,
+        )
+        return batch, self._positions[position : position + 1].view(1, 1)
 
     def _decode_batch(
         self, block_tables: Sequence[Sequence[int]], start_positions: Sequence[int]
@@ -218,6 +247,8 @@ class PagedKVCache:
 
         Returns the batch and the positions tensor [B, T] (padding positions are 0).
         """
+        if len(block_tables) == 1 and num_new_tokens[0] == 1:
+            return self._single_decode_batch(block_tables[0], start_positions[0])
         if all(new == 1 for new in num_new_tokens):
             return self._decode_batch(block_tables, start_positions)
         bsz = len(block_tables)

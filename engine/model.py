@@ -147,10 +147,18 @@ def _pack(linears: tuple[nn.Linear, ...]) -> torch.Tensor:
     `F.linear` multiplies by the transpose; with the transpose contiguous, a one-row product
     reads the matrix in order, about twice as fast on a CPU once the weights are out of the
     core's own cache (a decode step reads every weight once).
+
+    The modules' own weights become views into the packed matrix, so the model holds each
+    weight once.
     """
-    weight = torch.cat([linear.weight for linear in linears]).detach()
+    weight = torch.cat([module.weight for module in linears]).detach()
     if weight.device.type == "cpu":
-        return weight.t().contiguous().t()
+        weight = weight.t().contiguous().t()
+    offset = 0
+    for module in linears:
+        rows = module.weight.shape[0]
+        module.weight.data = weight[offset : offset + rows]
+        offset += rows
     return weight
 
 
@@ -285,6 +293,7 @@ class LlamaForCausalLM(nn.Module):
             config.head_dim,
         )
         q_size, kv_size = heads * head_dim, kv_heads * head_dim
+        intermediate = config.intermediate_size
         half = head_dim // 2
         gqa = heads != kv_heads
         tokens = bsz * seq_len
@@ -318,7 +327,7 @@ class LlamaForCausalLM(nn.Module):
             gate_up = linear(
                 self._norm(hidden, layer.post_norm), layer.gate_up_weight, layer.gate_up_bias
             )
-            gate, up = gate_up.chunk(2, dim=-1)
+            gate, up = gate_up[:, :intermediate], gate_up[:, intermediate:]
             hidden = linear_add(hidden, F.silu(gate) * up, layer.down_weight, layer.down_bias)
         return self._norm(hidden, self.final_norm).view(bsz, seq_len, -1)
 

@@ -38,6 +38,7 @@ class Sequence:
     detokenizer: IncrementalDetokenizer
     deliver: Callable[[Any], None]
     generator: torch.Generator | None = None
+    streaming: bool = True  # False: one output when the request ends (`Engine.complete`)
     output_ids: list[int] = field(default_factory=list)
     block_table: list[int] = field(default_factory=list)
     num_cached: int = 0  # tokens whose keys and values are in the cache

@@ -253,6 +253,8 @@ class EngineWorker:
         if cut is not None:
             sequence.text = sequence.text[:cut]
             finish_reason = "stop"
+        if finish_reason is None and not sequence.streaming:
+            return False  # the caller gets everything in one output at the end
         if finish_reason is None:
             safe = len(sequence.text) - held_back_length(sequence.text, params.stop)
         else:
@@ -266,7 +268,7 @@ class EngineWorker:
             RequestOutput(
                 request_id=sequence.request_id,
                 text=delta,
-                token_ids=(token,),
+                token_ids=(token,) if sequence.streaming else tuple(sequence.output_ids),
                 finish_reason=finish_reason,
                 prompt_tokens=len(sequence.prompt_ids),
                 completion_tokens=len(sequence.output_ids),

@@ -254,3 +254,39 @@ def test_cold_start_is_measured(engine: Engine) -> None:
     cold = engine.cold_start
     assert cold is not None and cold.load_s > 0 and cold.warmup_s > 0
     assert engine.gpu_stats() == [] or all(g.memory_total_bytes > 0 for g in engine.gpu_stats())
+
+
+def test_complete_delivers_once_with_what_the_stream_delivers(engine: Engine) -> None:
+    params = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True, stop=("zz",))
+
+    async def streamed() -> tuple[str, tuple[int, ...], str | None]:
+        pieces = [out async for out in engine.generate("deliver once", params)]
+        text = "".join(p.text for p in pieces)
+        ids = tuple(t for p in pieces for t in p.token_ids)
+        return text, ids, pieces[-1].finish_reason
+
+    async def deliveries() -> list[Any]:
+        stream = engine.submit("deliver once", params, streaming=False)
+        return [out async for out in stream]
+
+    finals = run(deliveries())
+    assert len(finals) == 1  # not one wake-up of the caller's loop per token
+    whole = run(engine.complete("deliver once", params))
+    assert (whole.text, whole.token_ids, whole.finish_reason) == run(streamed())
+    assert whole.completion_tokens == len(whole.token_ids) == finals[0].completion_tokens
+    assert engine.num_free_blocks == engine.num_blocks
+
+
+def test_cancelling_complete_cancels_the_request(engine: Engine) -> None:
+    slow = SamplingParams(max_tokens=400, temperature=0, ignore_eos=True)
+
+    async def cancel_midway() -> None:
+        task = asyncio.create_task(engine.complete("cancel me", slow))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await engine.wait_idle()
+
+    run(cancel_midway())
+    assert engine.num_free_blocks == engine.num_blocks

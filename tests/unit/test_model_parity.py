@@ -88,3 +88,43 @@ def test_bfloat16_runs_close_to_float32(checkpoint: Path) -> None:
     logits16 = full_logits(engine16, ids)
     agreement = (logits16.argmax(-1) == top32).float().mean().item()
     assert agreement >= 0.8
+
+
+def test_packed_weights_are_held_once(checkpoint: Path) -> None:
+    engine = Engine.from_pretrained(checkpoint, EngineConfig(device="cpu", dtype="float32"))
+    model = engine.model
+    layer, packed = model.decoder_layers[0], model.fused[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    for module, fused in (
+        (attn.q_proj, packed.qkv_weight),
+        (attn.v_proj, packed.qkv_weight),
+        (attn.o_proj, packed.o_weight),
+        (mlp.up_proj, packed.gate_up_weight),
+        (mlp.down_proj, packed.down_weight),
+    ):
+        assert isinstance(fused, torch.Tensor)
+        assert module.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
+    # Input-major on a CPU: the transpose the matrix product reads is contiguous.
+    assert isinstance(packed.gate_up_weight, torch.Tensor)
+    assert packed.gate_up_weight.t().is_contiguous()
+
+
+def test_single_sequence_decode_batch_equals_the_general_one() -> None:
+    from engine.config import ModelConfig
+    from tests.checkpoints import HF_TINY
+
+    config = ModelConfig.from_dict(dict(HF_TINY))
+    cache = PagedKVCache(
+        config, num_blocks=32, block_size=4, dtype=torch.float32, device=torch.device("cpu")
+    )
+    table = [7, 3, 19, 5]
+    for position in (0, 3, 4, 9, 15):
+        fast, fast_positions = cache.build_batch([table], [position], [1])
+        general, general_positions = cache._decode_batch([table], [position])
+        assert torch.equal(fast.context_slots, general.context_slots)
+        assert torch.equal(fast.slot_mapping, general.slot_mapping)
+        assert torch.equal(fast_positions, general_positions)
+        assert fast.mask is None and fast.token_index is None
+    table.append(11)  # a new block: the kept slots are rebuilt
+    fast, _ = cache.build_batch([table], [17], [1])
+    assert int(fast.slot_mapping) == 11 * 4 + 1
