@@ -61,9 +61,12 @@ class EngineWorker:
 
     def _run(self) -> None:
         torch.set_grad_enabled(False)
-        if self.device.type == "cpu":
-            # Per-thread in torch (OpenMP): other threads of the process keep their own setting.
-            torch.set_num_threads(self.worker_threads)
+        # On a CPU the thread count is set again before every step: OpenMP's is per thread,
+        # but MKL's (the matrix products) is process-wide, and any other thread calling
+        # `torch.set_num_threads` (a warm-up restoring its own, a library) changes it under
+        # us. Decode-sized products on more threads than the worker owns stall on each other
+        # (a step takes half as long again). The call costs well under a microsecond.
+        threads = self.worker_threads if self.device.type == "cpu" else 0
         while True:
             with self._lock:
                 while not (
@@ -75,6 +78,8 @@ class EngineWorker:
                 incoming, self._incoming = self._incoming, []
                 aborted, self._aborted = self._aborted, set()
             try:
+                if threads:
+                    torch.set_num_threads(threads)
                 with torch.inference_mode():
                     self._step(incoming, aborted)
             except Exception:  # a bug outside the forward pass must not kill the worker
