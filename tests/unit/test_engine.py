@@ -290,3 +290,33 @@ def test_cancelling_complete_cancels_the_request(engine: Engine) -> None:
 
     run(cancel_midway())
     assert engine.num_free_blocks == engine.num_blocks
+
+
+def mkl_threads() -> int | None:
+    """MKL's thread count, which is process-wide (OpenMP's is per thread)."""
+    for line in torch.__config__.parallel_info().splitlines():
+        if "mkl_get_max_threads()" in line:
+            return int(line.rsplit(":", 1)[1])
+    return None
+
+
+def test_worker_keeps_its_thread_count_when_another_thread_changes_it(checkpoint: Path) -> None:
+    if mkl_threads() is None:
+        pytest.skip("this torch build has no MKL, whose thread count is the process-wide one")
+    engine = make_engine(checkpoint, cpu_threads=1)
+    seen: list[int | None] = []
+
+    class StepProbe:
+        def on_step(self, stats: StepStats) -> None:
+            seen.append(mkl_threads())
+
+    previous = torch.get_num_threads()
+    try:
+        engine.start_sync()
+        torch.set_num_threads(2)  # e.g. a warm-up or a library restoring its own setting
+        engine.add_hooks(StepProbe())
+        run(engine.complete("threads", SamplingParams(max_tokens=3, temperature=0)))
+    finally:
+        torch.set_num_threads(previous)
+        engine.stop_sync()
+    assert seen and set(seen) == {1}
