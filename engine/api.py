@@ -155,6 +155,7 @@ class OpenAIApi:
                 parsed.params,
                 priority=int(state.get("priority", 0)),
                 request_id=state.get("request_id"),
+                streaming=parsed.stream,
             )
         except ApiError as error:
             return error_response(error)

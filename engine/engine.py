@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -300,8 +301,9 @@ class Engine(EngineWorker):
     ) -> RequestStream:
         """Queue a request now (raising EngineOverloaded or RequestTooLarge at once).
 
-        With `streaming=False` the stream yields a single output when the request ends, with
-        all its text and token ids: the caller's event loop is not woken once per token.
+        With `streaming=False` the stream yields two outputs, the first token and the rest
+        when the request ends: the caller's event loop is not woken once per token, and a
+        first-token deadline still works.
         """
         params = params or SamplingParams()
         if self._worker is None:
@@ -363,15 +365,19 @@ class Engine(EngineWorker):
     ) -> RequestOutput:
         """Run one request to the end; returns all its text and token ids in one output.
 
-        The engine delivers only that final output (as vLLM does for requests that do not
-        stream), so waiting costs the event loop nothing per token. Cancelling the awaiting
-        task cancels the request.
+        The engine hands over the first token and then the rest at the end (as vLLM does for
+        requests that do not stream), so waiting costs the event loop nothing per token.
+        Cancelling the awaiting task cancels the request.
         """
         stream = self.submit(prompt, params, priority, streaming=False)
+        text: list[str] = []
+        token_ids: list[int] = []
         try:
             async for output in stream:
+                text.append(output.text)
+                token_ids.extend(output.token_ids)
                 if output.finish_reason is not None:
-                    return output
+                    return replace(output, text="".join(text), token_ids=tuple(token_ids))
         finally:
             stream.cancel()
         raise AssertionError("a request stream ended without a finished output")

@@ -38,7 +38,8 @@ class Sequence:
     detokenizer: IncrementalDetokenizer
     deliver: Callable[[Any], None]
     generator: torch.Generator | None = None
-    streaming: bool = True  # False: one output when the request ends (`Engine.complete`)
+    # False: the caller hears of the first token and of the end, nothing in between.
+    streaming: bool = True
     output_ids: list[int] = field(default_factory=list)
     block_table: list[int] = field(default_factory=list)
     num_cached: int = 0  # tokens whose keys and values are in the cache
@@ -47,6 +48,7 @@ class Sequence:
     prefix_hit_tokens: int = 0  # tokens found in the prefix cache at the last admission
     text: str = ""  # generated text so far
     sent_chars: int = 0  # how much of `text` has been handed to the caller
+    sent_tokens: int = 0  # how many of `output_ids` have been handed to the caller
     finish_reason: str | None = None
     num_preemptions: int = 0
 

@@ -258,14 +258,15 @@ class EngineWorker:
         if cut is not None:
             sequence.text = sequence.text[:cut]
             finish_reason = "stop"
-        if finish_reason is None and not sequence.streaming:
-            return False  # the caller gets everything in one output at the end
+        if finish_reason is None and not sequence.streaming and len(sequence.output_ids) > 1:
+            return False  # not streaming: the first token and the end, nothing in between
         if finish_reason is None:
             safe = len(sequence.text) - held_back_length(sequence.text, params.stop)
         else:
             safe = len(sequence.text)
         delta = sequence.text[sequence.sent_chars : safe]
         sequence.sent_chars = max(sequence.sent_chars, safe)
+        sent_tokens, sequence.sent_tokens = sequence.sent_tokens, len(sequence.output_ids)
         if finish_reason is not None:
             self.scheduler.finish(sequence)
             self._finish(sequence, finish_reason, deliver=False)
@@ -273,7 +274,7 @@ class EngineWorker:
             RequestOutput(
                 request_id=sequence.request_id,
                 text=delta,
-                token_ids=(token,) if sequence.streaming else tuple(sequence.output_ids),
+                token_ids=tuple(sequence.output_ids[sent_tokens:]),
                 finish_reason=finish_reason,
                 prompt_tokens=len(sequence.prompt_ids),
                 completion_tokens=len(sequence.output_ids),

@@ -269,11 +269,14 @@ def test_complete_delivers_once_with_what_the_stream_delivers(engine: Engine) ->
         stream = engine.submit("deliver once", params, streaming=False)
         return [out async for out in stream]
 
-    finals = run(deliveries())
-    assert len(finals) == 1  # not one wake-up of the caller's loop per token
+    outputs = run(deliveries())
+    # The first token (for first-token deadlines) and the rest at the end: not one wake-up
+    # of the caller's event loop per token.
+    assert [len(o.token_ids) for o in outputs] == [1, 19]
+    assert [o.finish_reason is None for o in outputs] == [True, False]
     whole = run(engine.complete("deliver once", params))
     assert (whole.text, whole.token_ids, whole.finish_reason) == run(streamed())
-    assert whole.completion_tokens == len(whole.token_ids) == finals[0].completion_tokens
+    assert whole.completion_tokens == len(whole.token_ids) == outputs[-1].completion_tokens
     assert engine.num_free_blocks == engine.num_blocks
 
 
