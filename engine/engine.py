@@ -202,21 +202,24 @@ class Engine(EngineWorker):
                 torch.set_num_threads(previous_threads)
         self._warmup_s = time.perf_counter() - started
 
+    def probe_sequence(self, request_id: str, prompt_ids: list[int]) -> Sequence:
+        """A greedy sequence for driving `runner` by hand (warm-up, tests): never scheduled,
+        its outputs go nowhere. The caller allocates and frees its blocks."""
+        return Sequence(
+            request_id=request_id,
+            prompt_ids=prompt_ids,
+            params=SamplingParams(max_tokens=2, temperature=0),
+            priority=0,
+            arrival=-1,
+            detokenizer=IncrementalDetokenizer(self.tokenizer),
+            deliver=lambda _: None,
+        )
+
     def _run_probes(self, batch_sizes: int) -> None:
         """Prefill and decode short probe requests, decoding at batch 1..`batch_sizes` (a
         compiled forward has one graph for a single sequence and one for larger batches)."""
-        probes = [
-            Sequence(
-                request_id=f"warmup-{index}",
-                prompt_ids=[0] * min(8, self.max_model_len - 2),
-                params=SamplingParams(max_tokens=2, temperature=0),
-                priority=0,
-                arrival=-1,
-                detokenizer=IncrementalDetokenizer(self.tokenizer),
-                deliver=lambda _: None,
-            )
-            for index in range(batch_sizes)
-        ]
+        prompt = [0] * min(8, self.max_model_len - 2)
+        probes = [self.probe_sequence(f"warmup-{index}", prompt) for index in range(batch_sizes)]
         try:
             for probe in probes:
                 self.cache.ensure_capacity(probe.block_table, probe.num_tokens + 2)

@@ -76,19 +76,9 @@ def test_compiled_tokens_equal_eager_alone_and_batched_without_recompiling(
 def test_compiled_decode_logits_match_eager(engines: tuple[Engine, Engine]) -> None:
     eager, compiled = engines
     from engine import runner
-    from engine.scheduler import Sequence
-    from engine.tokenizer import IncrementalDetokenizer
 
     def decode_logits(engine: Engine) -> torch.Tensor:
-        sequence = Sequence(
-            request_id="probe",
-            prompt_ids=engine.encode_prompt(PROMPTS[1]),
-            params=GREEDY,
-            priority=0,
-            arrival=0,
-            detokenizer=IncrementalDetokenizer(engine.tokenizer),
-            deliver=lambda _: None,
-        )
+        sequence = engine.probe_sequence("probe", engine.encode_prompt(PROMPTS[1]))
         engine.cache.ensure_capacity(sequence.block_table, sequence.num_tokens + 1)
         try:
             with torch.inference_mode():
