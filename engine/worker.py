@@ -94,7 +94,7 @@ class EngineWorker:
             gone = self._sequences.get(request_id)
             if gone is not None and gone.finish_reason is None:
                 self.scheduler.remove(gone)
-                self._finish(gone, "cancelled", deliver=False)
+                self._finish(gone, "cancelled")
 
         if self.config.step_delay_s > 0:
             time.sleep(self.config.step_delay_s)
@@ -212,7 +212,7 @@ class EngineWorker:
             logger.exception("forward pass failed for requests %s", ids)
             for sequence in sequences:
                 self.scheduler.finish(sequence)
-                self._finish(sequence, "error", deliver=False)
+                self._finish(sequence, "error")
                 sequence.deliver(
                     EngineStepFailed(f"the model failed on this request: {type(error).__name__}")
                 )
@@ -269,7 +269,7 @@ class EngineWorker:
         sent_tokens, sequence.sent_tokens = sequence.sent_tokens, len(sequence.output_ids)
         if finish_reason is not None:
             self.scheduler.finish(sequence)
-            self._finish(sequence, finish_reason, deliver=False)
+            self._finish(sequence, finish_reason)
         sequence.deliver(
             RequestOutput(
                 request_id=sequence.request_id,
@@ -282,20 +282,10 @@ class EngineWorker:
         )
         return finish_reason is not None
 
-    def _finish(self, sequence: Sequence, reason: str, deliver: bool) -> None:
+    def _finish(self, sequence: Sequence, reason: str) -> None:
+        """Mark a sequence finished and forget it; whoever calls this tells the caller."""
         sequence.finish_reason = reason
         with self._lock:
             self._sequences.pop(sequence.request_id, None)
         for hook in self._hooks.by_event["on_finish"]:
             hook(sequence.request_id, time.perf_counter_ns(), reason)
-        if deliver:
-            sequence.deliver(
-                RequestOutput(
-                    sequence.request_id,
-                    "",
-                    (),
-                    reason,
-                    len(sequence.prompt_ids),
-                    len(sequence.output_ids),
-                )
-            )
