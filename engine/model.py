@@ -186,7 +186,7 @@ class LlamaForCausalLM(nn.Module):
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
         self.fused: list[FusedLayer] = []
         self._rope_tables: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._norm_floors: dict[torch.device, torch.Tensor] = {}
+        self.norm_floor = torch.empty(0)  # sqrt(eps * hidden_size) for `_norm`, set by fuse()
         self.final_norm: torch.Tensor = self.model.norm.weight.detach()  # set again by fuse()
         self.lm_head_weight: Weight = self.lm_head.weight.detach()  # set again by fuse()
         # The decode forward compiled for these weights (engine/compiled.py), or None: eager.
@@ -220,6 +220,8 @@ class LlamaForCausalLM(nn.Module):
             )
         self.fused = fused
         self.final_norm = self._norm_weight(self.model.norm.weight)
+        floor = math.sqrt(self.config.rms_norm_eps * self.config.hidden_size)
+        self.norm_floor = torch.tensor([floor], device=self.final_norm.device)
         self._rope_tables = {}  # rebuilt lazily on the weights' device and dtype
         self.lm_head_weight = self.lm_head.weight.detach()
         self.compiled_forward = None  # frozen on the old weights: compile again if wanted
@@ -262,18 +264,9 @@ class LlamaForCausalLM(nn.Module):
         """
         if hidden.dtype == torch.float32:
             length = torch.linalg.vector_norm(hidden, dim=-1, keepdim=True)
-            return hidden / torch.hypot(length, self._norm_floor(hidden.device)) * weight
+            return hidden / torch.hypot(length, self.norm_floor) * weight
         normed = F.rms_norm(hidden.float(), (hidden.shape[-1],), None, self.config.rms_norm_eps)
         return weight * normed.to(hidden.dtype)
-
-    def _norm_floor(self, device: torch.device) -> torch.Tensor:
-        """sqrt(eps * hidden_size) as a one-element float32 tensor on `device` (cached)."""
-        floor = self._norm_floors.get(device)
-        if floor is None:
-            value = math.sqrt(self.config.rms_norm_eps * self.config.hidden_size)
-            floor = torch.tensor([value], dtype=torch.float32, device=device)
-            self._norm_floors[device] = floor
-        return floor
 
     def forward(
         self,
