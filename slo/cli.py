@@ -212,6 +212,132 @@ def _exit_cleanly(_signum: int, _frame: Any) -> None:
     raise SystemExit(0)
 
 
+def _add_proxy(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "proxy",
+        help="measure any OpenAI-compatible server: a streaming reverse proxy with the middleware",
+        description="Forward every request to --upstream (any OpenAI-compatible server, in any "
+        "language) with the latency middleware in front: records, /metrics and /slo as with "
+        "`slo serve`, no change to the engine. Run it beside the engine (a sidecar).",
+    )
+    parser.add_argument(
+        "--upstream", required=True, help="the engine's base URL, e.g. http://127.0.0.1:8080"
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=8000, help="port to bind (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--model",
+        default="upstream",
+        help="model label on metrics and records (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--spec", default=None, help="SLO spec YAML (default: the packaged example spec)"
+    )
+    parser.add_argument(
+        "--store",
+        default="sqlite:///slo-records.db",
+        help="where request records go: sqlite:///FILE or postgresql://... (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--alertmanager-url",
+        default=None,
+        help="push alerts the live SLO evaluator fires to this Alertmanager",
+    )
+    parser.add_argument(
+        "--api-keys", default=None, metavar="FILE", help="require API keys from this YAML file"
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=256,
+        help="most connections open to the upstream at once; more requests wait (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="give up reaching the upstream (or waiting for a free connection): 504 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--read-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="give up when the upstream sends nothing for this long: 504 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, give in-flight requests this long to finish (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"
+    )
+    parser.set_defaults(handler=_proxy)
+
+
+def _proxy(args: argparse.Namespace) -> int:
+    import signal
+
+    import uvicorn
+
+    from middleware import LatencyMiddleware
+    from middleware.proxy import ProxyApp
+
+    if args.max_connections < 1:
+        raise UsageError(f"--max-connections must be at least 1, got {args.max_connections}")
+    for flag, value in (
+        ("--connect-timeout", args.connect_timeout),
+        ("--read-timeout", args.read_timeout),
+        ("--shutdown-timeout", args.shutdown_timeout),
+    ):
+        if value <= 0:
+            raise UsageError(f"{flag} must be a positive number of seconds, got {value}")
+    try:
+        proxy = ProxyApp(
+            args.upstream,
+            max_connections=args.max_connections,
+            connect_timeout_s=args.connect_timeout,
+            read_timeout_s=args.read_timeout,
+        )
+    except ValueError as error:
+        raise UsageError(f"--upstream: {error}") from error
+    middleware = LatencyMiddleware(
+        proxy,
+        spec=args.spec,
+        store=args.store,
+        model=args.model,
+        alertmanager_url=args.alertmanager_url,
+        auth=args.api_keys,
+    )
+    print(f"proxying http://{args.host}:{args.port} -> {proxy.upstream_url} (model {args.model})")
+    signal.signal(signal.SIGTERM, _exit_cleanly)  # flush records on SIGTERM (see _serve)
+    try:
+        uvicorn.run(
+            middleware,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=args.shutdown_timeout,
+            # The C parser (and uvloop where installed) keeps the proxy's cost per chunk low;
+            # the upstream's own Server and Date headers pass through instead of ours.
+            http="httptools",
+            server_header=False,
+            date_header=False,
+        )
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        middleware.close()
+    return 0
+
+
 def _add_check(subparsers: argparse._SubParsersAction) -> None:
     from slo.check import configure
 
@@ -646,6 +772,7 @@ def _measurement(run: Any, baseline: Any) -> Any:
 
 _COMMAND_BUILDERS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_serve,
+    _add_proxy,
     _add_keys,
     _add_check,
     _add_lint,

@@ -1,0 +1,287 @@
+"""`ProxyApp`: a streaming reverse proxy as a pure ASGI app, for `slo proxy --upstream URL`.
+
+    app = LatencyMiddleware(ProxyApp("http://127.0.0.1:8080"), spec="slo.yaml", store=...)
+
+Every request goes to the upstream as it came (method, path, query, headers less the
+hop-by-hop ones, body); the answer comes back piece by piece as it arrives, with the
+upstream's headers (some engines report their own timings there, e.g. TGI's x-queue-time).
+A client that walks away closes the upstream connection, so the engine stops generating.
+An upstream that is down, refuses or is silent too long gets an OpenAI-style 502 or 504, and
+`scope["state"]["outcome"]` tells the middleware how to record it.
+
+The request's timeline is marked "upstream_start" before the proxy reaches for the upstream
+and "upstream_connected" once it holds a connection and has written the whole request, so
+reaching the upstream (waiting for a pooled connection, connecting, sending) is its own
+segment, apart from the proxy's own time before it and the engine's time after it. (The
+upstream's response headers would be a later mark, but a non-streamed reply sends them only
+after its last token: the whole generation would pass for network time.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from urllib.parse import urlsplit
+
+from middleware.proxy_client import UpstreamConnection, UpstreamError, UpstreamPool
+from middleware.timeline import current_timeline
+from middleware.types import Message, Receive, Scope, Send
+
+# RFC 9110 7.6.1: meaningful for one connection only, never forwarded. Content-length is
+# recomputed (the body may have been rewritten on the way in), host names the upstream.
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
+_STATUS = {"unreachable": (502, "server_error"), "broken": (502, "server_error")}
+
+
+class ProxyApp:
+    """Forwards every HTTP request to `upstream_url`; answers lifespan (closing its pool)."""
+
+    def __init__(
+        self,
+        upstream_url: str,
+        *,
+        max_connections: int = 256,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 300.0,
+    ) -> None:
+        parts = urlsplit(upstream_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"upstream URL {upstream_url!r} must look like http://HOST:PORT "
+                "(or https://...), e.g. http://127.0.0.1:8080"
+            )
+        for name, value in (("connect", connect_timeout_s), ("read", read_timeout_s)):
+            if value <= 0:
+                raise ValueError(
+                    f"{name} timeout must be a positive number of seconds, got {value}"
+                )
+        self.upstream_url = upstream_url.rstrip("/")
+        self._prefix = parts.path.rstrip("/").encode()
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._host_header = parts.netloc.rsplit("@", 1)[-1].encode()
+        self.pool = UpstreamPool(
+            parts.hostname,
+            port,
+            use_tls=parts.scheme == "https",
+            max_connections=max_connections,
+            connect_timeout_s=connect_timeout_s,
+            read_timeout_s=read_timeout_s,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._forward(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        # websockets are not proxied: returning without accepting closes them (403)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.pool.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        body = message.get("body", b"")
+        streamed_body = message.get("more_body", False)
+        head = self._request_head(scope, None if streamed_body else len(body))
+        timeline = current_timeline()
+        if timeline is not None:
+            timeline.mark("upstream_start")
+        watch: asyncio.Task[None] | None = None
+        gone = _ClientGone()
+        if not streamed_body:  # the whole request is in: watch for the client leaving
+            watch = asyncio.ensure_future(gone.watch(receive))
+        connection: UpstreamConnection | None = None
+        started = False
+        try:
+            for attempt in (1, 2):
+                connection = await self._send_request(head, body, streamed_body, receive, gone)
+                if timeline is not None:
+                    timeline.mark("upstream_connected")
+                if watch is None:
+                    watch = asyncio.ensure_future(gone.watch(receive))
+                try:
+                    await connection.response_headers()
+                    break
+                except UpstreamError as error:
+                    # A reused keep-alive connection that the upstream closed just as it was
+                    # taken: retried once on a fresh one (the upstream saw no request).
+                    if attempt == 2 or not error.sent_nothing or streamed_body or gone.happened:
+                        raise
+                    self.pool.release(connection)
+                    connection = None
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": connection.status,
+                    "headers": [
+                        (name, value)
+                        for name, value in connection.headers
+                        if name not in _HOP_BY_HOP
+                    ],
+                }
+            )
+            started = True
+            read = connection.read
+            while (piece := await read()) is not None:
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+            if watch is not None:
+                watch.cancel()  # before the last send: a completed response is no disconnect
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except UpstreamError as error:
+            if gone.happened:
+                return  # the client left: the middleware records it as cancelled
+            await self._fail(scope, send, error, started, connection)
+        finally:
+            if watch is not None:
+                watch.cancel()
+            if connection is not None:
+                self.pool.release(connection)
+
+    async def _send_request(
+        self, head: bytes, body: bytes, streamed_body: bool, receive: Receive, gone: _ClientGone
+    ) -> UpstreamConnection:
+        """A connection with the request written (a body that came in parts streams through,
+        chunked)."""
+        pool = self.pool
+        connection = await pool.acquire()
+        gone.connection = connection
+        if gone.happened:
+            pool.release(connection)
+            raise UpstreamError("broken", "the client left before the request was sent")
+        if not streamed_body:
+            connection.send_request(head + body)
+            return connection
+        connection.send_request(head + _chunk(body))
+        try:
+            while True:
+                message: Message = await receive()
+                if message["type"] == "http.disconnect":
+                    gone.leave()
+                    raise UpstreamError("broken", "the client left while sending its body")
+                connection.write(_chunk(message.get("body", b"")))
+                if not message.get("more_body", False):
+                    connection.write(b"0\r\n\r\n")
+                    return connection
+        except BaseException:
+            pool.release(connection)
+            raise
+
+    def _request_head(self, scope: Scope, content_length: int | None) -> bytes:
+        path = scope.get("raw_path") or scope["path"].encode()
+        query = scope.get("query_string", b"")
+        lines = [
+            b"%s %s%s%s HTTP/1.1"
+            % (scope["method"].encode(), self._prefix, path, b"?" + query if query else b""),
+            b"host: " + self._host_header,
+        ]
+        forwarded_for = scope.get("client")
+        for name, value in scope.get("headers", ()):
+            name = name.lower()
+            if name in _NOT_FORWARDED:
+                continue
+            if name == b"x-forwarded-for" and forwarded_for:
+                value = b"%s, %s" % (value, forwarded_for[0].encode())
+                forwarded_for = None
+            lines.append(name + b": " + value)
+        if forwarded_for:
+            lines.append(b"x-forwarded-for: " + forwarded_for[0].encode())
+        if content_length is None:
+            lines.append(b"transfer-encoding: chunked")
+        else:
+            lines.append(b"content-length: %d" % content_length)
+        lines.append(b"\r\n")
+        return b"\r\n".join(lines)
+
+    async def _fail(
+        self,
+        scope: Scope,
+        send: Send,
+        error: UpstreamError,
+        started: bool,
+        connection: UpstreamConnection | None,
+    ) -> None:
+        status, kind = _STATUS.get(error.kind, (504, "timeout"))
+        state = scope.setdefault("state", {})
+        state["outcome"] = "timeout" if status == 504 else "server_error"
+        fix = (
+            "raise --read-timeout if the engine is just slow, or check that it is healthy"
+            if error.kind == "timeout"
+            else "check that the engine is running and listening there, or fix --upstream"
+        )
+        code = {"unreachable": "upstream_unreachable", "timeout": "upstream_timeout"}.get(
+            error.kind, "upstream_error"
+        )
+        payload = {
+            "error": {
+                "message": f"slo proxy: upstream {self.upstream_url}: {error.message}; {fix}",
+                "type": kind,
+                "param": None,
+                "code": code,
+            }
+        }
+        if not started:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": json.dumps(payload).encode()})
+            return
+        is_stream = connection is not None and any(
+            name == b"content-type" and value.startswith(b"text/event-stream")
+            for name, value in connection.headers
+        )
+        if not is_stream:
+            raise error  # a plain body cut short: the client must see a broken response
+        # Mid-stream: an SSE error event, as OpenAI sends one (its client raises APIError).
+        event = b"data: " + json.dumps(payload).encode() + b"\n\n"
+        await send({"type": "http.response.body", "body": event, "more_body": False})
+
+
+class _ClientGone:
+    """Watches for the client leaving; then closes the upstream connection."""
+
+    __slots__ = ("connection", "happened")
+
+    def __init__(self) -> None:
+        self.happened = False
+        self.connection: UpstreamConnection | None = None
+
+    async def watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.leave()
+
+    def leave(self) -> None:
+        self.happened = True
+        if self.connection is not None:
+            self.connection.abort()
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
