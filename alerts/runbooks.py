@@ -8,11 +8,8 @@ from alerts.rules import GOOD_OUTCOME, REQUESTS
 from alerts.templating import render
 from slo.alert_rules import AVAILABILITY, AlertRule, alert_rules
 from slo.promql import any_of, matcher, number, prom_duration, selector
-from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
+from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, PHASES
 from slo.spec import SLOSpec
-
-# The additive breakdown, in the order a request lives through it.
-PHASES: tuple[str, ...] = ("network", "queue", "prefill", "decode", "detokenize", "other")
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,10 @@ from slo.promql import (
     record_error_ratio,
     selector,
 )
-from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
+from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, PHASES
 from slo.spec import SLOSpec
 
 RATE = "$__rate_interval"
-PHASES: tuple[str, ...] = ("network", "queue", "prefill", "decode", "detokenize", "other")
 LATENCY_PANELS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e")
 QUANTILES: tuple[str, ...] = ("0.5", "0.95", "0.99")
 

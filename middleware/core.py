@@ -25,6 +25,7 @@ from middleware.bridge import EngineBridge
 from middleware.capture import CaptureBuffer, ContentCapture
 from middleware.clock import Clock, SystemClock
 from middleware.histograms import bucket_counts
+from middleware.lifespan import Lifespan
 from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
 from middleware.reporting import (
@@ -42,6 +43,14 @@ from middleware.timeline import (
 )
 from middleware.tracing import DropCounter, RequestTracer
 from middleware.types import ASGIApp, Message, Receive, Scope, Send
+from middleware.wire import WireReader
+from middleware.wire_io import (
+    ask_for_usage,
+    keep_body,
+    read_upstream_headers,
+    settle_body,
+    settle_stream,
+)
 from slo.spec import SLOSpec
 from slo.store import RecordStore
 
@@ -54,7 +63,7 @@ OTHER_ROUTE = "other"
 class _Response:
     """What the app sent back for one request."""
 
-    __slots__ = ("complete", "disconnected", "is_stream", "started", "status")
+    __slots__ = ("body", "complete", "disconnected", "is_stream", "started", "status")
 
     def __init__(self) -> None:
         self.status = 500
@@ -62,6 +71,7 @@ class _Response:
         self.complete = False
         self.disconnected = False
         self.is_stream = False
+        self.body: bytearray | None = None
 
 
 def _load_spec(spec: SLOSpec | str | Path | None) -> SLOSpec:
@@ -97,6 +107,7 @@ class LatencyMiddleware:
         alertmanager_url: str | None = None,
         auth: ApiKeyAuth | str | Path | None = None,
         capture: ContentCapture | None = None,
+        inject_usage: bool = False,
     ) -> None:
         self.app = app
         self.spec = _load_spec(spec)
@@ -120,6 +131,10 @@ class LatencyMiddleware:
             auth = ApiKeyAuth.load(auth, {tier.name for tier in self.spec.tiers})
         self.auth = auth
         self.capture = capture
+        # Ask streamed requests for `usage` (stream_options.include_usage) so counts are exact
+        # on engines that report it; the usage chunk is kept from clients that did not ask.
+        self.inject_usage = inject_usage
+        self.lifespan = Lifespan(self.close)
         self.requests_seen = 0
         # uuid4 reads the OS entropy pool per call (slow on some VMs): a random prefix per
         # middleware plus a counter is as unique and costs nothing.
@@ -143,8 +158,12 @@ class LatencyMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            if scope["type"] == "lifespan":
+                await self.lifespan.run(self.app, scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
             return
+        self.lifespan.saw_request()
         path = scope.get("path", "")
         if path == self.metrics_path:
             await self._serve_metrics(scope, send)
@@ -191,9 +210,17 @@ class LatencyMiddleware:
             if self.capture is not None and self.tracer.enabled
             else None
         )
+        replay: list[Message] = []
+        strip_usage = False
+        if self.inject_usage and scope.get("method") == "POST":
+            strip_usage = await ask_for_usage(scope, receive, replay)
+            if replay and not replay[-1].get("more_body", False):
+                timeline.body_received(clock.now_ns())
+        wire = WireReader(strip_usage)
+        feed = wire.feed
 
         async def receive_wrapper() -> Message:
-            message = await receive()
+            message = replay.pop(0) if replay else await receive()
             kind = message["type"]
             if kind == "http.request":
                 if captured is not None:
@@ -204,25 +231,39 @@ class LatencyMiddleware:
                 response.disconnected = True
             return message
 
-        add_chunk_time = timeline.body_chunk_ns.append
+        chunk_sent = timeline.chunk_sent
 
         async def send_wrapper(message: Message) -> None:
             # The body branch runs once per streamed chunk: keep it to a few operations.
             if message["type"] == "http.response.body":
                 started = now_ns()
                 more = message.get("more_body", False)
-                if not more and server_timing and response.is_stream and response.status < 400:
-                    comment = timings_comment(timeline.breakdown())
-                    await send({"type": "http.response.body", "body": comment, "more_body": True})
-                await send(message)
                 body = message.get("body")
-                if body:
-                    if timeline.first_token_byte_ns is None:
-                        timeline.chunk_sent(started)
+                if response.is_stream:
+                    if body:
+                        carried, sent = feed(body)
+                        if sent is not body:
+                            message = {**message, "body": sent}
+                        chunk_sent(started, carried)
+                    if not more:
+                        held = wire.flush()
+                        if held:
+                            message = {**message, "body": message.get("body", b"") + held}
+                        settle_stream(timeline, wire)
+                        if server_timing and response.status < 400:
+                            comment = timings_comment(timeline.breakdown())
+                            await send(
+                                {"type": "http.response.body", "body": comment, "more_body": True}
+                            )
+                elif body:
+                    if not timeline.body_chunk_ns:
+                        chunk_sent(started)
                     else:
-                        add_chunk_time(started)
-                    if captured is not None:
-                        captured.add_response(body)
+                        timeline.body_chunk_ns.append(started)
+                    keep_body(response, body)
+                await send(message)
+                if body and captured is not None:
+                    captured.add_response(body)
                 if not more:
                     timeline.last_byte_ns = now_ns()
                     response.complete = True
@@ -232,8 +273,14 @@ class LatencyMiddleware:
                 response.started = True
                 raw_headers = list(message.get("headers", ()))
                 for key, value in raw_headers:
-                    if key.lower() == b"content-type" and value.startswith(b"text/event-stream"):
-                        response.is_stream = True
+                    name = key.lower()
+                    if name == b"content-type":
+                        if value.startswith(b"text/event-stream"):
+                            response.is_stream = True
+                            timeline.streamed = True
+                        elif value.startswith(b"application/json"):
+                            response.body = bytearray()
+                read_upstream_headers(timeline, wire, raw_headers)
                 if server_timing and not response.is_stream:
                     raw_headers.append(
                         (b"server-timing", server_timing_value(timeline.breakdown()).encode())
@@ -244,6 +291,7 @@ class LatencyMiddleware:
         self.bridge.register(timeline)
         context_token = set_current_timeline(timeline)
         raised = False
+        output_tokens = 0
         try:
             await app(scope, receive_wrapper, send_wrapper)
         except BaseException:
@@ -253,10 +301,14 @@ class LatencyMiddleware:
             reset_current_timeline(context_token)
             self.bridge.unregister(timeline)
             try:
-                self._finish(timeline, tier.name, route, headers, state, response, raised, captured)
+                if not response.is_stream:
+                    settle_body(timeline, wire, response.body)
+                output_tokens = self._finish(
+                    timeline, tier.name, route, headers, state, response, raised, captured
+                )
                 if key is not None and self.auth is not None:
                     self.auth.charge_tokens(
-                        key, timeline.input_tokens + len(timeline.token_ns), clock.wall_s()
+                        key, timeline.input_tokens + output_tokens, clock.wall_s()
                     )
             except Exception:  # reporting must never break the response
                 logger.exception("llm-slo: failed to report request %s", request_id)
@@ -271,7 +323,8 @@ class LatencyMiddleware:
         response: _Response,
         raised: bool,
         captured: CaptureBuffer | None = None,
-    ) -> None:
+    ) -> int:
+        """Report one finished request everywhere; the output tokens it produced."""
         self.requests_seen += 1
         outcome = classify_outcome(
             response.status, response.disconnected, response.complete, state.get("outcome"), raised
@@ -327,6 +380,7 @@ class LatencyMiddleware:
                     produced,
                 )
             )
+        return breakdown.output_tokens if produced else 0
 
     async def _serve_metrics(self, scope: Scope, send: Send) -> None:
         self.metrics.observe_losses(self.store, self.span_drops)

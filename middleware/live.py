@@ -41,6 +41,7 @@ BREAKDOWN_FIELD = {
     "decode": "decode_s",
     "detokenize": "detokenize_s",
     "network": "network_s",
+    "queue_prefill": "queue_prefill_s",
     "other": "other_s",
 }
 

@@ -42,6 +42,7 @@ REQUEST_HISTOGRAMS = (
     "decode",
     "detokenize",
     "network",
+    "queue_prefill",
     "other",
 )
 # The Breakdown values of REQUEST_HISTOGRAMS, in that order, in one call.

@@ -8,9 +8,9 @@ import math
 from typing import Any
 
 from middleware.auth import AuthDecision
-from middleware.timeline import PHASES, Breakdown, RequestTimeline
+from middleware.timeline import Breakdown, RequestTimeline
 from middleware.types import ASGIApp, Receive, Scope, Send
-from slo.sli import outcome_for_status
+from slo.sli import PHASES, outcome_for_status
 
 
 def classify_outcome(
@@ -101,6 +101,7 @@ def record_fields(
         "input_tokens": timeline.input_tokens,
         "output_tokens": breakdown.output_tokens if produced else 0,
         "cached_tokens": timeline.cached_tokens,
+        "tokens_source": breakdown.tokens_source if produced else None,
         "e2e_s": breakdown.e2e_s,
         "ttft_s": breakdown.ttft_s if produced else None,
         "tpot_s": breakdown.tpot_s if produced else None,
@@ -108,6 +109,7 @@ def record_fields(
         "network_s": breakdown.network_s,
         "queue_s": breakdown.queue_s,
         "prefill_s": breakdown.prefill_s,
+        "queue_prefill_s": breakdown.queue_prefill_s,
         "decode_s": breakdown.decode_s,
         "detokenize_s": breakdown.detokenize_s,
         "other_s": breakdown.other_s,
@@ -137,6 +139,7 @@ def span_attributes(
         "gen_ai.request.model": model,
         "gen_ai.response.model": model,
         "gen_ai.usage.input_tokens": timeline.input_tokens,
+        "llm_slo.tokens_source": breakdown.tokens_source,
         "gen_ai.usage.output_tokens": breakdown.output_tokens,
         "gen_ai.request.id": timeline.request_id,
         "gen_ai.latency.e2e": breakdown.e2e_s,

@@ -9,12 +9,15 @@ to e2e exactly and none is negative, even though sending overlaps decoding in a 
 - detokenize is the sum of per-token detokenization time, carved out of decode;
 - a preemption after the first token (the gap from the token before it to the token after
   the re-schedule) moves from decode to queue: preemption adds queue time, not prefill time;
-- with no engine reporting phases, start..first token byte is one "other" (server) segment and
-  queue/prefill stay unknown (None).
+- with no engine hooks (any engine seen through the wire), the span from the end of the request
+  body to the first token-bearing chunk is the engine's "queue_prefill" (queue and prefill, not
+  split), never "other"; where the upstream tells its phases (llama.cpp's `timings`, TGI's
+  headers: `middleware.upstream`), they are carved out of that span; behind `slo proxy` the
+  proxy's own time before it sends upstream is "other", and reaching the upstream is network.
 
 TTFT = first byte of the first token's chunk handed to `send` - start; e2e = end of the last
 `send` - start; TPOT = (e2e - TTFT) / (output_tokens - 1); ITL = every gap between consecutive
-tokens.
+token events (a chunk that carries several tokens is one event, as `vllm bench serve` counts).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from itertools import repeat
 from typing import Any
 
 from middleware.clock import Clock
+from middleware.upstream import UpstreamReport
 
 NS = 1e-9
 
@@ -38,10 +42,9 @@ ENGINE_EVENTS = (
     "detokenize",
     "finish",
 )
-
-
-# The additive parts of e2e, in the order `Breakdown.phases` lists them.
-PHASES = ("network", "queue", "prefill", "decode", "detokenize", "other")
+# Marks of a proxy in front of the engine (`slo proxy`): when it starts sending the request
+# upstream, and when the upstream has been reached (connected, request sent).
+PROXY_EVENTS = ("upstream_start", "upstream_connected")
 
 # (count, last, gaps in seconds) of a list of marks: see `RequestTimeline._gaps`.
 _Gaps = tuple[int, int | None, tuple[float, ...]]
@@ -62,6 +65,10 @@ class Breakdown:
     detokenize_s: float
     other_s: float
     output_tokens: int
+    # The engine's time before the first token when it does not report queue and prefill.
+    queue_prefill_s: float | None = None
+    # Where output_tokens comes from (slo.sli.TOKENS_SOURCES).
+    tokens_source: str = "chunks"
 
     @property
     def phases(self) -> dict[str, float]:
@@ -70,6 +77,7 @@ class Breakdown:
             "network": self.network_s,
             "queue": self.queue_s or 0.0,
             "prefill": self.prefill_s or 0.0,
+            "queue_prefill": self.queue_prefill_s or 0.0,
             "decode": self.decode_s,
             "detokenize": self.detokenize_s,
             "other": self.other_s,
@@ -102,10 +110,17 @@ class RequestTimeline:
     first_token_byte_ns: int | None = None
     last_byte_ns: int | None = None
     body_chunk_ns: list[int] = field(default_factory=list)
+    # Send times of the chunks that carried a token event (text), read off the wire.
+    token_chunk_ns: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     input_tokens: int = 0
     cached_tokens: int = 0
     engine_reported: bool = False
+    streamed: bool = False
+    upstream_start_ns: int | None = None
+    upstream_connected_ns: int | None = None
+    # Counts and phases the engine put on the wire (usage, timings, headers).
+    upstream: UpstreamReport | None = None
     # The sequence-derived part of the last breakdown (see `_gaps`): a response asks for its
     # breakdown twice (timings for the client, then the report), the gaps are the costly part.
     _gaps_cache: tuple[tuple[int | None, int, int | None], _Gaps] | None = field(
@@ -147,31 +162,42 @@ class RequestTimeline:
                 self.prefill_end_ns = at
         elif event == "finish":
             self.finish_reason = reason
+        elif event == "upstream_start":
+            self.engine_reported = False
+            self.upstream_start_ns = at
+        elif event == "upstream_connected":
+            self.engine_reported = False
+            self.upstream_connected_ns = at
         else:
             raise ValueError(
-                f"unknown timeline event {event!r}; use one of {', '.join(ENGINE_EVENTS)}"
+                f"unknown timeline event {event!r}; use one of "
+                f"{', '.join(ENGINE_EVENTS + PROXY_EVENTS)}"
             )
 
     # Called by the middleware around the app's receive/send.
     def body_received(self, at_ns: int) -> None:
         self.receive_end_ns = at_ns
 
-    def chunk_sent(self, started_ns: int) -> None:
-        """A body chunk with bytes was handed to `send` at `started_ns`."""
+    def chunk_sent(self, started_ns: int, carries_token: bool = True) -> None:
+        """A body chunk with bytes was handed to `send` at `started_ns`; `carries_token` when
+        it held a token event (text), as the wire parser read it."""
         self.body_chunk_ns.append(started_ns)
-        # With an engine bridge only a chunk sent after the first token carries it (an SSE
-        # role-only chunk before it does not); without one, the first chunk is all we know.
-        carries_token = not self.engine_reported or (
-            self.token_ns and self.token_ns[0] <= started_ns
-        )
-        if carries_token and self.first_token_byte_ns is None:
-            self.first_token_byte_ns = started_ns
+        if carries_token:
+            self.token_chunk_ns.append(started_ns)
+            if self.first_token_byte_ns is None:
+                self.first_token_byte_ns = started_ns
 
     def body_sent(self, started_ns: int, ended_ns: int, has_bytes: bool) -> None:
         """A body message handed to `send` from `started_ns` to `ended_ns`."""
         if has_bytes:
             self.chunk_sent(started_ns)
         self.last_byte_ns = ended_ns
+
+    def count_every_chunk(self) -> None:
+        """A stream the wire parser could not read (not the OpenAI format): every body chunk
+        is taken as one token event, the first one as the first token."""
+        self.token_chunk_ns = list(self.body_chunk_ns)
+        self.first_token_byte_ns = self.body_chunk_ns[0] if self.body_chunk_ns else None
 
     def breakdown(self) -> Breakdown:
         # Runs twice per request (timings for the client, then the report): clamps are inlined
@@ -181,6 +207,7 @@ class RequestTimeline:
         mark = self.receive_end_ns
         receive_end = start if mark is None else min(max(mark, start), end)
         tokens = self.token_ns
+        queue_prefill_ns: int | None = None
         if self.engine_reported and tokens:
             mark = self.enqueue_ns
             enqueue = receive_end if mark is None else min(max(mark, receive_end), end)
@@ -197,17 +224,25 @@ class RequestTimeline:
             decode_ns = decode_total - preempted - detokenize
             other_ns = enqueue - receive_end
             output_tokens, _, itl = self._gaps(tokens, None)
+            tokens_source = "engine"
         else:
-            # No engine phases: the server's time up to the first byte is one segment.
             mark = self.first_token_byte_ns
             first_byte = end if mark is None else min(max(mark, receive_end), end)
-            output_tokens, mark, itl = self._gaps(self.body_chunk_ns, first_byte)
+            output_tokens, mark, itl = self._gaps(self.token_chunk_ns, first_byte)
             last_chunk = first_byte if mark is None else min(max(mark, first_byte), end)
             network_ns = (receive_end - start) + (end - last_chunk)
-            queue_ns = prefill_ns = None
             decode_ns = last_chunk - first_byte
             detokenize = 0
-            other_ns = first_byte - receive_end
+            queue_ns, prefill_ns, queue_prefill_ns, other_ns, decode_extra, reach_ns = (
+                self._before_first_byte(receive_end, first_byte)
+            )
+            network_ns += reach_ns
+            decode_ns += decode_extra
+            tokens_source = "chunks"
+            report = self.upstream
+            if report is not None and report.output_tokens is not None:
+                output_tokens = report.output_tokens
+                tokens_source = report.tokens_source or "usage"
         e2e = end - start
         ttft = (
             None
@@ -227,11 +262,59 @@ class RequestTimeline:
             network_s=network_ns * NS,
             queue_s=None if queue_ns is None else queue_ns * NS,
             prefill_s=None if prefill_ns is None else prefill_ns * NS,
+            queue_prefill_s=None if queue_prefill_ns is None else queue_prefill_ns * NS,
             decode_s=decode_ns * NS,
             detokenize_s=detokenize * NS,
             other_s=other_ns * NS,
             output_tokens=output_tokens,
+            tokens_source=tokens_source,
         )
+
+    def _before_first_byte(
+        self, receive_end: int, first_byte: int
+    ) -> tuple[int | None, int | None, int | None, int, int, int]:
+        """Split the time from the end of the body to the first token's byte when no engine
+        hooks marked it: (queue, prefill, queue_prefill, other, decode, reaching upstream).
+
+        Behind a proxy the proxy's own time before it sends upstream is "other" and reaching
+        the upstream is network. Of the rest, the phases the upstream reported are carved out
+        (a non-streamed reply's decode too: its first byte comes after the last token); what
+        no one reported is "queue_prefill" (the engine's queue and prefill, not split).
+        """
+        other = reach = decode = 0
+        engine_start = receive_end
+        mark = self.upstream_start_ns
+        if mark is not None:
+            engine_start = min(max(mark, receive_end), first_byte)
+            other = engine_start - receive_end
+            mark = self.upstream_connected_ns
+            if mark is not None:
+                reached = min(max(mark, engine_start), first_byte)
+                reach = reached - engine_start
+                engine_start = reached
+        rest = first_byte - engine_start
+        report = self.upstream
+        if report is None:
+            return None, None, rest, other, 0, reach
+        if report.decode_s is not None and not self.streamed:
+            decode = min(round(report.decode_s * 1e9), rest)
+            rest -= decode
+        queue = prefill = None
+        if report.queue_s is not None:
+            queue = min(round(report.queue_s * 1e9), rest)
+            rest -= queue
+        if report.prefill_s is not None:
+            prefill = min(round(report.prefill_s * 1e9), rest)
+            rest -= prefill
+        if queue is None and prefill is None:
+            return None, None, rest, other, decode, reach
+        if queue is None:
+            queue = rest  # the engine said prefill only: what came before it is waiting
+        elif prefill is None:
+            prefill = rest
+        else:
+            other += rest  # both said: the remainder is neither (parsing, the engine's HTTP)
+        return queue, prefill, None, other, decode, reach
 
     def _gaps(self, times: list[int], since: int | None) -> _Gaps:
         """(count, last, gaps in seconds) of the marks in `times` (those at or after `since`).

@@ -185,6 +185,25 @@ def phase_intervals(timeline: RequestTimeline, breakdown: Breakdown) -> list[tup
             ("send", last_token, end),
         ]
     else:
-        first_byte = min(max(timeline.first_token_byte_ns or end, start), end)
-        spans.append(("send", first_byte, end))
+        first_byte = min(max(timeline.first_token_byte_ns or end, receive_end), end)
+        cursor = receive_end
+        if timeline.upstream_start_ns is not None:
+            sent = min(max(timeline.upstream_start_ns, cursor), first_byte)
+            spans.append(("proxy", cursor, sent))
+            cursor = sent
+            if timeline.upstream_connected_ns is not None:
+                reached = min(max(timeline.upstream_connected_ns, cursor), first_byte)
+                spans.append(("upstream_connect", cursor, reached))
+                cursor = reached
+        if breakdown.queue_prefill_s is not None:
+            spans.append(("queue_prefill", cursor, first_byte))
+        else:
+            for name, seconds in (("queue", breakdown.queue_s), ("prefill", breakdown.prefill_s)):
+                if seconds is not None:
+                    until = min(cursor + round(seconds * 1e9), first_byte)
+                    spans.append((name, cursor, until))
+                    cursor = until
+        chunks = timeline.token_chunk_ns
+        last_chunk = min(max(chunks[-1], first_byte), end) if chunks else first_byte
+        spans += [("decode", first_byte, last_chunk), ("send", last_chunk, end)]
     return spans

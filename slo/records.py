@@ -17,7 +17,7 @@ from sqlalchemy import JSON, Column
 from sqlmodel import Field, SQLModel
 
 from slo.errors import UsageError
-from slo.sli import OUTCOMES
+from slo.sli import OUTCOMES, TOKENS_SOURCES
 
 TABLE_NAME = "llm_slo_request_records"
 
@@ -39,8 +39,9 @@ class RequestRecord(SQLModel, table=True):
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
-    # Server view, seconds. The breakdown adds up: network+queue+prefill+decode+detokenize+other
-    # == e2e. Phases stay None where no engine reported them.
+    # Where the token counts come from (slo.sli.TOKENS_SOURCES): how exact they are.
+    tokens_source: str | None = None
+    # Server view, seconds. The breakdown adds up: the phases of slo.sli.PHASES sum to e2e. Phases stay None where no engine reported them.
     e2e_s: float
     ttft_s: float | None = None
     tpot_s: float | None = None
@@ -48,6 +49,7 @@ class RequestRecord(SQLModel, table=True):
     network_s: float | None = None
     queue_s: float | None = None
     prefill_s: float | None = None
+    queue_prefill_s: float | None = None
     decode_s: float | None = None
     detokenize_s: float | None = None
     other_s: float | None = None
@@ -68,19 +70,19 @@ class RequestRecord(SQLModel, table=True):
 
 
 REQUIRED_STR = ("request_id", "tier")
-OPTIONAL_STR = ("trace_id", "model", "route", "outcome")
+OPTIONAL_STR = ("trace_id", "model", "route", "outcome", "tokens_source")
 REQUIRED_FLOAT = ("timestamp", "e2e_s")
 OPTIONAL_FLOAT = (
-    "ttft_s", "tpot_s", "network_s", "queue_s", "prefill_s", "decode_s", "detokenize_s",
-    "other_s", "client_ttft_s", "client_e2e_s", "client_tpot_s",
+    "ttft_s", "tpot_s", "network_s", "queue_s", "prefill_s", "queue_prefill_s", "decode_s",
+    "detokenize_s", "other_s", "client_ttft_s", "client_e2e_s", "client_tpot_s",
 )  # fmt: skip
 INT_FIELDS = ("status_code", "input_tokens", "output_tokens", "cached_tokens")
 LIST_FIELDS = ("itl_s", "client_itl_s")
 FIELD_NAMES: tuple[str, ...] = (
     "request_id", "trace_id", "timestamp", "tier", "model", "route", "outcome", "status_code",
-    "stream", "input_tokens", "output_tokens", "cached_tokens", "e2e_s", "ttft_s", "tpot_s",
-    "itl_s", "network_s", "queue_s", "prefill_s", "decode_s", "detokenize_s", "other_s",
-    "client_ttft_s", "client_e2e_s", "client_tpot_s", "client_itl_s",
+    "stream", "input_tokens", "output_tokens", "cached_tokens", "tokens_source", "e2e_s",
+    "ttft_s", "tpot_s", "itl_s", "network_s", "queue_s", "prefill_s", "queue_prefill_s",
+    "decode_s", "detokenize_s", "other_s", "client_ttft_s", "client_e2e_s", "client_tpot_s", "client_itl_s",
 )  # fmt: skip
 _DEFAULTS: dict[str, Any] = {"model": "", "route": "", "outcome": "ok", "status_code": 200,
                              "stream": False, "input_tokens": 0, "output_tokens": 0,
@@ -128,6 +130,8 @@ def validate_record(data: Mapping[str, Any], where: str = "record") -> dict[str,
         values[name] = value
     if values["outcome"] not in OUTCOMES:
         raise fail("outcome", f"one of {', '.join(OUTCOMES)}")
+    if values["tokens_source"] not in (None, *TOKENS_SOURCES):
+        raise fail("tokens_source", f"one of {', '.join(TOKENS_SOURCES)}")
     timestamp = data["timestamp"]
     if type(timestamp) not in (int, float) or not -_INF < timestamp < _INF:
         raise fail("timestamp", "a finite number of unix seconds")

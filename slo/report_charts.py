@@ -110,10 +110,12 @@ def percentile_chart(spec: SLOSpec, columns: RecordColumns) -> str:
     return to_svg(figure, "percentiles")
 
 
-PHASE_LABELS = {"queue_s": "queue", "prefill_s": "prefill", "decode_s": "decode",
+PHASE_LABELS = {"queue_s": "queue", "prefill_s": "prefill",
+                "queue_prefill_s": "queue + prefill (not split)", "decode_s": "decode",
                 "detokenize_s": "detokenize", "other_s": "other", "network_s": "network (server)",
                 "client_network": "network (client - server)"}  # fmt: skip
-PHASE_COLORS = ("#8172b3", "#dd8452", "#4c72b0", "#64b5cd", "#937860", "#55a868", "#8c8c8c")
+PHASE_COLORS = ("#8172b3", "#dd8452", "#c44e52", "#4c72b0", "#64b5cd", "#937860", "#55a868",
+                "#8c8c8c")  # fmt: skip
 
 
 def phase_chart(spec: SLOSpec, columns: RecordColumns) -> str:

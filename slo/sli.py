@@ -49,6 +49,16 @@ def outcome_for_status(status: int) -> str:
     return "client_error" if status < 500 else "server_error"
 
 
+# The additive parts of e2e, in the order a request lives through them: they sum to e2e.
+# queue_prefill holds the time before the first token of an engine that does not report queue
+# and prefill apart (seen only on the wire); it is never called "other".
+PHASES: tuple[str, ...] = (
+    "network", "queue", "prefill", "queue_prefill", "decode", "detokenize", "other",
+)  # fmt: skip
+# Where a record's token counts come from, most exact first: the engine's own hooks, the
+# `usage` object of the response, llama.cpp's `timings`, or a count of token-bearing chunks.
+TOKENS_SOURCES: tuple[str, ...] = ("engine", "usage", "timings", "chunks")
+
 STANDARD_LABELS: tuple[str, ...] = ("tier", "model", "route")
 _REQUEST_LABELS = STANDARD_LABELS
 _ENGINE_LABELS: tuple[str, ...] = ("model",)
@@ -137,6 +147,10 @@ _SLIS: tuple[SLI, ...] = (
                "Waiting for a batch slot, preemptions included.", PHASE_BUCKETS),
     _histogram("prefill", "llm_slo_prefill_time_seconds", "prefill_s",
                "Prompt processing up to the first token.", PHASE_BUCKETS),
+    _histogram("queue_prefill", "llm_slo_queue_prefill_time_seconds", "queue_prefill_s",
+               "Queue and prefill, not split: the engine's time before the first token when "
+               "it does not report the two apart (any engine seen only through the wire).",
+               PHASE_BUCKETS),
     _histogram("decode", "llm_slo_decode_time_seconds", "decode_s",
                "First token to last token, detokenization excluded.", PHASE_BUCKETS),
     _histogram("detokenize", "llm_slo_detokenize_time_seconds", "detokenize_s",

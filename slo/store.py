@@ -95,6 +95,26 @@ def _create_table(engine: Engine) -> None:
     except SQLAlchemyError:
         if not inspect(engine).has_table(TABLE.name):
             raise
+    _add_missing_columns(engine)
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """A database written by an older release lacks the newer (nullable) fields: add them, so
+    an upgrade never loses a record. Another worker adding the same column first is success."""
+    present = {column["name"] for column in inspect(engine).get_columns(TABLE.name)}
+    for column in TABLE.columns:
+        if column.name in present:
+            continue
+        column_type = column.type.compile(dialect=engine.dialect)
+        try:
+            with engine.begin() as connection:
+                connection.exec_driver_sql(
+                    f'ALTER TABLE {TABLE.name} ADD COLUMN "{column.name}" {column_type}'
+                )
+        except SQLAlchemyError:
+            present = {c["name"] for c in inspect(engine).get_columns(TABLE.name)}
+            if column.name not in present:
+                raise
 
 
 def _row(record: RequestRecord | Mapping[str, Any]) -> tuple[Any, ...]:

@@ -19,10 +19,11 @@ from rich.table import Table
 
 from slo.columns import RecordColumns
 from slo.evaluate import CLIENT_VIEW, nearest_rank
-from slo.sli import CATALOG
+from slo.sli import CATALOG, PHASES
 from slo.spec import SLOSpec
 
-PHASE_COLUMNS = ("queue_s", "prefill_s", "decode_s", "detokenize_s", "other_s", "network_s")
+# The server's phases (slo.sli.PHASES), network last: the part the client view extends.
+PHASE_COLUMNS = (*(f"{phase}_s" for phase in PHASES if phase != "network"), "network_s")
 
 
 def sli_values(columns: RecordColumns, field_name: str) -> np.ndarray:
@@ -122,7 +123,7 @@ def render_summary(spec: SLOSpec, columns: RecordColumns, elapsed_s: float) -> s
         title="per tier (client view; phases are the server's means)", title_justify="left"
     )
     headers = ["tier", "requests", "ok", "TTFT p50", "TTFT p95", "TPOT p95", "e2e p95",
-               "queue", "prefill", "decode", "other", "network", "goodput"]  # fmt: skip
+               "queue", "prefill", "q+prefill", "decode", "other", "network", "goodput"]  # fmt: skip
     for header in headers:
         table.add_column(header, justify="left" if header == "tier" else "right")
     for summary in summaries:
@@ -134,6 +135,7 @@ def render_summary(spec: SLOSpec, columns: RecordColumns, elapsed_s: float) -> s
             summary.tier, str(summary.requests), str(summary.ok),
             _ms(summary.ttft_p50_s), _ms(summary.ttft_p95_s), _ms(summary.tpot_p95_s),
             _ms(summary.e2e_p95_s), _ms(phases.get("queue_s")), _ms(phases.get("prefill_s")),
+            _ms(phases.get("queue_prefill_s")),
             _ms(phases.get("decode_s")), _ms(phases.get("other_s")), _ms(network),
             f"{summary.good / summary.requests:.0%}" if summary.requests else "-",
         )  # fmt: skip

@@ -11,7 +11,8 @@ import json
 import math
 from typing import Any
 
-PHASES = ("network", "queue", "prefill", "decode", "detokenize", "other")
+from slo.sli import PHASES
+
 TIMINGS_COMMENT_PREFIX = ": llm-slo-timings "
 _KNOWN = {*PHASES, "ttft", "e2e"}
 

@@ -49,7 +49,8 @@ def run(handler: Any, settings: RequestSettings, planned: PlannedRequest = PLANN
 def test_the_server_timing_formats_the_middleware_writes_parse_back() -> None:
     comment = timings_comment(BREAKDOWN).decode().strip()
     assert parse_timings_comment(comment) == {
-        "network_s": 0.01, "queue_s": 0.02, "prefill_s": 0.15, "decode_s": 0.29,
+        "network_s": 0.01, "queue_s": 0.02, "prefill_s": 0.15, "queue_prefill_s": 0.0,
+        "decode_s": 0.29,
         "detokenize_s": 0.005, "other_s": 0.025, "e2e_s": 0.5, "ttft_s": 0.2, "output_tokens": 4,
     }  # fmt: skip
     header = parse_server_timing(server_timing_value(BREAKDOWN))

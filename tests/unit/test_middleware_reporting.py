@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from middleware import ScriptedClock
 from middleware.reporting import server_timing_value, timings_comment
-from middleware.timeline import PHASES, Breakdown, RequestTimeline
+from middleware.timeline import Breakdown, RequestTimeline
+from slo.sli import PHASES
 
 PREFIX = b": llm-slo-timings "
 seconds = st.floats(min_value=0, max_value=1e5, allow_nan=False)
@@ -105,8 +106,8 @@ def test_chunks_before_the_first_token_byte_are_not_tokens() -> None:
     timeline = RequestTimeline.begin("r", clock)
     timeline.chunk_sent(clock.advance_ms(1))  # sent before the request body was read
     timeline.body_received(clock.advance_ms(5))
-    timeline.body_chunk_ns.append(clock.advance_ms(10))
-    timeline.body_chunk_ns.append(clock.advance_ms(2))
+    timeline.chunk_sent(clock.advance_ms(10))
+    timeline.chunk_sent(clock.advance_ms(2))
     timeline.last_byte_ns = clock.advance_ms(1)
     breakdown = timeline.breakdown()
     # The first byte clamps to the end of the request body: the early chunk is not counted.

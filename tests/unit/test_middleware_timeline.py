@@ -158,9 +158,13 @@ def test_without_engine_bridge_chunks_give_ttft_and_itl(store: RecordStore) -> N
     assert record.ttft_s == pytest.approx(32 * MS)  # 2 ms receive + 30 ms of server work
     assert record.itl_s == pytest.approx([4 * MS] * 3)
     assert record.queue_s is None and record.prefill_s is None
+    # No engine said how its 30 ms split: queue and prefill, not split; never "other".
+    assert record.queue_prefill_s == pytest.approx(30 * MS)
+    assert record.other_s == 0
     assert record.output_tokens == 4
+    assert record.tokens_source == "chunks"
     assert sum(
-        [record.network_s, record.other_s, record.decode_s, record.detokenize_s]
+        [record.network_s, record.queue_prefill_s, record.decode_s, record.detokenize_s]
     ) == pytest.approx(record.e2e_s)
 
 

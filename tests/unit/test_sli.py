@@ -6,7 +6,8 @@ from slo.sli import CATALOG, LATENCY_SLIS, OUTCOMES, STANDARD_LABELS, buckets_fo
 from slo.spec import SLOSpec
 
 REQUIRED = (
-    "ttft", "tpot", "itl", "e2e", "queue", "prefill", "decode", "detokenize", "network", "other",
+    "ttft", "tpot", "itl", "e2e", "queue", "prefill", "queue_prefill", "decode", "detokenize",
+        "network", "other",
     "input_tokens", "output_tokens", "requests", "throughput", "cold_start", "queue_depth",
     "running", "batch_size", "kv_usage", "gpu_utilization", "gpu_memory", "prefix_cache_hits",
     "spec_decode_accepted_tokens",
@@ -39,7 +40,8 @@ def test_outcome_label_only_on_the_requests_counter() -> None:
 
 def test_latency_slis_map_to_record_fields() -> None:
     assert set(LATENCY_SLIS) == {
-        "ttft", "tpot", "itl", "e2e", "queue", "prefill", "decode", "detokenize", "network", "other",
+        "ttft", "tpot", "itl", "e2e", "queue", "prefill", "queue_prefill", "decode", "detokenize",
+        "network", "other",
     }  # fmt: skip
     assert CATALOG["tpot"].record_field == "tpot_s"
 

@@ -1,0 +1,51 @@
+"""Hugging Face TGI: timing headers of non-streamed responses (router/src/server.rs).
+
+`x-queue-time`, `x-inference-time`, `x-validation-time` and `x-time-per-token` are whole
+milliseconds; `x-generated-tokens` and `x-prompt-tokens` are counts. A stream's headers leave
+before any of these are known, so streams carry none.
+
+TGI computes `x-time-per-token` as inference time / generated tokens, so prefill and decode are
+estimated from it: decode = time per token x (generated - 1), prefill = the rest of inference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from middleware.upstream.report import UpstreamReport
+
+
+def _int_header(headers: Mapping[bytes, bytes], name: bytes) -> int | None:
+    value = headers.get(name)
+    if value is None:
+        return None
+    try:
+        number = int(value.strip())
+    except ValueError:
+        return None
+    return number if number >= 0 else None
+
+
+def apply_tgi_headers(report: UpstreamReport, headers: Mapping[bytes, bytes]) -> bool:
+    """Take TGI's phases from response headers (lower-case names); False when there are none."""
+    inference_ms = _int_header(headers, b"x-inference-time")
+    queue_ms = _int_header(headers, b"x-queue-time")
+    if inference_ms is None and queue_ms is None:
+        return False
+    if queue_ms is not None:
+        report.queue_s = queue_ms / 1000
+    generated = _int_header(headers, b"x-generated-tokens")
+    if generated is not None and report.tokens_source != "usage":
+        report.output_tokens = generated
+        report.tokens_source = "usage"
+    prompt = _int_header(headers, b"x-prompt-tokens")
+    if prompt is not None and report.input_tokens is None:
+        report.input_tokens = prompt
+    if inference_ms is not None:
+        per_token_ms = _int_header(headers, b"x-time-per-token")
+        decode_ms = 0
+        if per_token_ms is not None and generated:
+            decode_ms = min(per_token_ms * (generated - 1), inference_ms)
+        report.decode_s = decode_ms / 1000
+        report.prefill_s = (inference_ms - decode_ms) / 1000
+    return True

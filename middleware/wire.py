@@ -1,0 +1,187 @@
+"""One parser of the OpenAI wire format: chat and completions, SSE streams and plain JSON.
+
+Used by the middleware (on the bytes the app sends) and by `slo bench` (on the bytes it reads).
+
+- A **token event** is a chunk that carries non-empty text: `delta.content`, `text`,
+  `delta.reasoning_content` / `delta.reasoning`, or tool-call `arguments`. Role-only, empty,
+  finish-only and usage-only chunks, comments and `[DONE]` are not token events.
+- `usage` (a plain body, or the last chunk of a stream with `stream_options.include_usage`)
+  gives exact counts; vLLM's `continuous_usage_stats` puts a cumulative usage in every chunk.
+  llama.cpp's `timings` rides in the last chunk or the body (`middleware.upstream.llamacpp`).
+- Without usage the count is the number of token events, and says so (`tokens_source`).
+
+Per chunk the cost is a bytes search and, for chunks that look like data, one msgspec decode
+into a small typed struct that skips every field it does not name (C, no dicts built).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from middleware.upstream import UpstreamReport, apply_timings, apply_usage
+
+
+class _Function(msgspec.Struct):
+    arguments: str | None = None
+
+
+class _ToolCall(msgspec.Struct):
+    function: _Function | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: Any = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    message: _Delta | None = None
+    text: Any = None
+
+
+class _Chunk(msgspec.Struct):
+    choices: list[_Choice] | None = None
+    usage: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_NOT_DECODED = msgspec.DecodeError
+
+
+def _has_text(value: Any) -> bool:
+    if isinstance(value, str):
+        return value != ""
+    if isinstance(value, list):  # content parts: [{"type": "text", "text": "..."}]
+        return any(isinstance(part, dict) and part.get("text") for part in value)
+    return False
+
+
+def _delta_has_text(delta: _Delta) -> bool:
+    if _has_text(delta.content) or delta.reasoning_content or delta.reasoning:
+        return True
+    calls = delta.tool_calls
+    return bool(calls) and any(c.function is not None and c.function.arguments for c in calls)
+
+
+def chunk_has_text(chunk: _Chunk) -> bool:
+    """Whether a decoded chunk (or plain body) carries output text: a token event."""
+    for choice in chunk.choices or ():
+        if _has_text(choice.text):
+            return True
+        delta = choice.delta or choice.message
+        if delta is not None and _delta_has_text(delta):
+            return True
+    return False
+
+
+class WireReader:
+    """What one response put on the wire: token events, usage, timings.
+
+    Feed it the body bytes in the order they are sent; `feed` answers per piece whether it
+    carried a token event. Events split across pieces are joined first.
+    """
+
+    __slots__ = ("_pending", "events", "report", "strip_usage", "token_events", "usage_chunks")
+
+    def __init__(self, strip_usage: bool = False) -> None:
+        self._pending = b""
+        self.report = UpstreamReport()
+        self.token_events = 0
+        # OpenAI-shaped data events seen (any chunk with choices, usage or timings).
+        self.events = 0
+        self.usage_chunks = 0
+        # The client did not ask for usage; the middleware asked for it on its behalf: the
+        # usage-only chunk is taken out of the stream and `"usage":null` out of every chunk.
+        self.strip_usage = strip_usage
+
+    def feed(self, data: bytes) -> tuple[bool, bytes]:
+        """(carried a token event, the bytes to send on: `data` itself unless stripping)."""
+        piece = data
+        if self._pending:
+            data = self._pending + data
+            self._pending = b""
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n")
+        if not data.endswith(b"\n\n"):
+            # An event continues in the next piece: keep its start for when the rest comes.
+            cut = data.rfind(b"\n\n") + 2 if b"\n\n" in data else 0
+            self._pending = data[cut:]
+            data = data[:cut]
+        carried = False
+        if not self.strip_usage:
+            for event in data.split(b"\n\n"):
+                if event and self._event(event)[0]:
+                    carried = True
+            return carried, piece
+        kept: list[bytes] = []
+        for event in data.split(b"\n\n"):
+            if not event:
+                continue
+            has_text, usage_only = self._event(event)
+            carried = carried or has_text
+            if not usage_only:
+                kept.append(event.replace(b',"usage":null', b"").replace(b'"usage":null,', b""))
+        return carried, b"".join(event + b"\n\n" for event in kept)
+
+    def flush(self) -> bytes:
+        """What is still held back when stripping (an unfinished last event), to send as is."""
+        held, self._pending = self._pending, b""
+        return held if self.strip_usage else b""
+
+    def _event(self, event: bytes) -> tuple[bool, bool]:
+        """(a token event, a usage-only chunk) for one SSE event's bytes."""
+        start = event.find(b"data:")
+        if start < 0:
+            return False, False  # a comment or a field we do not read
+        payload = event[start + 5 :]
+        if b"\ndata:" in payload:  # several data lines make one payload
+            lines = event.replace(b"\r\n", b"\n").split(b"\n")
+            payload = b"\n".join(
+                line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")
+            )
+        payload = payload.strip()
+        if not payload.startswith(b"{"):
+            return False, False  # [DONE] or not JSON
+        try:
+            chunk = _decode_chunk(payload)
+        except _NOT_DECODED:
+            return False, False
+        return self._chunk(chunk)
+
+    def _chunk(self, chunk: _Chunk) -> tuple[bool, bool]:
+        self.events += 1
+        if chunk.usage is not None:
+            apply_usage(self.report, chunk.usage)
+        if chunk.timings is not None:
+            apply_timings(self.report, chunk.timings)
+        if chunk_has_text(chunk):
+            self.token_events += 1
+            return True, False
+        usage_only = not chunk.choices and chunk.usage is not None
+        if usage_only:
+            self.usage_chunks += 1
+        return False, usage_only
+
+    def read_body(self, body: bytes) -> bool:
+        """A plain (not streamed) JSON body: counts from usage/timings; whether it has text."""
+        try:
+            chunk = _decode_chunk(body)
+        except _NOT_DECODED:
+            return False
+        return self._chunk(chunk)[0]
+
+    @property
+    def output_tokens(self) -> int:
+        """Exact where the engine said (usage, timings), else the token events counted."""
+        reported = self.report.output_tokens
+        return self.token_events if reported is None else reported
+
+    @property
+    def tokens_source(self) -> str:
+        return self.report.tokens_source or "chunks"

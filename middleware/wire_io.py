@@ -1,0 +1,102 @@
+"""The middleware's side of the wire: asking for usage on the client's behalf, keeping a plain
+body for its usage, and settling a response's counts and phases once it is sent."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from middleware.timeline import RequestTimeline
+from middleware.types import Message, Receive, Scope
+from middleware.upstream import apply_tgi_headers
+from middleware.wire import WireReader
+
+# A plain (not streamed) JSON body is kept for its usage up to this size.
+MAX_READ_BODY = 4 << 20
+# Response headers an upstream adapter reads (TGI's timing headers).
+_UPSTREAM_HEADERS = frozenset(
+    (b"x-queue-time", b"x-inference-time", b"x-time-per-token", b"x-generated-tokens",
+     b"x-prompt-tokens", b"x-validation-time")
+)  # fmt: skip
+
+
+async def ask_for_usage(scope: Scope, receive: Receive, replay: list[Message]) -> bool:
+    """Read the request body (into `replay`) and, for a streamed request that did not ask for
+    usage, add `stream_options.include_usage`; True when it was added (strip it from the reply).
+
+    The body is read before the app runs so `content-length` can be set to the new size.
+    """
+    body = bytearray()
+    while True:
+        message = await receive()
+        replay.append(message)
+        if message["type"] != "http.request":
+            return False  # the client went away; the app hears it from `replay`
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            break
+    try:
+        request: Any = json.loads(body)
+    except ValueError:
+        return False  # the app answers a malformed body with its own 400
+    if not isinstance(request, dict) or request.get("stream") is not True:
+        return False
+    options = request.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage"):
+        return False
+    if options is not None and not isinstance(options, dict):
+        return False
+    request["stream_options"] = {**(options or {}), "include_usage": True}
+    new_body = json.dumps(request, separators=(",", ":")).encode()
+    replay[:] = [{"type": "http.request", "body": new_body, "more_body": False}]
+    scope["headers"] = [
+        (key, str(len(new_body)).encode()) if key.lower() == b"content-length" else (key, value)
+        for key, value in scope.get("headers", ())
+    ]
+    return True
+
+
+def keep_body(response: Any, body: bytes) -> None:
+    """Keep a plain JSON body for its usage; past MAX_READ_BODY, give up on it."""
+    kept = response.body
+    if kept is not None:
+        if len(kept) + len(body) > MAX_READ_BODY:
+            response.body = None
+        else:
+            kept += body
+
+
+def read_upstream_headers(
+    timeline: RequestTimeline, wire: WireReader, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """Phases an engine put in its response headers (TGI)."""
+    found = {key.lower(): value for key, value in headers if key.lower() in _UPSTREAM_HEADERS}
+    if found and apply_tgi_headers(wire.report, found):
+        timeline.upstream = wire.report
+
+
+def _take_counts(timeline: RequestTimeline, wire: WireReader) -> None:
+    report = wire.report
+    timeline.upstream = report
+    if not timeline.engine_reported:
+        if report.input_tokens is not None and not timeline.input_tokens:
+            timeline.input_tokens = report.input_tokens
+        if report.cached_tokens is not None and not timeline.cached_tokens:
+            timeline.cached_tokens = report.cached_tokens
+
+
+def settle_stream(timeline: RequestTimeline, wire: WireReader) -> None:
+    """The stream's last message: counts from usage/timings; a stream that is not in the
+    OpenAI format has every chunk taken as one token event."""
+    if wire.events == 0 and timeline.body_chunk_ns:
+        timeline.count_every_chunk()
+    _take_counts(timeline, wire)
+
+
+def settle_body(timeline: RequestTimeline, wire: WireReader, body: bytearray | None) -> None:
+    """A plain response is sent: its JSON body's usage, timings and whether it holds text."""
+    if body:
+        has_text = wire.read_body(bytes(body))
+        if wire.events and not has_text:
+            timeline.token_chunk_ns.clear()  # an OpenAI body without text: no token
+        _take_counts(timeline, wire)
