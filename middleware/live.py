@@ -25,6 +25,7 @@ from middleware.histograms import BucketCounts, bucket_counts
 from middleware.timeline import Breakdown
 from middleware.windows import SLOTS_PER_WINDOW, WindowSet
 from slo.alert_rules import alert_rules, histogram_quantile, windows_s
+from slo.arithmetic import attainment, budget_remaining, burn_rate, goodput_checks, verdict
 from slo.objectives import Objective
 from slo.sli import CATALOG, OUTCOMES, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, buckets_for
 from slo.spec import SLOSpec, Tier
@@ -85,18 +86,14 @@ class TierWindows:
         self.windows = WindowSet(windows_s, column)
         self.latency_objectives = [o for o in tier.objectives if o.kind == "latency"]
         # What `observe` reads per request, decided once: (breakdown field, first column,
-        # bounds) per latency SLI but itl, and (field, threshold, inclusive) per goodput check.
+        # bounds) per latency SLI but itl, and the goodput checks (slo.arithmetic).
         self._latency_columns = [
             (BREAKDOWN_FIELD[sli], start, self.layout.bound_lists[sli])
             for sli, start in starts.items()
             if sli in BREAKDOWN_FIELD
         ]
         self._itl_start = starts.get("itl")
-        self._goodput_checks = [
-            (BREAKDOWN_FIELD[o.sli], o.threshold_s or 0.0, o.inclusive)
-            for o in self.latency_objectives
-            if o.sli in BREAKDOWN_FIELD
-        ]
+        self._goodput_checks = goodput_checks(self.latency_objectives)
         self._lock = threading.Lock()
         self._pending = [0] * column  # counts per column since the last flush
         self._pending_since: float | None = None
@@ -129,11 +126,8 @@ class TierWindows:
                         itl_counts = bucket_counts(layout.bound_lists["itl"], breakdown.itl_s)
                     for index, count in itl_counts:
                         pending[itl_start + index] += count
-                for field, threshold, inclusive in self._goodput_checks:
-                    value = getattr(breakdown, field)
-                    if value is not None and not (
-                        value <= threshold if inclusive else value < threshold
-                    ):
+                for check in self._goodput_checks:
+                    if not check.passes(getattr(breakdown, check.field)):
                         break
                 else:
                     pending[layout.goodput_column] += 1
@@ -326,19 +320,11 @@ def objective_status(
     good: float,
     totals: dict[float, np.ndarray],
 ) -> dict[str, Any]:
-    budget = 1.0 - objective.target
-    attainment = good / events if events else None
-    if events < spec.min_events or attainment is None:
-        verdict = "insufficient_data"
-    else:
-        verdict = "met" if attainment >= objective.target else "violated"
     burn_rates: dict[str, float | None] = {}
     for window in spec.alert_policy.windows_s:
         window_events, window_good = windows.events_and_good(objective, totals[window])
-        burn_rates[format_duration(window)] = (
-            None
-            if not window_events or budget <= 0
-            else ((window_events - window_good) / window_events) / budget
+        burn_rates[format_duration(window)] = burn_rate(
+            window_events - window_good, window_events, objective.target
         )
     status: dict[str, Any] = {
         "objective": objective.name,
@@ -346,12 +332,10 @@ def objective_status(
         "target": objective.target,
         "events": events,
         "good": good,
-        "attainment": attainment,
-        "error_budget_remaining": None
-        if attainment is None or budget <= 0
-        else 1.0 - (1.0 - attainment) / budget,
+        "attainment": attainment(good, events),
+        "error_budget_remaining": budget_remaining(good, events, objective.target),
         "burn_rates": burn_rates,
-        "verdict": verdict,
+        "verdict": verdict(good, events, objective.target, spec.min_events),
     }
     if objective.kind == "latency" and objective.sli:
         status["observed"] = windows.quantile(
