@@ -42,12 +42,14 @@ class _Choice(msgspec.Struct):
     delta: _Delta | None = None
     message: _Delta | None = None
     text: Any = None
+    finish_reason: str | None = None
 
 
 class _Chunk(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: dict[str, Any] | None = None
     timings: dict[str, Any] | None = None
+    error: Any = None
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
@@ -87,21 +89,36 @@ class WireReader:
     carried a token event. Events split across pieces are joined first.
     """
 
-    __slots__ = ("_pending", "events", "report", "strip_usage", "token_events", "usage_chunks")
+    __slots__ = (
+        "_pending",
+        "comments",
+        "error",
+        "events",
+        "finished",
+        "report",
+        "strip_usage",
+        "token_events",
+        "usage_chunks",
+    )
 
-    def __init__(self, strip_usage: bool = False) -> None:
+    def __init__(self, strip_usage: bool = False, keep_comments: bool = False) -> None:
         self._pending = b""
         self.report = UpstreamReport()
         self.token_events = 0
         # OpenAI-shaped data events seen (any chunk with choices, usage or timings).
         self.events = 0
         self.usage_chunks = 0
+        # A chunk with a finish_reason was seen; the first `error` object an event carried.
+        self.finished = False
+        self.error: Any = None
+        # SSE comment lines (`: ...`), kept when asked (slo bench reads the server's timings).
+        self.comments: list[bytes] | None = [] if keep_comments else None
         # The client did not ask for usage; the middleware asked for it on its behalf: the
         # usage-only chunk is taken out of the stream and `"usage":null` out of every chunk.
         self.strip_usage = strip_usage
 
-    def feed(self, data: bytes) -> tuple[bool, bytes]:
-        """(carried a token event, the bytes to send on: `data` itself unless stripping)."""
+    def feed(self, data: bytes) -> tuple[int, bytes]:
+        """(token events in this piece, the bytes to send on: `data` itself unless stripping)."""
         piece = data
         if self._pending:
             data = self._pending + data
@@ -113,18 +130,18 @@ class WireReader:
             cut = data.rfind(b"\n\n") + 2 if b"\n\n" in data else 0
             self._pending = data[cut:]
             data = data[:cut]
-        carried = False
+        carried = 0
         if not self.strip_usage:
             for event in data.split(b"\n\n"):
                 if event and self._event(event)[0]:
-                    carried = True
+                    carried += 1
             return carried, piece
         kept: list[bytes] = []
         for event in data.split(b"\n\n"):
             if not event:
                 continue
             has_text, usage_only = self._event(event)
-            carried = carried or has_text
+            carried += has_text
             if not usage_only:
                 kept.append(event.replace(b',"usage":null', b"").replace(b'"usage":null,', b""))
         return carried, b"".join(event + b"\n\n" for event in kept)
@@ -136,6 +153,8 @@ class WireReader:
 
     def _event(self, event: bytes) -> tuple[bool, bool]:
         """(a token event, a usage-only chunk) for one SSE event's bytes."""
+        if self.comments is not None and event.startswith(b":"):
+            self.comments.extend(line for line in event.split(b"\n") if line.startswith(b":"))
         start = event.find(b"data:")
         if start < 0:
             return False, False  # a comment or a field we do not read
@@ -156,6 +175,10 @@ class WireReader:
 
     def _chunk(self, chunk: _Chunk) -> tuple[bool, bool]:
         self.events += 1
+        if chunk.error is not None and self.error is None:
+            self.error = chunk.error
+        if chunk.choices and any(choice.finish_reason for choice in chunk.choices):
+            self.finished = True
         if chunk.usage is not None:
             apply_usage(self.report, chunk.usage)
         if chunk.timings is not None:

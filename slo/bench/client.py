@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from middleware.wire import WireReader
 from slo.bench.profiles import PlannedRequest
 from slo.bench.timings import PHASES, parse_server_timing, parse_timings_comment
 from slo.sli import outcome_for_status
@@ -156,65 +157,48 @@ async def measure(
 async def _read_stream(
     response: httpx.Response, result: Measurement, start: float, chat: bool
 ) -> None:
+    """Read an SSE stream with the middleware's wire parser (`middleware.wire`): one
+    definition of a token event on both sides of the wire."""
+    reader = WireReader(keep_comments=True)
     last_text_at: float | None = None
-    async for line in response.aiter_lines():
+    async for piece in response.aiter_bytes():
         now = time.perf_counter()
-        if not line:
-            continue
-        if line.startswith(":"):
-            timings = parse_timings_comment(line)
-            if timings is not None:
-                result.server = timings
-            continue
-        if not line.startswith("data:"):
-            continue
-        data_text = line[5:].strip()
-        if data_text == "[DONE]":
-            continue
-        try:
-            data = json.loads(data_text)
-        except json.JSONDecodeError:
-            result.outcome, result.error = "server_error", f"bad SSE data: {data_text[:80]!r}"
-            continue
-        if not isinstance(data, dict):
-            continue
-        if "error" in data:
-            result.outcome, result.error = "server_error", json.dumps(data["error"])[:200]
-            continue
-        _take_usage(result, data.get("usage"))
-        choices = data.get("choices") or []
-        if not choices or not isinstance(choices[0], dict):
-            continue
-        choice = choices[0]
-        text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
-        if text:
-            result.text_chunks += 1
+        events, _ = reader.feed(piece)
+        if events:
+            result.text_chunks += events
             if last_text_at is None:
                 if result.ttft_s is None:
                     result.ttft_s = now - start
-            else:
+                events -= 1
+            elif events:
                 result.itl_s.append(now - last_text_at)
+                events -= 1
+            # Events read in one piece arrived together: zero gaps between them.
+            result.itl_s.extend([0.0] * events)
             last_text_at = now
-        elif choice.get("finish_reason") and result.ttft_s is None:
+        elif reader.finished and result.ttft_s is None:
             result.ttft_s = now - start
+    for comment in reader.comments or ():
+        timings = parse_timings_comment(comment.decode("utf-8", "replace"))
+        if timings is not None:
+            result.server = timings
+    if reader.error is not None:
+        result.outcome = "server_error"
+        result.error = json.dumps(reader.error)[:200]
+    _take_report(result, reader)
 
 
 def _read_full_body(result: Measurement, payload: bytes) -> None:
-    try:
-        data = json.loads(payload)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return
-    if isinstance(data, dict):
-        _take_usage(result, data.get("usage"))
-        if result.status >= 400 and isinstance(data.get("error"), dict):
-            result.error = str(data["error"].get("message", ""))[:200]
+    reader = WireReader()
+    reader.read_body(payload)
+    _take_report(result, reader)
+    if result.status >= 400 and isinstance(reader.error, dict):
+        result.error = str(reader.error.get("message", ""))[:200]
 
 
-def _take_usage(result: Measurement, usage: Any) -> None:
-    if not isinstance(usage, dict):
-        return
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if type(prompt) is int and prompt >= 0:
-        result.prompt_tokens = prompt
-    if type(completion) is int and completion >= 0:
-        result.completion_tokens = completion
+def _take_report(result: Measurement, reader: WireReader) -> None:
+    report = reader.report
+    if report.input_tokens is not None:
+        result.prompt_tokens = report.input_tokens
+    if report.output_tokens is not None:
+        result.completion_tokens = report.output_tokens
