@@ -121,7 +121,7 @@ class LatencyMiddleware:
             routes.update(r for r in tier.match.routes if not any(c in r for c in "*?["))
         self.llm_routes = frozenset(routes)
         self.server_timing = server_timing
-        self.metrics = MetricSet(self.spec, model, registry)
+        self.metrics = MetricSet(self.spec, model, registry, routes=self.llm_routes)
         self.span_drops = DropCounter()
         self.tracer = RequestTracer(tracer_provider, self.span_drops)
         self.bridge = EngineBridge(on_step=self.metrics.observe_engine_step)

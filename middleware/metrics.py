@@ -1,5 +1,12 @@
 """Prometheus metrics, every name, unit, label and bucket taken from the SLI catalog.
 
+Every label child (tier x route x outcome x model for the request counter, tier x route x model
+for the histograms and the token counter) is created at startup, so every series is exported
+at 0 before the first request: Prometheus' `increase()`/`rate()` then count a series' first
+requests too (a series born with its first requests already counted hides them from every
+rule, panel and `slo check --prometheus`). In multiprocess mode a created child is written to
+the worker's file at 0 at once, so the aggregated `/metrics` has them from the first scrape.
+
 Label children are bound once per (tier, route) and outcome. A request's observations are
 counted in plain lists under one lock (`histograms.HistogramBatch`) and reach the metrics in
 batches: whenever the registry is read, and at most FLUSH_EVERY_S after a request. OpenMetrics
@@ -25,7 +32,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from middleware.histograms import BucketCounts, HistogramBatch, bucket_counts
 from middleware.timeline import Breakdown
-from slo.sli import CATALOG, buckets_for
+from slo.sli import CATALOG, OUTCOMES, buckets_for
 from slo.spec import SLOSpec
 
 # Longest a request's observations wait before reaching the metrics while requests come in.
@@ -123,8 +130,14 @@ class MetricSet:
     """The catalog's metrics in one registry, for one model."""
 
     def __init__(
-        self, spec: SLOSpec, model: str, registry: CollectorRegistry | None = None
+        self,
+        spec: SLOSpec,
+        model: str,
+        registry: CollectorRegistry | None = None,
+        routes: Iterable[str] = (),
     ) -> None:
+        """`routes`: the route labels requests can carry (the middleware's LLM routes); every
+        child of every tier on them is created now, at 0."""
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         # First in the registry: whoever collects it gets the pending observations too.
@@ -171,6 +184,11 @@ class MetricSet:
             tier.name: self.gauges["queue_depth"].labels(tier=tier.name, model=model)
             for tier in spec.tiers
         }
+        for tier in spec.tiers:
+            for route in sorted(set(routes)):
+                self._bound(tier.name, route)
+                for outcome in OUTCOMES:
+                    self._outcome(tier.name, route, outcome)
 
     def _counter(self, name: str) -> Counter:
         """The catalog's counter `name` (prometheus_client adds the `_total` suffix itself)."""
@@ -204,6 +222,15 @@ class MetricSet:
             )
         return bound
 
+    def _outcome(self, tier: str, route: str, outcome: str) -> Any:
+        key = (tier, route, outcome)
+        child = self._outcomes.get(key)
+        if child is None:
+            child = self._outcomes[key] = self.requests.labels(
+                tier=tier, model=self.model, route=route, outcome=outcome
+            )
+        return child
+
     @property
     def itl_bounds(self) -> tuple[float, ...]:
         """The ITL histogram's bucket boundaries (the live windows bucket on the same)."""
@@ -226,10 +253,8 @@ class MetricSet:
         gaps already counted on `itl_bounds` (`bucket_counts`), when the caller has them.
         """
         key = (tier, route, outcome)
-        if key not in self._outcomes:
-            self._outcomes[key] = self.requests.labels(
-                tier=tier, model=self.model, route=route, outcome=outcome
-            )
+        if key not in self._outcomes:  # a label set not created at startup
+            self._outcome(tier, route, outcome)
         bound = None if breakdown is None else self._bound(tier, route)
         with self._lock:
             pending = self._requests_pending
