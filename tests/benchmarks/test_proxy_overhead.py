@@ -1,0 +1,264 @@
+"""What `slo proxy` (middleware on) adds in front of an engine, against direct access and nginx.
+
+    uptime   # run alone, on a quiet machine
+    python -m pytest tests/benchmarks/test_proxy_overhead.py -o addopts="" -s -p no:cacheprovider
+
+One fast OpenAI-style upstream (tests/proxy_upstream.py, its own process) serves 32-token
+chat streams (role chunk, 32 text deltas, finish chunk, `[DONE]`: 35 SSE events). The same
+load runs against it directly, through `slo proxy` and through Debian's nginx as a reverse
+proxy (proxy_buffering off, HTTP/1.1 upstream keep-alive), rounds interleaved:
+- 1 stream, requests one after another, 1 ms between tokens;
+- 64 concurrent streams, 10 ms between tokens (a busy engine's pace).
+
+Measured per variant: TTFT p50 at the client (to the first text delta; "added" = minus
+direct's), the proxy's CPU per streamed SSE event (all its threads' time on CPU from
+/proc/PID/task/*/schedstat, in ns, before/after), throughput in events per second. Goals
+(issue 13): added TTFT p50 <= 1 ms at one stream and <= 2x nginx's at 64 streams; CPU per
+event within 3x nginx's at both loads; throughput >= 90% of direct.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from middleware.proxy_client import UpstreamPool
+from slo.bench.server import free_port, stop_process
+from tests.servers import wait_until_ready
+
+TOKENS = 32
+EVENTS_PER_STREAM = TOKENS + 3
+# streams -> (requests per stream, seconds between tokens)
+LOADS = {1: (120, 0.001), 64: (8, 0.010)}
+ROUNDS = 3
+
+
+@dataclass
+class Measured:
+    ttft_s: list[float]
+    events: int
+    wall_s: float
+    cpu_s: float
+
+    @property
+    def ttft_p50_s(self) -> float:
+        return statistics.median(self.ttft_s)
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s
+
+    @property
+    def cpu_per_event_s(self) -> float:
+        return self.cpu_s / self.events
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time of every thread of these processes (schedstat: ns on CPU, not 10 ms ticks)."""
+    total_ns = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that just ended
+                total_ns += int((task / "schedstat").read_text().split()[0])
+    return total_ns / 1e9
+
+
+def process_tree(pid: int) -> list[int]:
+    """The process and its children (nginx: master and worker)."""
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        pids += [int(child) for child in (task / "children").read_text().split()]
+    return pids
+
+
+async def one_stream(pool: UpstreamPool, head: bytes, body: bytes) -> tuple[float, int]:
+    connection = await pool.acquire()
+    started = time.perf_counter()
+    connection.send_request(head + body)
+    ttft = None
+    events = 0
+    try:
+        await connection.response_headers()
+        assert connection.status == 200, connection.status
+        while (piece := await connection.read()) is not None:
+            if ttft is None and b'"content": " t' in piece:
+                ttft = time.perf_counter() - started
+            events += piece.count(b"data: ")
+    finally:
+        pool.release(connection)
+    assert ttft is not None, "no text delta arrived"
+    return ttft, events
+
+
+async def drive(port: int, streams: int, per_stream: int, itl_s: float) -> Measured:
+    pool = UpstreamPool("127.0.0.1", port, max_connections=streams, read_timeout_s=60)
+    body = json.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        | {"max_tokens": TOKENS}
+    ).encode()
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+        b"content-type: application/json\r\nx-llm-tier: premium\r\n"
+        b"x-test-itl-s: %s\r\ncontent-length: %d\r\n\r\n" % (str(itl_s).encode(), len(body))
+    )
+    ttfts: list[float] = []
+    events = 0
+
+    async def client() -> None:
+        nonlocal events
+        for _ in range(per_stream):
+            ttft, seen = await one_stream(pool, head, body)
+            ttfts.append(ttft)
+            events += seen
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(streams)))
+    wall_s = time.perf_counter() - started
+    pool.close()
+    return Measured(ttfts, events, wall_s, 0.0)
+
+
+def measure(port: int, pids: list[int], streams: int) -> Measured:
+    per_stream, itl_s = LOADS[streams]
+    before = cpu_seconds(pids)
+    result = asyncio.run(drive(port, streams, per_stream, itl_s))
+    result.cpu_s = cpu_seconds(pids) - before if pids else 0.0
+    assert result.events == streams * per_stream * EVENTS_PER_STREAM, result.events
+    return result
+
+
+@contextlib.contextmanager
+def process(command: list[str], ready_url: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as output:
+        child = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            wait_until_ready(ready_url, process=child)
+            yield child
+        finally:
+            stop_process(child)
+
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    upstream engine {{ server 127.0.0.1:{upstream}; keepalive 128; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://engine;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+        }}
+    }}
+}}
+"""
+
+
+def test_proxy_overhead(tmp_path: Path) -> None:
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not os.path.exists(nginx):
+        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    upstream_port, proxy_port, nginx_port = free_port(), free_port(), free_port()
+    (tmp_path / "nginx.conf").write_text(
+        NGINX_CONF.format(tmp=tmp_path, upstream=upstream_port, port=nginx_port)
+    )
+    upstream_cmd = [sys.executable, "-m", "tests.proxy_upstream", "--port", str(upstream_port)]
+    proxy_cmd = [
+        sys.executable,
+        "-m",
+        "slo.cli",
+        "proxy",
+        "--upstream",
+        f"http://127.0.0.1:{upstream_port}",
+        "--port",
+        str(proxy_port),
+        "--store",
+        f"sqlite:///{tmp_path / 'records.db'}",
+    ]
+    nginx_cmd = [nginx, "-e", str(tmp_path / "error.log"), "-p", str(tmp_path), "-c"]
+    nginx_cmd.append(str(tmp_path / "nginx.conf"))
+    upstream_url = f"http://127.0.0.1:{upstream_port}"
+    with (
+        process(upstream_cmd, upstream_url + "/health", tmp_path / "upstream.log"),
+        process(
+            proxy_cmd, f"http://127.0.0.1:{proxy_port}/health", tmp_path / "proxy.log"
+        ) as proxy,
+        process(
+            nginx_cmd, f"http://127.0.0.1:{nginx_port}/health", tmp_path / "nginx.log"
+        ) as nginx_master,
+    ):
+        variants = {
+            "direct": (upstream_port, []),
+            "slo proxy": (proxy_port, [proxy.pid]),
+            "nginx": (nginx_port, process_tree(nginx_master.pid)),
+        }
+        report = {}
+        for streams in LOADS:
+            for port, _pids in variants.values():  # warm up: connections, caches, label children
+                asyncio.run(drive(port, streams, 1, 0.0))
+            runs: dict[str, list[Measured]] = {name: [] for name in variants}
+            names = list(variants)
+            for round_index in range(ROUNDS):
+                for name in names[round_index:] + names[:round_index]:
+                    port, pids = variants[name]
+                    runs[name].append(measure(port, pids, streams))
+            report[streams] = summarize(runs)
+    print("\n" + json.dumps(report, indent=2))
+    one, many = report[1], report[64]
+    assert one["added_ttft_p50_ms"]["slo proxy"] <= 1.0
+    assert many["added_ttft_p50_ms"]["slo proxy"] <= 2 * max(
+        many["added_ttft_p50_ms"]["nginx"], 0.5
+    ), "64 streams: added TTFT p50 more than 2x nginx's (floor 0.5 ms: noise)"
+    for figures in (one, many):
+        assert figures["cpu_us_per_event"]["ratio slo/nginx (goal <= 3)"] <= 3.0
+        assert figures["throughput_vs_direct"]["slo proxy"] >= 0.90
+
+
+def summarize(runs: dict[str, list[Measured]]) -> dict[str, dict[str, float]]:
+    """Medians over the rounds of each variant's figures, and the ratios the goals judge."""
+
+    def median(name: str, attribute: str) -> float:
+        return statistics.median(getattr(run, attribute) for run in runs[name])
+
+    direct_ttft = median("direct", "ttft_p50_s")
+    direct_rate = median("direct", "events_per_s")
+    proxies = ("slo proxy", "nginx")
+    cpu = {name: median(name, "cpu_per_event_s") * 1e6 for name in proxies}
+    return {
+        "ttft_p50_ms": {name: round(median(name, "ttft_p50_s") * 1e3, 3) for name in runs},
+        "added_ttft_p50_ms": {
+            name: round((median(name, "ttft_p50_s") - direct_ttft) * 1e3, 3) for name in proxies
+        },
+        "cpu_us_per_event": {
+            **{name: round(value, 2) for name, value in cpu.items()},
+            "ratio slo/nginx (goal <= 3)": round(cpu["slo proxy"] / cpu["nginx"], 2),
+        },
+        "events_per_s": {name: round(median(name, "events_per_s")) for name in runs},
+        "throughput_vs_direct": {
+            name: round(median(name, "events_per_s") / direct_rate, 3) for name in proxies
+        },
+    }

@@ -1,0 +1,170 @@
+"""`slo proxy` as a real process in front of a real OpenAI-style upstream (uvicorn on 127.0.0.1),
+driven by the official `openai` client: answers pass through unchanged, every request becomes
+one record, a dead or silent upstream gets an OpenAI-style 502/504, and a client that walks
+away closes the upstream's stream."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from slo.bench.server import free_port, stop_process
+from tests.proxy_upstream import OpenAIUpstream
+from tests.servers import uvicorn_thread, wait_until_ready
+
+openai = pytest.importorskip("openai")
+
+pytestmark = pytest.mark.integration
+
+TABLE = "llm_slo_request_records"
+
+
+@contextlib.contextmanager
+def slo_proxy(upstream_url: str, db: Path, *args: str) -> Iterator[str]:
+    """`slo proxy` as a subprocess on a free port; stopped with SIGTERM (records flushed)."""
+    port = free_port()
+    command = [sys.executable, "-m", "slo.cli", "proxy", "--upstream", upstream_url]
+    command += ["--port", str(port), "--store", f"sqlite:///{db}", "--model", "test-upstream"]
+    child = subprocess.Popen(
+        [*command, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_ready(base_url + "/metrics", process=child)  # served by the middleware
+        yield base_url
+    finally:
+        stop_process(child)
+        output = child.stdout.read() if child.stdout is not None else ""
+        if child.stdout is not None:
+            child.stdout.close()
+        assert child.returncode == 0, output
+
+
+def records(db: Path) -> list[dict[str, object]]:
+    with contextlib.closing(sqlite3.connect(db)) as connection:
+        connection.row_factory = sqlite3.Row
+        rows = connection.execute(f"SELECT * FROM {TABLE} ORDER BY timestamp").fetchall()
+    return [dict(row) for row in rows]
+
+
+@pytest.fixture
+def upstream() -> Iterator[tuple[OpenAIUpstream, str]]:
+    app = OpenAIUpstream()
+    with uvicorn_thread(app) as base_url:
+        yield app, base_url
+
+
+def test_openai_client_through_the_proxy(
+    upstream: tuple[OpenAIUpstream, str], tmp_path: Path
+) -> None:
+    app, upstream_url = upstream
+    db = tmp_path / "records.db"
+    expected = "".join(f" t{index}" for index in range(5))
+    with slo_proxy(upstream_url, db) as base_url:
+        client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0)
+        chat = [{"role": "user", "content": "hi"}]
+        stream = client.chat.completions.create(model="m", messages=chat, max_tokens=5, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream) == expected
+        reply = client.chat.completions.create(model="m", messages=chat, max_tokens=5)
+        assert reply.choices[0].message.content == expected
+        assert reply.usage is not None and reply.usage.completion_tokens == 5
+        stream = client.completions.create(model="m", prompt="hi", max_tokens=5, stream=True)
+        assert "".join(c.choices[0].text for c in stream) == expected
+        assert (
+            client.completions.create(model="m", prompt="hi", max_tokens=5).choices[0].text
+            == expected
+        )
+        # What the upstream saw: its own Host, the client's address, the query string.
+        response = httpx.post(
+            base_url + "/v1/completions?echo=1",
+            json={"prompt": "hi", "max_tokens": 2},
+            headers={"x-llm-tier": "premium", "connection": "keep-alive"},
+        )
+        assert response.status_code == 200
+        assert app.last_path == "/v1/completions?echo=1"
+        assert app.last_headers["host"] == upstream_url.removeprefix("http://")
+        assert app.last_headers["x-forwarded-for"] == "127.0.0.1"
+        assert app.last_headers["x-llm-tier"] == "premium"
+        assert "connection" not in app.last_headers  # hop-by-hop: not forwarded
+        assert app.completed == 5
+    rows = records(db)
+    assert len(rows) == 5  # one per request, flushed on SIGTERM
+    assert [row["outcome"] for row in rows] == ["ok"] * 5
+    assert [row["route"] for row in rows] == ["/v1/chat/completions"] * 2 + ["/v1/completions"] * 3
+    assert {row["model"] for row in rows} == {"test-upstream"}
+    assert rows[-1]["tier"] == "premium"
+
+
+def test_upstream_down_is_a_502_recorded_as_server_error(tmp_path: Path) -> None:
+    dead_url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    db = tmp_path / "records.db"
+    with slo_proxy(dead_url, db) as base_url:
+        response = httpx.post(base_url + "/v1/completions", json={"prompt": "hi"})
+        client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as raised:
+            client.completions.create(model="m", prompt="hi", max_tokens=5, stream=True)
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert dead_url in error["message"] and "--upstream" in error["message"]
+    assert error["code"] == "upstream_unreachable" and error["param"] is None
+    assert raised.value.status_code == 502
+    assert [row["outcome"] for row in records(db)] == ["server_error"] * 2
+    assert [row["status_code"] for row in records(db)] == [502] * 2
+
+
+def test_silent_upstream_is_a_504_recorded_as_timeout(
+    upstream: tuple[OpenAIUpstream, str], tmp_path: Path
+) -> None:
+    _, upstream_url = upstream
+    db = tmp_path / "records.db"
+    with slo_proxy(upstream_url, db, "--read-timeout", "0.5") as base_url:
+        started = time.monotonic()
+        response = httpx.post(
+            base_url + "/v1/chat/completions",
+            json={"messages": [], "max_tokens": 2, "stream": True},
+            headers={"x-test-delay-s": "3"},
+            timeout=10,
+        )
+        waited_s = time.monotonic() - started
+    assert response.status_code == 504
+    assert waited_s < 2.5  # the proxy gave up, not the upstream finishing
+    error = response.json()["error"]
+    assert error["code"] == "upstream_timeout" and "--read-timeout" in error["message"]
+    assert [row["outcome"] for row in records(db)] == ["timeout"]
+
+
+def test_client_that_walks_away_closes_the_upstream_stream(
+    upstream: tuple[OpenAIUpstream, str], tmp_path: Path
+) -> None:
+    app, upstream_url = upstream
+    db = tmp_path / "records.db"
+    with slo_proxy(upstream_url, db) as base_url:
+        body = {"messages": [], "max_tokens": 400, "stream": True}
+        with (
+            httpx.Client(timeout=10) as client,
+            client.stream(
+                "POST",
+                base_url + "/v1/chat/completions",
+                json=body,
+                headers={"x-test-itl-s": "0.02"},
+            ) as response,
+        ):
+            lines = response.iter_lines()
+            assert json.loads(next(line for line in lines if line)[6:])["choices"]
+        # The client closed its connection mid-stream; the upstream notices within a few ITLs.
+        deadline = time.monotonic() + 5
+        while app.disconnects == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert app.disconnects == 1
+        assert app.completed == 0
+    assert [row["outcome"] for row in records(db)] == ["cancelled"]
