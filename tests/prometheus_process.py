@@ -1,0 +1,86 @@
+"""Real Prometheus (and Alertmanager) processes on 127.0.0.1 for integration tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from slo.bench.server import free_port, stop_process
+from tests.conftest import require_or_skip
+from tests.servers import wait_until_ready
+
+
+def binary(*names: str) -> str:
+    """The first of `names` on PATH; skips (fails under LLM_SLO_REQUIRE_INTEGRATION) if none."""
+    for name in names:
+        if path := shutil.which(name):
+            return path
+    require_or_skip(
+        f"{' or '.join(names)} not installed (Debian: prometheus, prometheus-alertmanager)"
+    )
+
+
+@contextlib.contextmanager
+def process(command: list[str], ready_url: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("w") as output:
+        running = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            wait_until_ready(ready_url, timeout_s=60, process=running)
+            yield running
+        finally:
+            stop_process(running, timeout_s=20)
+
+
+@contextlib.contextmanager
+def prometheus(
+    tmp_path: Path,
+    targets: list[str],
+    rule_files: Sequence[str] = (),
+    alertmanager: str | None = None,
+) -> Iterator[str]:
+    """A Prometheus scraping `targets` (host:port) every second; yields its base URL."""
+    port = free_port()
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": list(rule_files),
+        "scrape_configs": [{"job_name": "llm-slo", "static_configs": [{"targets": targets}]}],
+    }
+    if alertmanager is not None:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
+    (tmp_path / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
+    command = [
+        binary("prometheus"),
+        f"--config.file={tmp_path / 'prometheus.yml'}",
+        f"--storage.tsdb.path={tmp_path / 'prom-data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with process(command, f"{url}/-/ready", tmp_path / "prometheus.log"):
+        yield url
+
+
+def query(prometheus_url: str, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+    params: dict[str, Any] = {"query": expr}
+    if at is not None:
+        params["time"] = f"{at:.3f}"
+    response = httpx.get(f"{prometheus_url}/api/v1/query", params=params, timeout=10)
+    payload = response.json()
+    assert payload["status"] == "success", (expr, payload)
+    return list(payload["data"]["result"])
+
+
+def poll(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
