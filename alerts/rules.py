@@ -22,6 +22,7 @@ from slo.alert_rules import (
     threshold_window_s,
     windows_s,
 )
+from slo.arithmetic import BURN_RATE_OPERATOR, MIN_EVENTS_OPERATOR
 from slo.objectives import Objective
 from slo.promql import (
     ERROR_BUDGET_RECORD,
@@ -91,7 +92,10 @@ def error_ratio_expr(tier: str, objective: Objective, window_s: float) -> str:
         return f"({bad_events} or vector(0))\n/\n{events}"
     metric = CATALOG[objective.sli or ""].metric
     good = selector(metric + "_bucket", le_matcher(objective.threshold_s or 0.0), tier=tier)
-    return f"1 - (\n  sum(increase({good}[{window}]))\n  /\n  {events}\n)"
+    # (events - good) / events: one division, so the ratio is the correctly rounded bad/events
+    # and `> limit` against the decimal limit is exact (1 - good/events rounds twice).
+    good_events = f"sum(increase({good}[{window}]))"
+    return f"(\n  {events}\n  -\n  {good_events}\n)\n/\n{events}"
 
 
 def _record_labels(tier: Tier, objective: Objective) -> dict[str, str]:
@@ -138,15 +142,16 @@ def alert_expr(rule: AlertRule) -> str:
     if rule.kind == "burn_rate":
         limit = number(rule.max_error_ratio or 0)
         long_w, short_w = rule.long_window_s or 0.0, rule.short_window_s or 0.0
+        burns, guard = BURN_RATE_OPERATOR, MIN_EVENTS_OPERATOR  # slo.arithmetic's comparisons
         lines = [
             "(",
-            f"  {_series(record_error_ratio(long_w), rule)} > {limit}",
+            f"  {_series(record_error_ratio(long_w), rule)} {burns} {limit}",
             "  and",
-            f"  {_series(record_error_ratio(short_w), rule)} > {limit}",
+            f"  {_series(record_error_ratio(short_w), rule)} {burns} {limit}",
             ")",
         ]
         for window_s in (long_w, short_w):
-            lines.append(f"and {_series(record_events(window_s), rule)} >= {rule.min_events}")
+            lines.append(f"and {_series(record_events(window_s), rule)} {guard} {rule.min_events}")
         return "\n".join(lines)
     metric = CATALOG[rule.sli or ""].metric
     window = prom_duration(rule.window_s or 0.0)
@@ -156,7 +161,7 @@ def alert_expr(rule: AlertRule) -> str:
     return (
         f"histogram_quantile({quantile}, sum by (le) (rate({buckets}[{window}])))"
         f" > {number(rule.threshold_s or 0)}\n"
-        f"and on () sum(increase({count}[{window}])) >= {rule.min_events}"
+        f"and on () sum(increase({count}[{window}])) {MIN_EVENTS_OPERATOR} {rule.min_events}"
     )
 
 

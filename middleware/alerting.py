@@ -3,7 +3,7 @@
 The rules are `slo.alert_rules.alert_rules(spec)`, the same list `slo generate` renders for
 Prometheus, evaluated with the same semantics (see that module): events and bad events from
 the same histogram buckets, the low-traffic guard on every window, burn rate strictly above
-factor x budget on both windows, threshold alerts through the same `histogram_quantile` over
+factor x budget on both windows (`slo.arithmetic.burn_rule_fires`, exact), threshold alerts through the same `histogram_quantile` over
 the policy's shortest window, held for `for`. The absent-metrics alert is Prometheus' alone.
 """
 
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from slo.alert_rules import AlertRule, histogram_quantile
+from slo.arithmetic import burn_rule_fires
 
 if TYPE_CHECKING:
     from middleware.live import TierWindows
@@ -34,17 +35,18 @@ def firing_rules(
         windows = tiers[rule.tier]
         key = rule.name + repr(sorted(rule.labels.items()))
         if rule.kind == "burn_rate":
-            limit = float(rule.max_error_ratio or 0)
-            ratios = []
+            counts = []  # (bad, events) per window
             for window in rule.windows_s:
                 events, good = windows.events_and_good(
                     rule.objective, windows.totals(window, now_s)
                 )
-                if events < rule.min_events or events <= 0:
-                    break
-                ratios.append((events - good) / events)
-            active = len(ratios) == 2 and all(ratio > limit for ratio in ratios)
-            summary = f"{rule.tier}: {rule.objective.name} burns its error budget too fast ({max(ratios, default=0):.4g} bad over the windows, limit {limit:.4g})"
+                counts.append((events - good, events))
+            active = burn_rule_fires(
+                counts, rule.objective.target, rule.factor or 0, rule.min_events
+            )
+            worst = max((bad / events for bad, events in counts if events), default=0.0)
+            limit = float(rule.max_error_ratio or 0)
+            summary = f"{rule.tier}: {rule.objective.name} burns its error budget too fast ({worst:.4g} bad over the windows, limit {limit:.4g})"
         else:
             totals = windows.totals(rule.window_s or 0.0, now_s)
             events, _ = windows.events_and_good(rule.objective, totals)

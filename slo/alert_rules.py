@@ -17,12 +17,14 @@ Semantics (Prometheus evaluates exactly this; an in-process evaluator must do th
 - Error ratio over a window W at time t: bad events / events in (t - W, t], summed over every
   model, route and replica of the tier (event-weighted: a ratio of summed counts, never an
   average of per-replica ratios). Undefined (no alert) when there are no events.
-- Error budget: 1 - target (`error_budget(objective)`), an exact decimal.
+- Error budget: 1 - target (`error_budget(objective)`), an exact decimal. All of this
+  arithmetic (budget, burn-rate limit, the comparisons) is `slo.arithmetic`'s.
 - Low-traffic guard: an alert fires only if every window it looks at holds at least
   `min_events` events (`spec.alert_policy.min_events`); with fewer, one slow request would
   page someone.
 - burn_rate (multi-window, multi-burn-rate, SRE workbook): fires at t iff, for both the long
-  and the short window, events >= min_events and error ratio > factor x error budget (strict).
+  and the short window, events >= min_events and error ratio > factor x error budget (strict:
+  `slo.arithmetic.BURN_RATE_OPERATOR`, the operator the generated PromQL uses).
   A rule whose factor x budget >= 1 could never fire; it is left out (see `unreachable`).
 - threshold (operations practice: p95 > 2x target, p99 > 3x, p50 above target for 15m):
   fires at t iff events in `window_s` >= min_events and the `percentile` of the SLI over
@@ -49,6 +51,8 @@ from decimal import Decimal
 from typing import Literal
 
 from slo.alert_policy import BurnRateRule, ThresholdAlert
+from slo.arithmetic import as_decimal, burn_limit
+from slo.arithmetic import error_budget as arithmetic_error_budget
 from slo.objectives import Objective
 from slo.promql import exact, number, prom_duration
 from slo.sli import CATALOG, buckets_for
@@ -99,7 +103,7 @@ class AlertRule:
         budget = self.error_budget
         if self.kind != "burn_rate" or budget is None or self.factor is None:
             return None
-        return self.factor * budget
+        return as_decimal(burn_limit(self.objective.target if self.objective else 0, self.factor))
 
     @property
     def windows_s(self) -> tuple[float, ...]:
@@ -130,7 +134,7 @@ class AlertRule:
 
 def error_budget(objective: Objective) -> Decimal:
     """The fraction of events allowed to be bad: 1 - target, exactly (99.9% -> 0.001)."""
-    return Decimal(1) - exact(objective.target)
+    return as_decimal(arithmetic_error_budget(objective.target))
 
 
 def sli_title(sli: str) -> str:

@@ -49,6 +49,8 @@ Exact = float | int | Decimal | Fraction
 # The comparison of an error ratio with factor x budget, as PromQL spells it. `burning` below is
 # the same comparison; the rule generator writes this operator, so both cannot drift apart.
 BURN_RATE_OPERATOR = ">"
+# The low-traffic guard: a window with at least `min_events` events may alert (`guarded`).
+MIN_EVENTS_OPERATOR = ">="
 
 
 @lru_cache(maxsize=4096)
@@ -57,6 +59,11 @@ def exact_fraction(value: Exact) -> Fraction:
     if isinstance(value, Fraction | Decimal | int):
         return Fraction(value)
     return Fraction(format(float(value), ".12g"))
+
+
+def as_decimal(value: Fraction) -> Decimal:
+    """A rational as the decimal rules print (exact for every decimal a spec can hold)."""
+    return Decimal(value.numerator) / Decimal(value.denominator)
 
 
 def error_budget(target: Exact) -> Fraction:
@@ -116,13 +123,19 @@ def burning(bad: Count, events: Count, target: Exact, factor: Exact) -> bool:
     return Fraction(bad) * limit.denominator > limit.numerator * Fraction(events)
 
 
+def guarded(events: Count, min_events: int) -> bool:
+    """Enough traffic in a window to alert (`MIN_EVENTS_OPERATOR`); never without events."""
+    return events > 0 and events >= min_events
+
+
 def burn_rule_fires(
     windows: Iterable[tuple[Count, Count]], target: Exact, factor: Exact, min_events: int
 ) -> bool:
     """A multi-window rule over (bad, events) per window: every window guarded and burning."""
     counted = list(windows)
     return bool(counted) and all(
-        events >= min_events and burning(bad, events, target, factor) for bad, events in counted
+        guarded(events, min_events) and burning(bad, events, target, factor)
+        for bad, events in counted
     )
 
 

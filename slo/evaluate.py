@@ -21,10 +21,12 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from slo import arithmetic
+from slo.arithmetic import Verdict, burn_rule_fires, goodput_checks
 from slo.columns import RecordColumns
 from slo.objectives import Objective
 from slo.performance import Classification, classify
@@ -33,17 +35,19 @@ from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
 from slo.spec import SLOSpec, Tier
 from slo.units import format_duration
 
-Verdict = Literal["met", "violated", "insufficient_data"]
 # The client view of an SLI (filled by `slo bench`) wins where present: it is what the person
 # waiting saw. Phases have no client view.
 CLIENT_VIEW = {"ttft_s": "client_ttft_s", "e2e_s": "client_e2e_s", "tpot_s": "client_tpot_s",
                "itl_s": "client_itl_s"}  # fmt: skip
-_RANK_SLACK = 1e-9  # 0.95 * 100 must be 95, not 95.00000000000001
 
 
 def rank_for(target: float, count: int) -> int:
-    """1-based nearest rank of the target quantile among `count` events: ceil(q * n)."""
-    return max(1, math.ceil(target * count - _RANK_SLACK))
+    """1-based nearest rank of the target quantile among `count` events: ceil(q * n), exactly.
+
+    The same number as `required_good`: the q-th percentile is within the threshold exactly
+    when at least that many events are, so both forms of an objective agree.
+    """
+    return max(1, arithmetic.required_good(target, count))
 
 
 def nearest_rank(values: np.ndarray, target: float) -> float:
@@ -55,8 +59,8 @@ def nearest_rank(values: np.ndarray, target: float) -> float:
 
 
 def required_good(target: float, count: int) -> int:
-    """How many of `count` events must be good for attainment >= target."""
-    return math.ceil(target * count - _RANK_SLACK)
+    """How many of `count` events must be good for attainment >= target (exact target)."""
+    return arithmetic.required_good(target, count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +99,9 @@ class ObjectiveResult:
     @property
     def budget_remaining(self) -> float | None:
         """1 = untouched, 0 = spent, negative = overspent."""
-        if not self.events or not self.objective.has_error_budget:
+        if not self.objective.has_error_budget:
             return None
-        return 1.0 - ((self.events - self.good) / self.events) / self.error_budget
+        return arithmetic.budget_remaining(self.good, self.events, self.objective.target)
 
     def to_dict(self) -> dict[str, Any]:
         objective = self.objective
@@ -246,16 +250,15 @@ def _evaluate_tier(spec: SLOSpec, tier: Tier, columns: RecordColumns, now: float
     counted = ~np.isin(columns.outcome, OUTCOMES_EXCLUDED_FROM_AVAILABILITY)
     window_masks = {w: timestamps >= now - w for w in spec.alert_policy.windows_s}
     results: list[ObjectiveResult] = []
-    goodness: list[np.ndarray] = []  # per request: meets that objective (or has no value)
     for objective in tier.objectives:
         if objective.kind == "latency":
-            result, per_request = _latency(spec, tier, objective, columns, ok, window_masks)
-            if per_request is not None:
-                goodness.append(per_request)
+            result = _latency(spec, tier, objective, columns, ok, window_masks)
         elif objective.kind == "availability":
             result = _ratio(spec, tier.name, objective, counted, ok, window_masks)
         elif objective.kind == "goodput":
-            good = ok & np.logical_and.reduce(goodness) if goodness else ok
+            checks = goodput_checks(tier.latency_objectives)
+            values = [(check, _sli_values(columns, check.field)[0]) for check in checks]
+            good = arithmetic.good_requests(ok, values)
             result = _ratio(spec, tier.name, objective, counted, good, window_masks)
         else:
             result = _throughput(spec, tier.name, objective, columns, ok)
@@ -279,7 +282,7 @@ def _latency(
     columns: RecordColumns,
     ok: np.ndarray,
     window_masks: dict[float, np.ndarray],
-) -> tuple[ObjectiveResult, np.ndarray | None]:
+) -> ObjectiveResult:
     field_name = CATALOG[objective.sli or ""].record_field or ""
     threshold = objective.threshold_s or 0.0
     if field_name in columns.gaps:  # itl: one event per gap of an ok request
@@ -288,23 +291,19 @@ def _latency(
         owners = gaps.owner[ok[gaps.owner]]
         values = gaps.values[ok[gaps.owner]]
         masks = {w: mask[owners] for w, mask in window_masks.items()}
-        client_events, per_request = (values.size if from_client else 0), None
+        client_events = values.size if from_client else 0
     else:
         all_values, client_events = _sli_values(columns, field_name)
         has_value = ok & ~np.isnan(all_values)
         values = all_values[has_value]
         masks = {w: mask[has_value] for w, mask in window_masks.items()}
-        with np.errstate(invalid="ignore"):
-            meets = all_values <= threshold if objective.inclusive else all_values < threshold
-        per_request = meets | np.isnan(all_values)
     good_mask = values <= threshold if objective.inclusive else values < threshold
     events, good = int(values.size), int(good_mask.sum())
     observed = nearest_rank(values, objective.target) if events else None
     verdict = decide(objective, events, good, observed, spec.min_events)
     burn, alerts = _burn(spec, objective, ~good_mask, masks)
-    result = ObjectiveResult(tier.name, objective, events, good, verdict, observed, None, burn,
-                             alerts, min(client_events, events))  # fmt: skip
-    return result, per_request
+    return ObjectiveResult(tier.name, objective, events, good, verdict, observed, None, burn,
+                           alerts, min(client_events, events))  # fmt: skip
 
 
 def _has_client_gaps(columns: RecordColumns) -> bool:
@@ -339,17 +338,16 @@ def burn_rates(
     spec: SLOSpec, objective: Objective, counts: dict[float, tuple[int, int]]
 ) -> tuple[tuple[WindowBurn, ...], tuple[str, ...]]:
     """Burn rate per alert window from (events, bad) counts, and the burn-rate rules firing."""
-    budget = 1.0 - objective.target
+    target = objective.target
     burns = {
-        window_s: WindowBurn(window_s, events, bad, (bad / events) / budget if events else None)
+        window_s: WindowBurn(window_s, events, bad, arithmetic.burn_rate(bad, events, target))
         for window_s, (events, bad) in counts.items()
     }
     alerts = []
     policy = spec.alert_policy
     for rule in policy.burn_rates:
-        long, short = burns[rule.long_window_s], burns[rule.short_window_s]
-        if all(b.burn_rate is not None and b.burn_rate >= rule.factor
-               and b.events >= policy.min_events for b in (long, short)):  # fmt: skip
+        windows = [(counts[w][1], counts[w][0]) for w in (rule.long_window_s, rule.short_window_s)]
+        if burn_rule_fires(windows, target, rule.factor, policy.min_events):
             alerts.append(
                 f"{rule.severity} {format_duration(rule.long_window_s)}/"
                 f"{format_duration(rule.short_window_s)} x{rule.factor:g}"
@@ -364,11 +362,9 @@ def decide(
     if events < min_events or events == 0:
         return "insufficient_data"
     if objective.kind == "latency" and objective.form == "percentile" and observed is not None:
-        threshold = objective.threshold_s or 0.0
-        met = observed <= threshold if objective.inclusive else observed < threshold
-    else:
-        met = good >= required_good(objective.target, events)
-    return "met" if met else "violated"
+        met = arithmetic.within(observed, objective.threshold_s or 0.0, objective.inclusive)
+        return "met" if met else "violated"
+    return arithmetic.verdict(good, events, objective.target, min_events)
 
 
 def _tokens_per_s(columns: RecordColumns, ok: np.ndarray) -> float | None:

@@ -17,9 +17,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from slo import arithmetic
+from slo.arithmetic import goodput_checks
 from slo.columns import RecordColumns
 from slo.evaluate import CLIENT_VIEW, nearest_rank
-from slo.sli import CATALOG, PHASES
+from slo.sli import PHASES
 from slo.spec import SLOSpec
 
 # The server's phases (slo.sli.PHASES), network last: the part the client view extends.
@@ -39,15 +41,9 @@ def good_requests(spec: SLOSpec, columns: RecordColumns) -> np.ndarray:
     """Per record: ok and within every per-request latency objective of its tier."""
     good = columns.outcome == "ok"
     for tier in spec.tiers:
-        in_tier = columns.tier == tier.name
-        for objective in tier.latency_objectives:
-            field_name = CATALOG[objective.sli or ""].record_field
-            if objective.sli == "itl" or field_name is None:
-                continue
-            values = sli_values(columns, field_name)
-            threshold = objective.threshold_s or 0.0
-            within = values <= threshold if objective.inclusive else values < threshold
-            good &= ~in_tier | np.isnan(values) | within
+        checks = goodput_checks(tier.latency_objectives)
+        values = [(check, sli_values(columns, check.field)) for check in checks]
+        good &= (columns.tier != tier.name) | arithmetic.good_requests(good, values)
     return good
 
 
