@@ -5,6 +5,8 @@ thresholds are boundaries), in fixed-memory rings, one per window the spec and i
 use. Events are counted as `slo check` counts them (see `slo.evaluate`): latency objectives
 over ok requests with a value (itl over every gap), availability as ok over every request but
 client_error and cancelled, goodput as ok requests meeting every per-request latency objective.
+With several workers (`PROMETHEUS_MULTIPROC_DIR` set) the rings live in files every worker
+reads (`middleware.live_shared`): `/slo` and the alerts judge the whole server's traffic.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import math
 import threading
 from bisect import bisect_left
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +25,7 @@ import numpy as np
 from middleware.alerting import firing_rules, push_to_alertmanager
 from middleware.clock import Clock, SystemClock
 from middleware.histograms import BucketCounts, bucket_counts
+from middleware.live_shared import PusherElection, SharedWindowSet, shared_dir
 from middleware.timeline import Breakdown
 from middleware.windows import SLOTS_PER_WINDOW, WindowSet
 from slo.alert_rules import alert_rules, histogram_quantile, windows_s
@@ -60,7 +64,9 @@ class _Layout:
 
 
 class TierWindows:
-    def __init__(self, spec: SLOSpec, tier: Tier, windows_s: list[float]) -> None:
+    def __init__(
+        self, spec: SLOSpec, tier: Tier, windows_s: list[float], shared: Path | None = None
+    ) -> None:
         self.tier = tier
         slis = sorted({o.sli for o in tier.objectives if o.kind == "latency" and o.sli})
         column = 0
@@ -83,7 +89,11 @@ class TierWindows:
             {k: v.tolist() for k, v in bounds.items()},
             column,
         )
-        self.windows = WindowSet(windows_s, column)
+        self.windows = (
+            WindowSet(windows_s, column)
+            if shared is None
+            else SharedWindowSet(shared, f"{tier.name}:{self.layout!r}", windows_s, column)
+        )
         self.latency_objectives = [o for o in tier.objectives if o.kind == "latency"]
         # What `observe` reads per request, decided once: (breakdown field, first column,
         # bounds) per latency SLI but itl, and the goodput checks (slo.arithmetic).
@@ -97,7 +107,8 @@ class TierWindows:
         self._lock = threading.Lock()
         self._pending = [0] * column  # counts per column since the last flush
         self._pending_since: float | None = None
-        self._flush_every_s = min(windows_s) / SLOTS_PER_WINDOW / 4
+        # Shared rings are flushed per request: other workers read them, not this one's queue.
+        self._flush_every_s = 0.0 if shared else min(windows_s) / SLOTS_PER_WINDOW / 4
 
     def observe(
         self,
@@ -133,8 +144,7 @@ class TierWindows:
                     pending[layout.goodput_column] += 1
             since = self._pending_since
             if since is None:
-                self._pending_since = now_s
-                return
+                self._pending_since = since = now_s
         if now_s - since >= self._flush_every_s:
             self._flush(now_s)
 
@@ -202,7 +212,13 @@ class LiveSLO:
         self.spec = spec
         self.clock = clock or SystemClock()
         self.windows_s = list(windows_s(spec))
-        self.tiers = {tier.name: TierWindows(spec, tier, self.windows_s) for tier in spec.tiers}
+        self.shared_dir = shared_dir()
+        self.tiers = {
+            tier.name: TierWindows(spec, tier, self.windows_s, self.shared_dir)
+            for tier in spec.tiers
+        }
+        # Every worker computes the alerts (the same `for` state); one pushes them.
+        self._election = PusherElection(self.shared_dir)
         self.itl_bounds = buckets_for("itl", spec)  # what `observe`'s itl_counts are counted on
         self.alertmanager_url = alertmanager_url
         self.evaluation_interval_s = evaluation_interval_s
@@ -298,7 +314,7 @@ class LiveSLO:
         while not self._stop.wait(self.evaluation_interval_s):
             try:
                 alerts = self.firing_alerts()
-                if alerts and self.alertmanager_url:
+                if alerts and self.alertmanager_url and self._election.held():
                     push_to_alertmanager(self.alertmanager_url, alerts, self.evaluation_interval_s)
                     self.pushed += len(alerts)
             except Exception:  # Alertmanager down must not hurt the server
@@ -310,6 +326,7 @@ class LiveSLO:
         self._stop.set()
         if self._pusher is not None:
             self._pusher.join(timeout=10)
+        self._election.release()
 
 
 def objective_status(
