@@ -119,6 +119,18 @@ class WireReader:
 
     def feed(self, data: bytes) -> tuple[int, bytes]:
         """(token events in this piece, the bytes to send on: `data` itself unless stripping)."""
+        # Fast path, nearly every chunk of every server: one whole `data: {...}` event.
+        if (
+            not self._pending
+            and not self.strip_usage
+            and data.startswith(b"data: {")
+            and data.find(b"\n\n") == len(data) - 2
+        ):
+            try:
+                chunk = _decode_chunk(data[6:-2])
+            except _NOT_DECODED:
+                return 0, data
+            return (1 if self._chunk(chunk)[0] else 0), data
         piece = data
         if self._pending:
             data = self._pending + data
