@@ -9,7 +9,14 @@ Per (tier, SLI) three test groups feed synthetic series of that SLI only:
   and cancellations on top, which availability leaves out); nothing fires;
 - low traffic: all bad, but so few events that every window holds fewer than `min_events`
   even after Prometheus extrapolates `increase()`; nothing fires.
-Plus the absent-metrics alert, firing without series and silent with them.
+Plus the absent-metrics alert, firing without series and silent with them, and the policy
+groups of `alerts.policy_tests`: traffic at each burn-rate rule's factor fires exactly the
+alerts the arithmetic expects, and resolves once good traffic has filled the short window.
+
+Series get a sample every `evaluation_interval_s` (<= 1m); rules are evaluated on a coarser
+grid (`rule_evaluation_s`, the common divisor of the policy's long windows, 1h by default):
+`increase()` reads the raw samples whatever the grid, and a 3d test then costs 72 rule
+evaluations instead of 4320, so the whole file runs in seconds.
 
 Rates are evaluated on data that starts at time 0, so no test needs days of samples: every
 window, even 3d, sees the same all-bad (or all-good) traffic after the first samples.
@@ -21,6 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from alerts.policy_tests import availability_series, policy_cases
 from alerts.rules import GOOD_OUTCOME, REQUESTS, Links, alert_annotations
 from alerts.templating import render
 from slo.alert_rules import AVAILABILITY, AlertRule, alert_rules, windows_s
@@ -61,6 +69,19 @@ def evaluation_interval_s(spec: SLOSpec) -> float:
     """Five samples in the shortest window alerts read, at most one a minute."""
     shortest = min(windows_s(spec))
     return max(1.0, min(60.0, math.floor(shortest / _SAMPLES_PER_SHORTEST_WINDOW)))
+
+
+def rule_evaluation_s(spec: SLOSpec) -> float:
+    """How often promtool evaluates the rules: every check time of the tests is on this grid."""
+    sample = round(evaluation_interval_s(spec))
+    grid = 0
+    for rule in spec.alert_policy.burn_rates:
+        grid = math.gcd(grid, round(rule.long_window_s))
+    return float(grid) if grid and grid % sample == 0 else float(sample)
+
+
+def _on_grid(seconds: float, grid: float) -> float:
+    return grid * math.ceil(seconds / grid)
 
 
 def _latency_series(
@@ -114,10 +135,12 @@ def test_groups(spec: SLOSpec, links: Links) -> list[dict[str, Any]]:
     """The `tests:` of the promtool file, as data."""
     rules = alert_rules(spec)
     interval = evaluation_interval_s(spec)
+    grid = rule_evaluation_s(spec)
     min_events = spec.alert_policy.min_events
     longest_for = max((rule.for_s for rule in rules if rule.tier is not None), default=0.0)
-    # Past the longest `for`, plus one shortest window to fill and two evaluations of slack.
-    eval_s = longest_for + min(windows_s(spec)) + 2 * interval
+    # One shortest window to fill, then past the longest `for`: on the grid, plus one evaluation
+    # (the first evaluation that sees the breach starts the `for`).
+    eval_s = _on_grid(min(windows_s(spec)) + 2 * interval, grid) + _on_grid(longest_for, grid)
     steps = math.ceil(eval_s / interval) + 1
     rate = max(10, min_events)  # events per interval: every window holds >= min_events
     # All bad yet never min_events in any window, even extrapolated by up to 5/4.
@@ -155,17 +178,43 @@ def test_groups(spec: SLOSpec, links: Links) -> list[dict[str, Any]]:
                     "alert_rule_test": alert_tests,
                 }
             )
-    groups.extend(_absent_groups(spec, rules, links, interval))
+    groups.extend(_absent_groups(spec, rules, links, interval, grid))
+    groups.extend(_policy_groups(spec, rules, links, interval, grid))
+    return groups
+
+
+def _policy_groups(
+    spec: SLOSpec, rules: list[AlertRule], links: Links, interval: float, grid: float
+) -> list[dict[str, Any]]:
+    groups = []
+    for case in policy_cases(rules, interval, grid):
+        rule = case.rule
+        groups.append(
+            {
+                "name": f"{rule.tier} {rule.sli} x{rule.factor} over "
+                f"{prom_duration(rule.long_window_s or 0)}/{prom_duration(rule.short_window_s or 0)}",
+                "interval": prom_duration(interval),
+                "input_series": availability_series(rule.tier or "", case.traffic),
+                "alert_rule_test": [
+                    {
+                        "eval_time": prom_duration(step * interval),
+                        "alertname": rule.name,
+                        "exp_alerts": _expected(expected, spec, links),
+                    }
+                    for step, expected in case.checks
+                ],
+            }
+        )
     return groups
 
 
 def _absent_groups(
-    spec: SLOSpec, rules: list[AlertRule], links: Links, interval: float
+    spec: SLOSpec, rules: list[AlertRule], links: Links, interval: float, grid: float
 ) -> list[dict[str, Any]]:
     absent = [rule for rule in rules if rule.kind == "absent"]
     groups: list[dict[str, Any]] = []
     for rule in absent:
-        eval_s = rule.for_s + 2 * interval
+        eval_s = _on_grid(rule.for_s + 2 * interval, grid) + grid
         steps = math.ceil(eval_s / interval) + 1
         present = _labels(
             tier=spec.default_tier.name, model=_MODEL, route=_ROUTE, outcome=GOOD_OUTCOME
@@ -195,7 +244,7 @@ def render_rules_test(spec: SLOSpec, links: Links, rules_file: str = "rules.yml"
     return render(
         "rules_test.yml.j2",
         rules_file=rules_file,
-        evaluation_interval=prom_duration(evaluation_interval_s(spec)),
+        evaluation_interval=prom_duration(rule_evaluation_s(spec)),
         groups=test_groups(spec, links),
         source=spec.source,
     )
