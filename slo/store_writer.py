@@ -5,6 +5,10 @@ is out (locked, full, unreachable) the queue is the buffer; beyond it, or when a
 records go to the spool file (`slo.spool`), and the writer retries with exponential backoff,
 replays the spool when the database is back, then removes the file. `dropped` counts only
 records that even the spool could not take.
+
+After `close()` no thread is left, yet records may still come: a server that drains its
+in-flight requests after a signal already flushed the store (`middleware/lifespan.py`). Such a
+record is written before `add()` returns, on the calling thread, instead of being refused.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class RecordWriter:
         self._count_lock = threading.Lock()
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
+        self._late_lock = threading.Lock()  # writes on callers' threads, once the writer is gone
         self._wake = threading.Event()
         self._urgent = threading.Event()  # flush() or close() waits: stop holding records
         self._stopping = False
@@ -76,18 +81,39 @@ class RecordWriter:
         """Queue a record for the background writer; never blocks on the database.
 
         Beyond the in-memory queue the record goes to the spool file. A validated dict
-        (`validate_record`) works too and is far cheaper to build.
+        (`validate_record`) works too and is far cheaper to build. After `close()` the record
+        is written (or spooled) before this returns.
         """
         if self._closed:
-            raise RuntimeError("RecordStore is closed")
+            self._write_now(record)
+            return
         self._ensure_writer()
         try:
             self._queue.put_nowait(record)
         except queue.Full:
             self._spool([record])
             return
+        if self._closed:  # close() drained the queue between the check and the put
+            self._write_now(None)
+            return
         if self._healthy and self._queue.qsize() >= self.batch_size:
             self._wake.set()
+
+    def _write_now(self, record: Mapping[str, Any] | Any | None) -> None:
+        """Write `record` and whatever waits in the queue on this thread (the writer is gone)."""
+        with self._late_lock:
+            if record is not None:
+                try:
+                    self._queue.put_nowait(record)
+                except queue.Full:
+                    self._spool([record])
+            spooled = self.spooled
+            # While the database is out, a late record waits for the next retry no longer than
+            # it takes to spool it: the caller is a request, it cannot wait out a backoff.
+            due = self._healthy or time.monotonic() >= self._retry_at
+            self._pump(try_database=due, spill=True)
+            if self.spooled != spooled:
+                self.spool.close()  # the file stays while it holds records; the handle does not
 
     def _ensure_writer(self) -> None:
         if self._writer is None:
@@ -249,7 +275,7 @@ class RecordWriter:
 
     def flush(self) -> None:
         """Wait until every queued record is in the database or, while it is out, the spool."""
-        if self._writer is not None:
+        if self._writer is not None and not self._closed:
             self._urgent.set()
             self._wake.set()
             self._queue.join()
@@ -263,11 +289,11 @@ class RecordWriter:
             self._stopping = True
             self._wake.set()
             self._writer.join()
-        # Records that raced past `add`'s closed check.
-        if not self._queue.empty():
-            self._pump(try_database=self._healthy, spill=True)
-        left = self.spool.has_records
-        self.spool.close()
+        with self._late_lock:  # records that raced past `add`'s closed check
+            if not self._queue.empty():
+                self._pump(try_database=self._healthy, spill=True)
+            left = self.spool.has_records
+            self.spool.close()
         if left:
             logger.warning(
                 "llm-slo: records stay in spool files under %s; the next store there replays them",
