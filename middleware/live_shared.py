@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from middleware.windows import NUM_SLOTS, SLOTS_PER_WINDOW, Ring, WindowSet, window_total
+from middleware.windows import NUM_SLOTS, SLOTS_PER_WINDOW, WindowSet, window_total
 
 LIVE_DIR_NAME = "llm_slo_live"
 SUFFIX = ".live"
@@ -48,18 +48,20 @@ def _locked(fd: int, operation: int) -> Iterator[None]:
 
 
 class _RingFile:
-    """One worker's rings (one per window) in a file: per window, slot ids then counts."""
+    """One worker's rings in a file: every window's slot ids, then every window's counts
+    (the arrays of `WindowSet`)."""
 
     def __init__(self, path: Path, windows_s: list[float], width: int, create: bool) -> None:
-        ring_bytes = NUM_SLOTS * 8 * (1 + width)
-        size = ring_bytes * len(windows_s)
+        shape = (len(windows_s), NUM_SLOTS)
+        ids_bytes = shape[0] * NUM_SLOTS * 8
+        size = ids_bytes * (1 + width)
         if create and not (path.exists() and path.stat().st_size == size):
             # Written whole under a temporary name, then renamed: a reader never maps a
             # half-made file. An existing file of the same layout (this worker id, restarted)
             # is kept: its counts are requests that happened.
             temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            empty = np.zeros((len(windows_s), NUM_SLOTS * (1 + width)), dtype=np.int64)
-            empty[:, :NUM_SLOTS] = -1
+            empty = np.zeros(size // 8, dtype=np.int64)
+            empty[: shape[0] * NUM_SLOTS] = -1
             temporary.write_bytes(empty.tobytes())
             os.replace(temporary, path)
         self.path = path
@@ -72,20 +74,19 @@ class _RingFile:
         except BaseException:
             os.close(self.fd)
             raise
-        self.views: dict[float, tuple[np.ndarray, np.ndarray]] = {}
-        for index, window in enumerate(windows_s):
-            offset = index * ring_bytes
-            slot_ids = np.ndarray((NUM_SLOTS,), np.int64, self.map, offset)
-            counts = np.ndarray((NUM_SLOTS, width), np.float64, self.map, offset + NUM_SLOTS * 8)
-            self.views[window] = (counts, slot_ids)
+        self.slot_ids = np.ndarray(shape, np.int64, self.map, 0)
+        self.counts = np.ndarray((*shape, width), np.float64, self.map, ids_bytes)
+        self.index = {window: position for position, window in enumerate(windows_s)}
 
     def total(self, window_s: float, now_s: float) -> np.ndarray:
-        counts, slot_ids = self.views[window_s]
+        ring = self.index[window_s]
         with _locked(self.fd, fcntl.LOCK_SH):
-            return window_total(counts, slot_ids, window_s / SLOTS_PER_WINDOW, now_s)
+            return window_total(
+                self.counts[ring], self.slot_ids[ring], window_s / SLOTS_PER_WINDOW, now_s
+            )
 
     def close(self) -> None:
-        self.views.clear()
+        del self.slot_ids, self.counts
         with contextlib.suppress(BufferError):  # a total still holding a view: freed with it
             self.map.close()
         os.close(self.fd)
@@ -108,13 +109,14 @@ class SharedWindowSet(WindowSet):
         worker_id: str | None = None,
     ) -> None:
         self.directory = directory
-        self.windows_s = sorted(set(windows_s))
         self.width = width
-        layout = repr((key, self.windows_s, width, SLOTS_PER_WINDOW))
+        windows_s = sorted(set(windows_s))
+        layout = repr((key, windows_s, width, SLOTS_PER_WINDOW))
         self.prefix = hashlib.sha256(layout.encode()).hexdigest()[:16]
         self._worker_id = worker_id
         self._peers: dict[Path, _RingFile] = {}
         directory.mkdir(parents=True, exist_ok=True)
+        super().__init__(windows_s, width)  # the arrays are replaced by the file's views
         self._attach()
 
     def _attach(self) -> None:
@@ -125,9 +127,7 @@ class SharedWindowSet(WindowSet):
         self.own = _RingFile(
             self.directory / f"{self.prefix}-{worker}{SUFFIX}", self.windows_s, self.width, True
         )
-        self.rings = {
-            window: Ring(window, self.width, *self.own.views[window]) for window in self.windows_s
-        }
+        self.counts, self.slot_ids = self.own.counts, self.own.slot_ids
 
     def add(self, now_s: float, columns: np.ndarray, amounts: np.ndarray) -> None:
         if os.getpid() != self._pid:

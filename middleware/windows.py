@@ -2,6 +2,8 @@
 
 Each ring has 60 slots spanning its window, so a window sum is exact to within one slot
 (1/60th of the window); memory does not grow with traffic, only with the number of windows.
+The rings of a `WindowSet` sit in one array, so an observation updates every window in a few
+numpy operations (a spec with eight windows would otherwise pay eight rounds of them).
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ import math
 import numpy as np
 
 SLOTS_PER_WINDOW = 60
-
-
 # The current, partly filled slot plus a full window.
 NUM_SLOTS = SLOTS_PER_WINDOW + 1
 
@@ -20,55 +20,47 @@ NUM_SLOTS = SLOTS_PER_WINDOW + 1
 def window_total(
     counts: np.ndarray, slot_ids: np.ndarray, slot_s: float, now_s: float
 ) -> np.ndarray:
-    """Column sums of a ring's `counts` over the slots inside the window ending now."""
+    """Column sums of one ring's `counts` over the slots inside the window ending now."""
     newest = math.floor(now_s / slot_s)
     oldest = newest - SLOTS_PER_WINDOW + 1
     live = (slot_ids >= oldest) & (slot_ids <= newest)
     return counts[live].sum(axis=0)
 
 
-class Ring:
-    """Counts per time slot for `width` columns, covering the last `window_s` seconds.
+class WindowSet:
+    """One ring per window length, all fed the same observations.
 
-    `counts` (NUM_SLOTS x width, float64) and `slot_ids` (NUM_SLOTS, int64, -1 when empty)
-    may be handed in, e.g. views of a file other workers read (`middleware.live_shared`).
+    `counts` (windows x NUM_SLOTS x width, float64) and `slot_ids` (windows x NUM_SLOTS,
+    int64, -1 when empty), windows in ascending order, may be handed in: views of a file other
+    workers read (`middleware.live_shared`).
     """
 
     def __init__(
         self,
-        window_s: float,
+        windows_s: list[float],
         width: int,
         counts: np.ndarray | None = None,
         slot_ids: np.ndarray | None = None,
     ) -> None:
-        self.window_s = window_s
-        self.slot_s = window_s / SLOTS_PER_WINDOW
-        self.num_slots = NUM_SLOTS
-        self.counts = np.zeros((NUM_SLOTS, width), dtype=np.float64) if counts is None else counts
-        self.slot_ids = np.full(NUM_SLOTS, -1, dtype=np.int64) if slot_ids is None else slot_ids
+        self.windows_s = sorted(set(windows_s))
+        self.index = {window: position for position, window in enumerate(self.windows_s)}
+        self.slot_s = np.asarray(self.windows_s, dtype=np.float64) / SLOTS_PER_WINDOW
+        size = len(self.windows_s)
+        self._rings = np.arange(size)
+        self.counts = np.zeros((size, NUM_SLOTS, width), np.float64) if counts is None else counts
+        self.slot_ids = np.full((size, NUM_SLOTS), -1, np.int64) if slot_ids is None else slot_ids
 
     def add(self, now_s: float, columns: np.ndarray, amounts: np.ndarray) -> None:
-        slot_id = math.floor(now_s / self.slot_s)
-        row = slot_id % self.num_slots
-        if self.slot_ids[row] != slot_id:
-            self.counts[row] = 0.0
-            self.slot_ids[row] = slot_id
-        self.counts[row, columns] += amounts  # columns are unique
-
-    def total(self, now_s: float) -> np.ndarray:
-        """Column sums over the slots inside the window ending now."""
-        return window_total(self.counts, self.slot_ids, self.slot_s, now_s)
-
-
-class WindowSet:
-    """One ring per window length, all fed the same observations."""
-
-    def __init__(self, windows_s: list[float], width: int) -> None:
-        self.rings = {window: Ring(window, width) for window in sorted(set(windows_s))}
-
-    def add(self, now_s: float, columns: np.ndarray, amounts: np.ndarray) -> None:
-        for ring in self.rings.values():
-            ring.add(now_s, columns, amounts)
+        """Add `amounts` to `columns` (unique) in the current slot of every window."""
+        slot_now = np.floor(now_s / self.slot_s).astype(np.int64)
+        rows = slot_now % NUM_SLOTS
+        rings = self._rings
+        stale = self.slot_ids[rings, rows] != slot_now
+        if stale.any():  # the slot is reused: forget what it held a full ring ago
+            self.counts[rings[stale], rows[stale]] = 0.0
+            self.slot_ids[rings[stale], rows[stale]] = slot_now[stale]
+        self.counts[rings[:, None], rows[:, None], columns[None, :]] += amounts
 
     def total(self, window_s: float, now_s: float) -> np.ndarray:
-        return self.rings[window_s].total(now_s)
+        ring = self.index[window_s]
+        return window_total(self.counts[ring], self.slot_ids[ring], float(self.slot_s[ring]), now_s)

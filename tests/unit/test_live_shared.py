@@ -3,9 +3,13 @@ elected pusher."""
 
 from __future__ import annotations
 
+import math
+import tempfile
 from pathlib import Path
 
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
 
 from middleware.live_shared import PusherElection, SharedWindowSet
 from middleware.windows import WindowSet
@@ -79,3 +83,35 @@ def test_one_worker_pushes_and_another_takes_over_when_it_goes(tmp_path: Path) -
     assert not first.held()
     second.release()
     assert PusherElection(None).held()  # one process: always the pusher
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 30), st.integers(0, WIDTH - 1), st.integers(1, 3)), max_size=40
+    ),
+    st.floats(0, 30),
+)
+def test_windows_sum_exactly_the_slots_inside_each_window(
+    steps: list[tuple[float, int, int]], wait_s: float
+) -> None:
+    """Every window of a set (local, or in a worker's file) holds the events whose slot lies
+    within its last 60 slots, as a brute-force sum over the events finds."""
+    with tempfile.TemporaryDirectory() as directory:
+        shared = SharedWindowSet(Path(directory), "t", [1.0, 60.0], WIDTH, worker_id="1")
+        local = WindowSet([1.0, 60.0], WIDTH)
+        now, events = NOW, []
+        for gap, column, amount in steps:
+            now += gap
+            events.append((now, column, amount))
+            for windows in (local, shared):
+                windows.add(now, np.asarray([column]), np.asarray([float(amount)]))
+        now += wait_s
+        for window in (1.0, 60.0):
+            slot_s = window / 60
+            newest = math.floor(now / slot_s)
+            expected = [0.0] * WIDTH
+            for at, column, amount in events:
+                if newest - 60 < math.floor(at / slot_s) <= newest:
+                    expected[column] += amount
+            assert local.total(window, now).tolist() == expected
+            assert shared.total(window, now).tolist() == expected
