@@ -1,0 +1,217 @@
+"""Property: the evaluator, the live windows and the generated rules (through promtool) judge
+the same synthetic traffic alike: every verdict and every firing burn-rate alert.
+
+Traffic: per one-minute step, good and bad requests of one tier's availability objective; the
+last step is tuned, in some examples, so that the good count over the SLO window sits exactly on
+the target's required count or one below it. Events happen mid-step, so the evaluator's
+[now - W, now], Prometheus' closed range on 1m samples and the live rings (slots of W/60, at
+most 30s here) all hold the same events at every whole-minute check.
+
+Hypothesis drives the evaluator and the live windows per example; the examples are collected
+and promtool runs once, on one generated test file with a group per example: its alerts must
+be the evaluator's, and its good/events counts the model's (whose verdict is the same
+`slo.arithmetic.verdict` both other judges gave).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from alerts.policy_tests import Traffic, availability_series
+from alerts.rules import REQUESTS, Links, alert_annotations, render_rules
+from alerts.templating import render
+from middleware.clock import ScriptedClock
+from middleware.live import LiveSLO
+from slo.alert_rules import alert_rules
+from slo.arithmetic import required_good, verdict
+from slo.evaluate import evaluate
+from slo.promql import prom_duration
+from slo.records import RequestRecord
+from slo.spec import SLOSpec
+from slo.units import format_duration
+from tests.conftest import require_or_skip
+
+STEP_S = 60
+STEPS = 30
+CHECKS = (5, 10, 15, 20, 25, 30)
+TARGET = "90%"
+# Every window <= 30 steps, so live slots (W/60) are at most half a step: see the docstring.
+SPEC = f"""
+version: 1
+window: 30m
+tiers:
+  - name: premium
+    priority: 0
+    default: true
+    objectives:
+      - availability >= {TARGET}
+alert_policy:
+  min_events: 10
+  burn_rates:
+    - {{severity: page, long: 30m, short: 5m, factor: 5}}
+    - {{severity: page, long: 20m, short: 10m, factor: 2}}
+    - {{severity: ticket, long: 30m, short: 10m, factor: 1}}
+  thresholds: []
+"""
+# Wall origin on a multiple of every slot, so slot edges fall on whole seconds of the steps.
+ORIGIN_S = 1_800_000_000 - 1_800_000_000 % 3600
+SPEC_OBJ = SLOSpec.from_yaml(SPEC)
+RULES = [r for r in alert_rules(SPEC_OBJ) if r.kind == "burn_rate"]
+LINKS = Links()
+collected: list[dict[str, Any]] = []
+
+
+@st.composite
+def traffic(draw: st.DrawFn) -> Traffic:
+    rates = draw(st.lists(st.integers(0, 12), min_size=STEPS, max_size=STEPS))
+    bad_share = draw(st.lists(st.integers(0, 12), min_size=STEPS, max_size=STEPS))
+    bad = [min(b, n) for b, n in zip(bad_share, rates, strict=True)]
+    good = [n - b for n, b in zip(rates, bad, strict=True)]
+    boundary = draw(st.sampled_from([None, 0, -1]))  # good exactly at the target, or one below
+    if boundary is not None:
+        events = sum(rates)
+        need = required_good(SPEC_OBJ.tiers[0].objectives[0].target, events) + boundary
+        shift = sum(good) - need  # move that many good events of the last step to bad
+        if 0 <= shift <= good[-1]:
+            good[-1] -= shift
+            bad[-1] += shift
+    return Traffic(tuple(good), tuple(bad))
+
+
+def _key(long_s: float, short_s: float) -> tuple[str, str]:
+    return prom_duration(long_s), prom_duration(short_s)
+
+
+def _evaluator(t: Traffic, step: int) -> tuple[str, set[tuple[str, str]], int, int]:
+    records = [
+        RequestRecord(
+            request_id=f"{k}-{outcome}-{i}",
+            timestamp=ORIGIN_S + (k + 0.5) * STEP_S,
+            tier="premium",
+            outcome=outcome,
+            e2e_s=0.01,
+        )
+        for k in range(step)
+        for outcome, count in (("ok", t.good[k]), ("server_error", t.bad[k]))
+        for i in range(count)
+    ]
+    report = evaluate(SPEC_OBJ, records, now=ORIGIN_S + step * STEP_S)
+    result = report.tiers[0].objectives[0]
+    names = {
+        f"{r.severity} {format_duration(r.long_window_s)}/{format_duration(r.short_window_s)}"
+        f" x{r.factor:g}": _key(r.long_window_s, r.short_window_s)
+        for r in SPEC_OBJ.alert_policy.burn_rates
+    }
+    return result.verdict, {names[a] for a in result.alerts}, result.good, result.events
+
+
+def _live(t: Traffic) -> dict[int, tuple[str, set[tuple[str, str]], float, float]]:
+    clock = ScriptedClock(wall_s=float(ORIGIN_S))
+    live = LiveSLO(SPEC_OBJ, clock=clock)
+    windows = live.tiers["premium"]
+    seen = {}
+    try:
+        for k in range(STEPS):
+            clock.advance_ms(STEP_S * 500)  # mid-step
+            for outcome, count in (("ok", t.good[k]), ("server_error", t.bad[k])):
+                for _ in range(count):
+                    live.observe("premium", outcome, None)
+            windows.totals(live.windows_s[0], clock.wall_s())  # counts land in this slot
+            clock.advance_ms(STEP_S * 500)
+            if k + 1 in CHECKS:
+                objective = live.status()["tiers"][0]["objectives"][0]
+                alerts = {
+                    (a["labels"]["long_window"], a["labels"]["short_window"])
+                    for a in live.firing_alerts()
+                }
+                seen[k + 1] = (objective["verdict"], alerts, objective["good"], objective["events"])
+    finally:
+        live.close()
+    return seen
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traffic())
+def test_evaluator_and_live_windows_agree(t: Traffic) -> None:
+    live = _live(t)
+    checks = []
+    for step in CHECKS:
+        judged, alerts, good, events = _evaluator(t, step)
+        assert live[step] == (judged, alerts, float(good), float(events)), step
+        assert judged == verdict(good, events, SPEC_OBJ.tiers[0].objectives[0].target, 10)
+        checks.append((step, alerts, good, events))
+    collected.append({"traffic": t, "checks": checks})
+
+
+def _group(index: int, example: dict[str, Any]) -> dict[str, Any]:
+    t: Traffic = example["traffic"]
+    alert_tests, expr_tests = [], []
+    selector = f'{REQUESTS}{{tier="premium"}}'
+    for step, alerts, good, events in example["checks"]:
+        expected = [r for r in RULES if _key(r.long_window_s or 0, r.short_window_s or 0) in alerts]
+        eval_time = prom_duration(step * STEP_S)
+        alert_tests.append(
+            {
+                "eval_time": eval_time,
+                "alertname": RULES[0].name,
+                "exp_alerts": [
+                    {
+                        "exp_labels": r.labels,
+                        "exp_annotations": alert_annotations(r, SPEC_OBJ, LINKS),
+                    }
+                    for r in expected
+                ],
+            }
+        )
+        window = prom_duration(SPEC_OBJ.window_s)
+        for expr, value in (
+            (f'sum(increase({selector[:-1]}, outcome="ok"}}[{window}]))', good),
+            (f"sum(increase({selector}[{window}]))", events),
+        ):
+            expr_tests.append(
+                {
+                    "expr": expr,
+                    "eval_time": eval_time,
+                    "exp_samples": [{"labels": "{}", "value": value}],
+                }
+            )
+    return {
+        "name": f"example {index}",
+        "interval": prom_duration(STEP_S),
+        "input_series": availability_series("premium", t),
+        "alert_rule_test": alert_tests,
+        "promql_expr_test": expr_tests,
+    }
+
+
+def test_generated_rules_agree_through_promtool(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        require_or_skip("promtool not installed (Debian: prometheus)")
+    if not collected:
+        pytest.skip("run with test_evaluator_and_live_windows_agree, which collects the traffic")
+    (tmp_path / "rules.yml").write_text(render_rules(SPEC_OBJ, LINKS))
+    text = render(
+        "rules_test.yml.j2",
+        rules_file="rules.yml",
+        evaluation_interval=prom_duration(STEP_S),
+        groups=[_group(i, example) for i, example in enumerate(collected)],
+        source="test_judges_agree",
+    )
+    (tmp_path / "rules_test.yml").write_text(text)
+    result = subprocess.run(
+        [promtool or "promtool", "test", "rules", "rules_test.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
