@@ -232,6 +232,8 @@ class LatencyMiddleware:
             return message
 
         chunk_sent = timeline.chunk_sent
+        add_body_chunk = timeline.body_chunk_ns.append
+        token_chunks = timeline.token_chunk_ns
 
         async def send_wrapper(message: Message) -> None:
             # The body branch runs once per streamed chunk: keep it to a few operations.
@@ -239,6 +241,18 @@ class LatencyMiddleware:
                 started = now_ns()
                 more = message.get("more_body", False)
                 body = message.get("body")
+                if more and body and response.is_stream:
+                    # A chunk in the middle of a stream: the hot path, inlined.
+                    carried, sent = feed(body)
+                    add_body_chunk(started)
+                    if carried:
+                        if not token_chunks:
+                            timeline.first_token_byte_ns = started
+                        token_chunks.append(started)
+                    await send(message if sent is body else {**message, "body": sent})
+                    if captured is not None:
+                        captured.add_response(body)
+                    return
                 if response.is_stream:
                     if body:
                         carried, sent = feed(body)

@@ -2,11 +2,14 @@
 
     python -m pytest tests/benchmarks/test_middleware_overhead.py -o addopts="" -s
 
-Each variant wraps the same Starlette app; requests are driven straight through the ASGI
-callable (no sockets), so the difference to the bare app is the middleware's own cost.
-Two workloads: a plain JSON response and a 32-chunk SSE stream. Goals (middleware issue):
-with metrics, records and spans on, less overhead than opentelemetry-instrumentation-asgi
-with its defaults; with tracing off, no more than starlette-exporter.
+Each variant wraps the same app; requests are driven straight through the ASGI callable (no
+sockets), so the difference to the bare app is the middleware's own cost. Two apps: FastAPI,
+and a plain Starlette app, where the peers are cheapest (no FastAPI routing to hide behind).
+Two workloads: a plain JSON response with usage and a 32-token OpenAI chat stream (role
+chunk, 32 content chunks, finish chunk, `[DONE]`), which the middleware parses chunk by chunk.
+Goals, asserted by `test_report_ratios` on both apps: with metrics, records and spans on, less
+overhead than opentelemetry-instrumentation-asgi with its defaults; with tracing off, no more
+than starlette-exporter.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
 
 pytest.importorskip("opentelemetry.instrumentation.asgi")
 pytest.importorskip("starlette_exporter")
@@ -36,10 +41,23 @@ async def complete(request: Request) -> JSONResponse:
     return JSONResponse({"choices": [{"text": "hello"}], "usage": {"completion_tokens": 1}})
 
 
+def _chat_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}  # fmt: skip
+    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+
+
+STREAM = [
+    _chat_chunk({"role": "assistant", "content": ""}),
+    *(_chat_chunk({"content": f" t{index}"}) for index in range(CHUNKS)),
+    _chat_chunk({}, "length"),
+    b"data: [DONE]\n\n",
+]
+
+
 async def _chunks() -> Any:
-    for index in range(CHUNKS):
-        yield f'data: {{"choices": [{{"text": "t{index}"}}]}}\n\n'.encode()
-    yield b"data: [DONE]\n\n"
+    for chunk in STREAM:
+        yield chunk
 
 
 async def stream(request: Request) -> StreamingResponse:
@@ -47,19 +65,30 @@ async def stream(request: Request) -> StreamingResponse:
     return StreamingResponse(_chunks(), media_type="text/event-stream")
 
 
-def make_app() -> FastAPI:
-    # Each variant gets its own app: some peers patch the app they are given.
+def make_fastapi() -> Any:
     app = FastAPI()
     app.add_api_route("/v1/completions", complete, methods=["POST"])
     app.add_api_route("/v1/chat/completions", stream, methods=["POST"])
     return app
 
 
-def bare(tmp: Path) -> Any:
+def make_starlette() -> Any:
+    return Starlette(
+        routes=[
+            Route("/v1/completions", complete, methods=["POST"]),
+            Route("/v1/chat/completions", stream, methods=["POST"]),
+        ]
+    )
+
+
+FRAMEWORKS = {"fastapi": make_fastapi, "starlette": make_starlette}
+
+
+def bare(tmp: Path, make_app: Callable[[], Any]) -> Any:
     return make_app()
 
 
-def ours_all_on(tmp: Path) -> Any:
+def ours_all_on(tmp: Path, make_app: Callable[[], Any]) -> Any:
     from opentelemetry.sdk.trace import TracerProvider
 
     from middleware import LatencyMiddleware
@@ -73,19 +102,19 @@ def ours_all_on(tmp: Path) -> Any:
     )
 
 
-def ours_tracing_off(tmp: Path) -> Any:
+def ours_tracing_off(tmp: Path, make_app: Callable[[], Any]) -> Any:
     from middleware import LatencyMiddleware
 
     return LatencyMiddleware(make_app(), store=f"sqlite:///{tmp / 'ours-off.db'}", model="m")
 
 
-def ours_metrics_only(tmp: Path) -> Any:
+def ours_metrics_only(tmp: Path, make_app: Callable[[], Any]) -> Any:
     from middleware import LatencyMiddleware
 
     return LatencyMiddleware(make_app(), store=None, model="m")
 
 
-def otel_asgi_defaults(tmp: Path) -> Any:
+def otel_asgi_defaults(tmp: Path, make_app: Callable[[], Any]) -> Any:
     from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -97,7 +126,7 @@ def otel_asgi_defaults(tmp: Path) -> Any:
     return OpenTelemetryMiddleware(make_app(), tracer_provider=provider)
 
 
-def starlette_exporter(tmp: Path) -> Any:
+def starlette_exporter(tmp: Path, make_app: Callable[[], Any]) -> Any:
     from starlette_exporter import PrometheusMiddleware
 
     app = make_app()
@@ -106,7 +135,7 @@ def starlette_exporter(tmp: Path) -> Any:
     return app
 
 
-def fastapi_instrumentator(tmp: Path) -> Any:
+def fastapi_instrumentator(tmp: Path, make_app: Callable[[], Any]) -> Any:
     from prometheus_client import CollectorRegistry
     from prometheus_fastapi_instrumentator import Instrumentator
 
@@ -115,7 +144,7 @@ def fastapi_instrumentator(tmp: Path) -> Any:
     return app
 
 
-VARIANTS: dict[str, Callable[[Path], Any]] = {
+VARIANTS: dict[str, Callable[[Path, Callable[[], Any]], Any]] = {
     "bare": bare,
     "llm-slo (metrics+records+spans)": ours_all_on,
     "llm-slo (tracing off)": ours_tracing_off,
@@ -169,26 +198,37 @@ def run_requests(app: Any, path: str) -> None:
     asyncio.run(drive(app, path, REQUESTS_PER_ROUND))
 
 
+@pytest.mark.parametrize("framework", list(FRAMEWORKS))
 @pytest.mark.parametrize("workload", ["json", "sse-32"])
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_overhead(benchmark: Any, variant: str, workload: str, tmp_path: Path) -> None:
-    app = VARIANTS[variant](tmp_path)
+def test_overhead(
+    benchmark: Any, variant: str, workload: str, framework: str, tmp_path: Path
+) -> None:
+    if framework == "starlette" and variant == "prometheus-fastapi-instrumentator":
+        pytest.skip("prometheus-fastapi-instrumentator instruments FastAPI apps only")
+    # Each variant gets its own app: some peers patch the app they are given.
+    app = VARIANTS[variant](tmp_path, FRAMEWORKS[framework])
     path = "/v1/completions" if workload == "json" else "/v1/chat/completions"
     run_requests(app, path)  # warm up: lazy imports, label children, caches
-    benchmark.group = f"middleware-{workload}"
+    benchmark.group = f"middleware-{framework}-{workload}"
     benchmark.pedantic(run_requests, args=(app, path), rounds=7, warmup_rounds=1)
     RESULTS[(variant, workload)] = benchmark.stats.stats.median / REQUESTS_PER_ROUND
     if hasattr(app, "close"):
         app.close()
 
 
-def interleaved_medians(workload: str, rounds: int, tmp: Path) -> dict[str, float]:
+def interleaved_medians(framework: str, workload: str, rounds: int, tmp: Path) -> dict[str, float]:
     """Seconds per request of each variant, rounds interleaved so machine noise hits all alike."""
     import statistics
     import time
 
     path = "/v1/completions" if workload == "json" else "/v1/chat/completions"
-    apps = {name: make(tmp) for name, make in VARIANTS.items()}
+    variants = {
+        name: make
+        for name, make in VARIANTS.items()
+        if framework == "fastapi" or name != "prometheus-fastapi-instrumentator"
+    }
+    apps = {name: make(tmp, FRAMEWORKS[framework]) for name, make in variants.items()}
     for app in apps.values():
         run_requests(app, path)
     samples: dict[str, list[float]] = {name: [] for name in apps}
@@ -206,23 +246,32 @@ def interleaved_medians(workload: str, rounds: int, tmp: Path) -> dict[str, floa
 
 def test_report_ratios(tmp_path: Path) -> None:
     """The ratios, from interleaved rounds of every variant (the per-variant tests above show
-    each one's distribution; on a shared 2-core machine their separate timings drift)."""
+    each one's distribution; on a shared 2-core machine their separate timings drift), on
+    FastAPI and on plain Starlette; fails when a goal is missed."""
     report: dict[str, Any] = {}
-    for workload in ("json", "sse-32"):
-        (tmp_path / workload).mkdir()
-        medians = interleaved_medians(workload, rounds=9, tmp=tmp_path / workload)
-        base = medians["bare"]
-        overhead = {v: (medians[v] - base) * 1e6 for v in VARIANTS if v != "bare"}
-        report[workload] = {
-            "bare_us_per_request": round(base * 1e6, 1),
-            "overhead_us_per_request": {k: round(v, 1) for k, v in overhead.items()},
-            "ours_all_on / otel_asgi (goal < 1)": round(
+    missed: list[str] = []
+    for framework in FRAMEWORKS:
+        for workload in ("json", "sse-32"):
+            folder = tmp_path / f"{framework}-{workload}"
+            folder.mkdir()
+            medians = interleaved_medians(framework, workload, rounds=9, tmp=folder)
+            base = medians["bare"]
+            overhead = {v: (medians[v] - base) * 1e6 for v in medians if v != "bare"}
+            all_on = (
                 overhead["llm-slo (metrics+records+spans)"]
-                / overhead["opentelemetry-instrumentation-asgi"],
-                3,
-            ),
-            "ours_tracing_off / starlette_exporter (goal <= 1)": round(
-                overhead["llm-slo (tracing off)"] / overhead["starlette-exporter"], 3
-            ),
-        }
+                / overhead["opentelemetry-instrumentation-asgi"]
+            )
+            tracing_off = overhead["llm-slo (tracing off)"] / overhead["starlette-exporter"]
+            key = f"{framework}/{workload}"
+            report[key] = {
+                "bare_us_per_request": round(base * 1e6, 1),
+                "overhead_us_per_request": {k: round(v, 1) for k, v in overhead.items()},
+                "ours_all_on / otel_asgi (goal < 1)": round(all_on, 3),
+                "ours_tracing_off / starlette_exporter (goal <= 1)": round(tracing_off, 3),
+            }
+            if all_on >= 1:
+                missed.append(f"{key}: all on / otel-asgi = {all_on:.2f} (goal < 1)")
+            if tracing_off > 1:
+                missed.append(f"{key}: tracing off / starlette-exporter = {tracing_off:.2f}")
     print("\n" + json.dumps(report, indent=2))
+    assert not missed, "goals missed: " + "; ".join(missed)
