@@ -68,10 +68,16 @@ def run(args: argparse.Namespace) -> int:
         now = time.time()
         store = RecordStore(args.db)
         try:
-            columns = store.columns(since=now - spec.window_s, columns=columns_needed(spec))
+            if store.engine.dialect.name == "postgresql":
+                # A fleet's store: the database counts (slo/sql_check.py), no row leaves it.
+                from slo.sql_check import evaluate_sql
+
+                report = evaluate_sql(spec, store.engine, now)
+            else:
+                columns = store.columns(since=now - spec.window_s, columns=columns_needed(spec))
+                report = evaluate(spec, columns, now=now)
         finally:
             store.close()
-        report = evaluate(spec, columns, now=now)
     else:
         from slo.prometheus_source import PrometheusReader, evaluate_prometheus
 

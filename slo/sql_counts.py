@@ -1,0 +1,317 @@
+"""From counts to the evaluator's report, for judges that count in a database.
+
+`slo check --db postgresql://...` never holds the records: the database returns, per tier and
+per alert-window bucket, how many events each objective has and how many of them are good,
+and the nearest-rank value at each percentile asked for. This module states what must be
+counted for a spec (`CountPlan`) and turns those counts into the very `EvaluationReport` that
+`slo.evaluate.evaluate` builds from columns: the verdict, burn-rate and alert rules are the
+core's own (`decide`, `burn_rates`, `rank_for`), called with the same numbers.
+
+A record's bucket is the shortest alert window it falls in (windows are nested: a record in
+the 5m window is in every longer one), so the count of window i is the sum of buckets 0..i.
+Bucket -1 holds records that start after `now` (outside the window, as in `evaluate`); the
+last bucket, those in the SLO window but in no alert window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from slo.evaluate import (
+    CLIENT_VIEW,
+    EvaluationReport,
+    ObjectiveResult,
+    TierResult,
+    Verdict,
+    WindowBurn,
+    burn_rates,
+    decide,
+    rank_for,
+)
+from slo.objectives import Objective
+from slo.performance import classify
+from slo.sli import CATALOG
+from slo.spec import SLOSpec, Tier
+from slo.units import format_duration
+
+FUTURE_BUCKET = -1
+ITL_FIELD = "itl_s"
+# The classification reads p95 TTFT and TPOT of every tier, objectives or not.
+CLASSIFY_FIELDS: tuple[str, ...] = ("ttft_s", "tpot_s")
+CLASSIFY_TARGET = 0.95
+
+Condition = tuple[str, float, bool]  # (record field, threshold_s, inclusive): "field <= T"
+
+
+def record_field(objective: Objective) -> str:
+    return CATALOG[objective.sli or ""].record_field or ""
+
+
+def condition(objective: Objective) -> Condition:
+    return (record_field(objective), objective.threshold_s or 0.0, objective.inclusive)
+
+
+@dataclass(frozen=True)
+class CountPlan:
+    """Everything one spec asks the database to count, each thing once across tiers."""
+
+    fields: tuple[str, ...]  # per-request SLI fields: events and percentiles
+    client_fields: tuple[str, ...]  # fields whose client view is counted (client_view_events)
+    conditions: tuple[Condition, ...]  # per-request "good" tests, one count each
+    goodputs: tuple[tuple[Condition, ...], ...]  # per goodput objective: the tests it ANDs
+    gap_conditions: tuple[Condition, ...]  # ITL: per-gap tests
+    gap_tiers: tuple[str, ...]  # tiers with an ITL objective
+
+    @classmethod
+    def of(cls, spec: SLOSpec) -> CountPlan:
+        fields = dict.fromkeys(CLASSIFY_FIELDS)
+        client_fields: dict[str, None] = {}
+        conditions: dict[Condition, None] = {}
+        gap_conditions: dict[Condition, None] = {}
+        goodputs: dict[tuple[Condition, ...], None] = {}
+        gap_tiers: dict[str, None] = {}
+        for tier in spec.tiers:
+            preceding: list[Condition] = []  # evaluate's goodput ANDs the objectives before it
+            for objective in tier.objectives:
+                if objective.kind == "goodput":
+                    goodputs[tuple(preceding)] = None
+                if objective.kind != "latency":
+                    continue
+                name = record_field(objective)
+                if name == ITL_FIELD:
+                    gap_conditions[condition(objective)] = None
+                    gap_tiers[tier.name] = None
+                    continue
+                fields[name] = None
+                if name in CLIENT_VIEW:
+                    client_fields[name] = None
+                conditions[condition(objective)] = None
+                preceding.append(condition(objective))
+        return cls(tuple(fields), tuple(client_fields), tuple(conditions), tuple(goodputs),
+                   tuple(gap_conditions), tuple(gap_tiers))  # fmt: skip
+
+
+def chain(tests: Iterable[Condition], field_name: str) -> list[Condition]:
+    """A field's tests, each implied by the one before ("< T" before "<= T" before "< T'",
+    T < T'): a value's level (the first test it passes) says every test it passes."""
+    return sorted({t for t in tests if t[0] == field_name}, key=lambda t: (t[1], t[2]))
+
+
+def percentile_ranks(spec_tier: Tier, field_name: str, events: int) -> list[int]:
+    """The 1-based nearest ranks of `field_name` that a tier's report shows, fewest first."""
+    if events == 0:
+        return []
+    targets = [o.target for o in spec_tier.latency_objectives if record_field(o) == field_name]
+    if field_name in CLASSIFY_FIELDS:
+        targets.append(CLASSIFY_TARGET)
+    return sorted({rank_for(target, events) for target in targets})
+
+
+def fraction_for_rank(rank: int, events: int) -> float:
+    """A fraction whose SQL `percentile_disc` is the `rank`-th smallest of `events` values.
+
+    percentile_disc(f) is the first value whose position reaches f * n (PostgreSQL computes
+    the position as ceil(f * n)). Half a rank below the rank itself keeps ceil() on the rank
+    whatever the rounding of f * n: the error is far below 0.5 for any count a table holds.
+    """
+    return (rank - 0.5) / events
+
+
+@dataclass
+class TierCounts:
+    """One tier's counts, each an array over buckets 0..len(windows) (bucket -1 excluded)."""
+
+    buckets: int
+    counts: dict[str, np.ndarray] = field(default_factory=dict)
+    future: int = 0  # records that start after `now`
+    start: float | None = None  # first start of an ok request
+    end: float | None = None  # last end (start + e2e) of an ok request
+    tokens: int = 0  # output tokens of ok requests
+    client_gaps: bool = False  # the tier has client-side inter-token gaps (client ITL wins)
+    percentiles: dict[tuple[str, int], float] = field(default_factory=dict)  # (field, rank)
+    bins: dict[str, dict[int, int]] = field(default_factory=dict)  # field: histogram bin: values
+
+    def add(self, key: str, bucket: int, value: int) -> None:
+        if key not in self.counts:
+            self.counts[key] = np.zeros(self.buckets, dtype=np.int64)
+        self.counts[key][bucket] += value
+
+    def total(self, key: str) -> int:
+        values = self.counts.get(key)
+        return int(values.sum()) if values is not None else 0
+
+    def cumulative(self, key: str) -> np.ndarray:
+        values = self.counts.get(key)
+        return np.cumsum(values) if values is not None else np.zeros(self.buckets, np.int64)
+
+    def span(self, start: float | None, end: float | None) -> None:
+        if start is not None:
+            self.start = start if self.start is None else min(self.start, start)
+        if end is not None:
+            self.end = end if self.end is None else max(self.end, end)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """As `evaluate` computes it: ok requests' tokens over first start to last end."""
+        if self.start is None or self.end is None:
+            return None
+        span = self.end - self.start
+        return float(self.tokens) / span if span > 0 else None
+
+
+# Keys of the counts: one name per thing counted, shared by the query and the report.
+def events_key(field_name: str) -> str:
+    return f"events:{field_name}"
+
+
+def client_key(field_name: str) -> str:
+    return f"client:{field_name}"
+
+
+def good_key(test: Condition) -> str:
+    return f"good:{test[0]}:{test[1]!r}:{'le' if test[2] else 'lt'}"
+
+
+def goodput_key(tests: Sequence[Condition]) -> str:
+    return "goodput:" + "&".join(good_key(test) for test in tests)
+
+
+def gap_key(test: Condition | None) -> str:
+    return "gaps" if test is None else "gap" + good_key(test)
+
+
+def build_report(
+    spec: SLOSpec,
+    now: float,
+    tiers: Mapping[str, TierCounts],
+    client_view_records: int,
+) -> EvaluationReport:
+    """The report `evaluate` makes of the same records (`tiers` holds every tier seen, the
+    spec's and strays; each count already limited to [now - window, now] but bucket -1)."""
+    windows = spec.alert_policy.windows_s
+    records = sum(counts.total("records") for counts in tiers.values())
+    outside = sum(counts.future for counts in tiers.values())
+    notes: list[str] = []
+    if outside:
+        notes.append(
+            f"{outside} records outside the {format_duration(spec.window_s)} window were left out"
+        )
+    known = {tier.name for tier in spec.tiers}
+    strays = sorted(name for name, counts in tiers.items()
+                    if name not in known and counts.total("records"))  # fmt: skip
+    if strays:
+        stray_records = sum(tiers[name].total("records") for name in strays)
+        notes.append(
+            f"{stray_records} records of tiers the spec does not define were left "
+            f"out: {', '.join(strays[:5])}"
+        )
+    results = []
+    for tier in spec.tiers:
+        counts = tiers.get(tier.name) or TierCounts(len(windows) + 1)
+        results.append(_tier_result(spec, tier, counts, windows))
+    return EvaluationReport(results, spec.window_s, now, records, client_view_records, notes)
+
+
+def _tier_result(
+    spec: SLOSpec, tier: Tier, counts: TierCounts, windows: Sequence[float]
+) -> TierResult:
+    results = []
+    for objective in tier.objectives:
+        if objective.kind == "latency":
+            results.append(_latency(spec, tier, objective, counts, windows))
+        elif objective.kind == "availability":
+            results.append(_ratio(spec, tier, objective, counts, "counted", "ok", windows))
+        elif objective.kind == "goodput":
+            preceding = _conditions_before(tier, objective)
+            good = goodput_key(preceding)
+            results.append(_ratio(spec, tier, objective, counts, "counted", good, windows))
+        else:
+            results.append(_throughput(spec, tier, objective, counts))
+    p95 = {
+        name: _observed(counts, name, counts.total(events_key(name)), CLASSIFY_TARGET)
+        for name in CLASSIFY_FIELDS
+    }
+    performance = classify(p95["ttft_s"], p95["tpot_s"], counts.tokens_per_s)
+    return TierResult(tier.name, counts.total("records"), results, performance)
+
+
+def _conditions_before(tier: Tier, goodput: Objective) -> tuple[Condition, ...]:
+    tests: list[Condition] = []
+    for objective in tier.objectives:
+        if objective is goodput:
+            break
+        if objective.kind == "latency" and record_field(objective) != ITL_FIELD:
+            tests.append(condition(objective))
+    return tuple(tests)
+
+
+def _observed(counts: TierCounts, field_name: str, events: int, target: float) -> float | None:
+    if events == 0:
+        return None
+    return counts.percentiles[(field_name, rank_for(target, events))]
+
+
+def _latency(
+    spec: SLOSpec, tier: Tier, objective: Objective, counts: TierCounts, windows: Sequence[float]
+) -> ObjectiveResult:
+    name = record_field(objective)
+    if name == ITL_FIELD:
+        events_name, good_name = gap_key(None), gap_key(condition(objective))
+    else:
+        events_name, good_name = events_key(name), good_key(condition(objective))
+    events, good = counts.total(events_name), counts.total(good_name)
+    observed = _observed(counts, name, events, objective.target)
+    verdict = decide(objective, events, good, observed, spec.min_events)
+    burn, alerts = _burn(spec, objective, counts, events_name, good_name, windows)
+    if name == ITL_FIELD:
+        client_events = events if counts.client_gaps else 0
+    else:
+        client_events = counts.total(client_key(name)) if name in CLIENT_VIEW else 0
+    return ObjectiveResult(tier.name, objective, events, good, verdict, observed, None, burn,
+                           alerts, min(client_events, events))  # fmt: skip
+
+
+def _ratio(
+    spec: SLOSpec,
+    tier: Tier,
+    objective: Objective,
+    counts: TierCounts,
+    events_name: str,
+    good_name: str,
+    windows: Sequence[float],
+) -> ObjectiveResult:
+    events, good = counts.total(events_name), counts.total(good_name)
+    verdict = decide(objective, events, good, None, spec.min_events)
+    burn, alerts = _burn(spec, objective, counts, events_name, good_name, windows)
+    return ObjectiveResult(tier.name, objective, events, good, verdict, None, None, burn, alerts)
+
+
+def _burn(
+    spec: SLOSpec,
+    objective: Objective,
+    counts: TierCounts,
+    events_name: str,
+    good_name: str,
+    windows: Sequence[float],
+) -> tuple[tuple[WindowBurn, ...], tuple[str, ...]]:
+    events, good = counts.cumulative(events_name), counts.cumulative(good_name)
+    per_window = {w: (int(events[i]), int(events[i] - good[i])) for i, w in enumerate(windows)}
+    return burn_rates(spec, objective, per_window)
+
+
+def _throughput(
+    spec: SLOSpec, tier: Tier, objective: Objective, counts: TierCounts
+) -> ObjectiveResult:
+    # evaluate's `_throughput`, on the counted figures (see the report: a hook there would
+    # let both call one function).
+    rate = counts.tokens_per_s
+    events = counts.total("ok")
+    if rate is None or events < spec.min_events:
+        verdict: Verdict = "insufficient_data"
+    else:
+        verdict = "met" if rate >= (objective.min_tokens_per_s or 0.0) else "violated"
+    met = verdict == "met"
+    return ObjectiveResult(tier.name, objective, events, events if met else 0, verdict, None, rate)
