@@ -166,7 +166,10 @@ def _hook_exit() -> None:
             _atexit_registered = True
         if threading.current_thread() is not threading.main_thread():
             return
-        _main_loop = asyncio.get_running_loop()
+        try:
+            _main_loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside a request: no loop to flush on
+            return
         for signum in FLUSH_SIGNALS:
             current = signal.getsignal(signum)
             if current is _on_signal or current is signal.SIG_IGN or current is None:
