@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -46,8 +47,8 @@ class Burst:
 
 async def one_request(client: httpx.AsyncClient, burst: Burst, index: int) -> None:
     # Lengths spread over the burst: some streams end before the signal, others after it.
-    body = {"model": "sse-test", "messages": [{"role": "user", "content": "hi"}]}
-    body |= {"max_tokens": 4 + 2 * index, "stream": True}
+    body: dict[str, Any] = {"model": "sse-test", "stream": True, "max_tokens": 4 + 2 * index}
+    body["messages"] = [{"role": "user", "content": "hi"}]
     try:
         async with client.stream("POST", "/v1/chat/completions", json=body) as response:
             burst.answered += 1
