@@ -16,7 +16,8 @@ few nearest-rank percentiles. Those are aggregates a database computes where the
 Every value is a bound parameter (SQLAlchemy Core); tier names come back as data. Semantics
 follow `evaluate` to the count: latency events are ok requests with a value (the client view
 where it has one: COALESCE), NaN counts as missing (NULLIF), availability is ok over all but
-client_error and cancelled, goodput ANDs the tier's latency objectives listed before it.
+client_error and cancelled, goodput ANDs every per-request latency objective of the tier
+(`slo.arithmetic.goodput_checks`).
 """
 
 from __future__ import annotations

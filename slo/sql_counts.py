@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from slo.arithmetic import goodput_checks
 from slo.evaluate import (
     CLIENT_VIEW,
     EvaluationReport,
@@ -74,10 +75,10 @@ class CountPlan:
         goodputs: dict[tuple[Condition, ...], None] = {}
         gap_tiers: dict[str, None] = {}
         for tier in spec.tiers:
-            preceding: list[Condition] = []  # evaluate's goodput ANDs the objectives before it
+            if any(objective.kind == "goodput" for objective in tier.objectives):
+                goodputs[goodput_conditions(tier)] = None
+                fields.update(dict.fromkeys(test[0] for test in goodput_conditions(tier)))
             for objective in tier.objectives:
-                if objective.kind == "goodput":
-                    goodputs[tuple(preceding)] = None
                 if objective.kind != "latency":
                     continue
                 name = record_field(objective)
@@ -89,7 +90,6 @@ class CountPlan:
                 if name in CLIENT_VIEW:
                     client_fields[name] = None
                 conditions[condition(objective)] = None
-                preceding.append(condition(objective))
         return cls(tuple(fields), tuple(client_fields), tuple(conditions), tuple(goodputs),
                    tuple(gap_conditions), tuple(gap_tiers))  # fmt: skip
 
@@ -225,8 +225,7 @@ def _tier_result(
         elif objective.kind == "availability":
             results.append(_ratio(spec, tier, objective, counts, "counted", "ok", windows))
         elif objective.kind == "goodput":
-            preceding = _conditions_before(tier, objective)
-            good = goodput_key(preceding)
+            good = goodput_key(goodput_conditions(tier))
             results.append(_ratio(spec, tier, objective, counts, "counted", good, windows))
         else:
             results.append(_throughput(spec, tier, objective, counts))
@@ -238,14 +237,10 @@ def _tier_result(
     return TierResult(tier.name, counts.total("records"), results, performance)
 
 
-def _conditions_before(tier: Tier, goodput: Objective) -> tuple[Condition, ...]:
-    tests: list[Condition] = []
-    for objective in tier.objectives:
-        if objective is goodput:
-            break
-        if objective.kind == "latency" and record_field(objective) != ITL_FIELD:
-            tests.append(condition(objective))
-    return tuple(tests)
+def goodput_conditions(tier: Tier) -> tuple[Condition, ...]:
+    """The tests a good request of the tier passes: the core's goodput checks."""
+    checks = goodput_checks(tier.latency_objectives)
+    return tuple((check.field, check.threshold_s, check.inclusive) for check in checks)
 
 
 def _observed(counts: TierCounts, field_name: str, events: int, target: float) -> float | None:

@@ -39,10 +39,14 @@ FROM (
 """
 
 
-def bench_url(base_url: str, size: int) -> str:
-    """The URL whose search_path puts this size's schema first."""
+def schema_url(base_url: str, schema: str) -> str:
+    """The URL whose search_path puts `schema` first (our table is named without one)."""
     separator = "&" if "?" in base_url else "?"
-    return f"{base_url}{separator}options=-csearch_path%3Dllm_slo_bench_{size}"
+    return f"{base_url}{separator}options=-csearch_path%3D{schema}"
+
+
+def bench_url(base_url: str, size: int) -> str:
+    return schema_url(base_url, f"llm_slo_bench_{size}")
 
 
 def ensure_records(base_url: str, size: int) -> str:

@@ -1,0 +1,144 @@
+"""`slo check --db postgresql://...` counts in SQL: the same report as the numpy path, exactly.
+
+Each test writes records to a real PostgreSQL (`.ci/run` starts one and sets the URL), in a
+schema of its own (other tests empty the default table), then compares `evaluate_sql` with
+`evaluate` over the store's columns: every count, percentile, burn rate, alert and note.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from slo.errors import UsageError
+from slo.evaluate import columns_needed, evaluate
+from slo.records import validate_record
+from slo.spec import SLOSpec
+from slo.sql_check import evaluate_sql
+from slo.store import RecordStore
+from tests.benchmarks.pg_records import schema_url as url_of_schema
+from tests.conftest import require_or_skip
+from tests.record_samples import START, sample_records
+
+pytestmark = pytest.mark.integration
+
+# Boundaries on purpose: thresholds that sample values sit exactly on (< and <=), an ITL
+# objective, goodput after some latency objectives and before another, throughput.
+SPEC = """
+window: 1d
+min_events: 1
+tiers:
+  - name: premium
+    default: true
+    objectives:
+      - p95 ttft <= {ttft}
+      - 90% of requests tpot < 40ms
+      - goodput >= 90%
+      - p99 e2e <= 2s
+      - p90 itl <= 30ms
+      - availability >= 99%
+  - name: standard
+    objectives: [p50 ttft < {ttft}, availability >= 97%, throughput >= 10 tokens/s]
+  - name: batch
+    objectives: [p99 e2e <= 30s, 99% of gaps itl < 40ms, goodput >= 99%]
+"""
+
+
+@pytest.fixture
+def schema_url() -> Iterator[str]:
+    base = os.environ.get("LLM_SLO_POSTGRES_URL")
+    if not base:
+        require_or_skip("no PostgreSQL: set LLM_SLO_POSTGRES_URL (.ci/run starts one)")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        require_or_skip("psycopg is not installed (pip install 'llm-slo[postgres]')")
+    name = f"check_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(base)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(f"CREATE SCHEMA {name}"))
+    except Exception as error:  # unreachable server: say why, then skip or fail
+        engine.dispose()
+        require_or_skip(f"PostgreSQL at {base} is not reachable: {error}")
+    yield url_of_schema(base, name)
+    with engine.begin() as connection:
+        connection.execute(text(f"DROP SCHEMA {name} CASCADE"))
+    engine.dispose()
+
+
+def both(url: str, spec: SLOSpec, now: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    store = RecordStore(url)
+    try:
+        pushed = evaluate_sql(spec, store.engine, now).to_dict()
+        columns = store.columns(since=now - spec.window_s, columns=columns_needed(spec))
+        pulled = evaluate(spec, columns, now=now).to_dict()
+    finally:
+        store.close()
+    return pushed, pulled
+
+
+def store_records(url: str, records: list[dict[str, Any]]) -> None:
+    store = RecordStore(url)
+    try:
+        store.add_many(validate_record(record) for record in records)
+    finally:
+        store.close()
+
+
+def test_same_report_as_numpy_on_mixed_records(schema_url: str) -> None:
+    records = sample_records(3000, seed=3)
+    # Client-side gaps in one tier only: that tier is then judged on the client view.
+    for index, record in enumerate(records):
+        if record["tier"] == "batch" and index % 11 == 0:
+            record["client_itl_s"] = [0.04, 0.039, 0.041][: 1 + index % 3]
+    records.append(records[0] | {"request_id": "stray", "tier": "unknown-tier"})
+    records.append(records[1] | {"request_id": "late", "timestamp": START + 10})  # after now
+    store_records(schema_url, records)
+    ttft = sorted(r["ttft_s"] for r in records if r["tier"] == "premium")[500]
+    spec = SLOSpec.from_yaml(SPEC.format(ttft=f"{ttft * 1000}ms"))
+    pushed, pulled = both(schema_url, spec, now=START + 3)
+    assert pushed == pulled
+    assert pulled["notes"] and pulled["records"] == 3001  # the late one left out, noted
+    premium = {o["objective"]: o for o in pulled["tiers"][0]["objectives"]}
+    assert premium["p90 itl <= 30ms"]["events"] > 0
+    batch = {o["objective"]: o for o in pulled["tiers"][2]["objectives"]}
+    assert batch["99% of gaps itl < 40ms"]["client_view_events"] > 0
+
+
+@pytest.mark.parametrize("good", [998, 999, 1000])
+def test_good_count_exactly_at_target(schema_url: str, good: int) -> None:
+    """999 of 1000 at 99.9%: met; 998: violated; values exactly on the threshold are good."""
+    records = []
+    for index in range(1000):
+        ttft = 0.2 if index < good else 0.2000001  # exactly at the threshold, or just over
+        records.append({"request_id": f"r{index}", "tier": "premium", "timestamp": START + index,
+                        "e2e_s": 1.0, "ttft_s": ttft, "output_tokens": 5})  # fmt: skip
+    store_records(schema_url, records)
+    spec = SLOSpec.from_yaml(
+        "tiers:\n- name: premium\n  default: true\n"
+        "  objectives: [99.9% of requests ttft <= 200ms, p99.9 ttft <= 200ms, p99.9 ttft < 200ms]\n"
+    )
+    pushed, pulled = both(schema_url, spec, now=START + 2000)
+    assert pushed == pulled
+    verdicts = [o["verdict"] for o in pulled["tiers"][0]["objectives"]]
+    expected = "met" if good >= 999 else "violated"
+    assert verdicts == [expected, expected, "violated"]
+
+
+def test_empty_store_and_bad_url(schema_url: str) -> None:
+    pushed, pulled = both(schema_url, SLOSpec.default(), now=START)
+    assert pushed == pulled
+    store = RecordStore(schema_url)
+    try:
+        store.engine.dispose()
+        broken = create_engine(schema_url.replace("llm_slo:llm_slo@", "llm_slo:wrong@"))
+        with pytest.raises(UsageError, match="cannot read records from"):
+            evaluate_sql(SLOSpec.default(), broken, now=START)
+    finally:
+        store.close()
