@@ -218,6 +218,7 @@ class LatencyMiddleware:
                 timeline.body_received(clock.now_ns())
         wire = WireReader(strip_usage)
         feed = wire.feed
+        has_token = wire.has_token
 
         async def receive_wrapper() -> Message:
             message = replay.pop(0) if replay else await receive()
@@ -243,13 +244,18 @@ class LatencyMiddleware:
                 body = message.get("body")
                 if more and body and response.is_stream:
                     # A chunk in the middle of a stream: the hot path, inlined.
-                    carried, sent = feed(body)
                     add_body_chunk(started)
+                    if strip_usage:
+                        carried, sent = feed(body)
+                        if sent is not body:
+                            message = {**message, "body": sent}
+                    else:
+                        carried = has_token(body)
                     if carried:
                         if not token_chunks:
                             timeline.first_token_byte_ns = started
                         token_chunks.append(started)
-                    await send(message if sent is body else {**message, "body": sent})
+                    await send(message)
                     if captured is not None:
                         captured.add_response(body)
                     return

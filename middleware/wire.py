@@ -179,6 +179,36 @@ class WireReader:
         held, self._pending = self._pending, b""
         return held if self.strip_usage else b""
 
+    def has_token(self, data: bytes) -> bool:
+        """Whether one piece of a stream carried a token event (the middleware's hot path:
+        `feed` without the tuple, for a reader that does not rewrite the stream)."""
+        if (
+            self._pending
+            or not data.startswith(b"data: {")
+            or data.find(b"\n\n") != len(data) - 2
+        ):
+            return self.feed(data)[0] > 0
+        try:
+            chunk = _decode_chunk(memoryview(data)[6:-2])
+        except _NOT_DECODED:
+            return False
+        choices = chunk.choices
+        if (
+            choices is not None
+            and len(choices) == 1
+            and chunk.usage is None
+            and chunk.timings is None
+            and chunk.error is None
+        ):
+            choice = choices[0]
+            delta = choice.delta
+            text = choice.text if delta is None else delta.content
+            if choice.finish_reason is None and text.__class__ is str and text:
+                self.events += 1
+                self.token_events += 1
+                return True
+        return self._chunk(chunk)[0]
+
     def _event(self, event: bytes) -> tuple[bool, bool]:
         """(a token event, a usage-only chunk) for one SSE event's bytes."""
         if self.comments is not None and event.startswith(b":"):
