@@ -132,6 +132,7 @@ class ProxyApp:
                         raise
                     self.pool.release(connection)
                     connection = None
+            assert connection is not None  # the loop ends with a break or raises
             await send(
                 {
                     "type": "http.response.start",
@@ -144,6 +145,10 @@ class ProxyApp:
                 }
             )
             started = True
+            if scope["method"] == "HEAD":  # no body follows, whatever content-length says;
+                connection.abort()  # the parser would wait for one: not reused
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
             read = connection.read
             while (piece := await read()) is not None:
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
