@@ -229,13 +229,34 @@ def test_proxy_overhead(tmp_path: Path) -> None:
             report[streams] = summarize(runs)
     print("\n" + json.dumps(report, indent=2))
     one, many = report[1], report[64]
-    assert one["added_ttft_p50_ms"]["slo proxy"] <= 1.0
-    assert many["added_ttft_p50_ms"]["slo proxy"] <= 2 * max(
-        many["added_ttft_p50_ms"]["nginx"], 0.5
-    ), "64 streams: added TTFT p50 more than 2x nginx's (floor 0.5 ms: noise)"
-    for figures in (one, many):
-        assert figures["cpu_us_per_event"]["ratio slo/nginx (goal <= 3)"] <= 3.0
-        assert figures["throughput_vs_direct"]["slo proxy"] >= 0.90
+    misses = [
+        goal
+        for goal, met in (
+            ("added TTFT p50 <= 1 ms at 1 stream", one["added_ttft_p50_ms"]["slo proxy"] <= 1.0),
+            (
+                # nginx adds ~0 here: a floor of 0.5 ms keeps "2x" from judging noise
+                "added TTFT p50 <= 2x nginx's at 64 streams",
+                many["added_ttft_p50_ms"]["slo proxy"]
+                <= 2 * max(many["added_ttft_p50_ms"]["nginx"], 0.5),
+            ),
+            *(
+                (
+                    f"CPU per event <= 3x nginx's at {streams} stream(s)",
+                    report[streams]["cpu_us_per_event"]["ratio slo/nginx (goal <= 3)"] <= 3.0,
+                )
+                for streams in LOADS
+            ),
+            *(
+                (
+                    f"throughput >= 90% of direct at {streams} stream(s)",
+                    report[streams]["throughput_vs_direct"]["slo proxy"] >= 0.90,
+                )
+                for streams in LOADS
+            ),
+        )
+        if not met
+    ]
+    assert not misses, f"goals missed: {misses}"
 
 
 def summarize(runs: dict[str, list[Measured]]) -> dict[str, dict[str, float]]:
