@@ -139,7 +139,7 @@ def _json_array(column: ColumnElement[Any]) -> ColumnElement[Any]:
 
 def _test(value: ColumnElement[Any], test: Condition) -> ColumnElement[bool]:
     _, threshold, inclusive = test
-    bound = literal(threshold, Double())
+    bound: ColumnElement[float] = literal(threshold, Double())
     return value <= bound if inclusive else value < bound
 
 
@@ -166,7 +166,7 @@ class _Levels:
         self.client_names = sorted({"client_ttft_s", "client_e2e_s"}
                                    | {CLIENT_VIEW[name] for name in plan.client_fields})  # fmt: skip
         self.since, self.now, self.windows = since, now, windows
-        self.edges = literal(list(_EDGES), ARRAY(Double()))
+        self.edges: ColumnElement[Any] = literal(list(_EDGES), ARRAY(Double()))
 
     def where(self) -> ColumnElement[bool]:
         return _C.timestamp >= self.since
@@ -228,7 +228,7 @@ class _Levels:
         self,
         connection: Connection,
         rows: Subquery,
-        bins: list[ColumnElement[Any]],
+        bins: Sequence[ColumnElement[Any]],
         tiers: dict[str, TierCounts],
     ) -> None:
         """Per tier and SLI, the judged values per histogram bin, in one pass: each row is
@@ -308,7 +308,7 @@ class _Wanted:
         return [fraction_for_rank(rank - self.below, self.inside) for rank in self.ranks]
 
     def in_range(self, value: ColumnElement[Any]) -> ColumnElement[bool]:
-        tests = [value.is_not(None)]
+        tests: list[ColumnElement[bool]] = [value.is_not(None)]
         if self.lower is not None:
             tests.append(value >= literal(self.lower, Double()))
         if self.upper is not None:
@@ -353,7 +353,7 @@ def _percentiles(
         return
     aggregates, anywhere = [], []
     for value, by_tier in wanted.values():
-        array = ARRAY(Double())
+        array: ARRAY[float] = ARRAY(Double())
         fractions = case(*[(tier_column == tier, cast(literal(w.fractions(), array), array))
                            for tier, w in by_tier.items()], else_=null())  # fmt: skip
         ranges = [(tier_column == tier, w.in_range(value)) for tier, w in by_tier.items()]
@@ -428,7 +428,7 @@ def _count_gaps(
     buckets: int,
 ) -> None:
     g = gaps.c
-    aggregates = {gap_key(None): func.count()}
+    aggregates: dict[str, ColumnElement[Any]] = {gap_key(None): func.count()}
     for test in plan.gap_conditions:
         aggregates[gap_key(test)] = func.count().filter(_test(g.gap, test))
     statement = select(g.tier, g.bucket, *aggregates.values()).group_by(g.tier, g.bucket)
