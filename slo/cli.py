@@ -278,6 +278,12 @@ def _add_proxy(subparsers: argparse._SubParsersAction) -> None:
         help="on SIGTERM, give in-flight requests this long to finish (default: %(default)s)",
     )
     parser.add_argument(
+        "--inject-usage",
+        action="store_true",
+        help="ask streamed requests for usage (stream_options.include_usage) so token counts "
+        "are exact on engines that report it; clients that did not ask never see it",
+    )
+    parser.add_argument(
         "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"
     )
     parser.set_defaults(handler=_proxy)
@@ -316,6 +322,7 @@ def _proxy(args: argparse.Namespace) -> int:
         model=args.model,
         alertmanager_url=args.alertmanager_url,
         auth=args.api_keys,
+        inject_usage=args.inject_usage,
     )
     print(f"proxying http://{args.host}:{args.port} -> {proxy.upstream_url} (model {args.model})")
     signal.signal(signal.SIGTERM, _exit_cleanly)  # flush records on SIGTERM (see _serve)

@@ -65,13 +65,14 @@ class OpenAIUpstream:
         tokens = int(request.get("max_tokens") or 8)
         if request.get("stream"):
             itl_s = float(headers.get("x-test-itl-s", self.itl_s))
-            await self._stream(receive, send, chat, tokens, itl_s)
+            usage = bool((request.get("stream_options") or {}).get("include_usage"))
+            await self._stream(receive, send, chat, tokens, itl_s, usage)
         else:
             await _answer(send, 200, json.dumps(_whole(chat, tokens)).encode())
             self.completed += 1
 
     async def _stream(
-        self, receive: Receive, send: Send, chat: bool, tokens: int, itl_s: float
+        self, receive: Receive, send: Send, chat: bool, tokens: int, itl_s: float, usage: bool
     ) -> None:
         gone = asyncio.Event()
 
@@ -83,7 +84,7 @@ class OpenAIUpstream:
         watcher = asyncio.ensure_future(watch())
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         try:
-            for event in _events(chat, tokens):
+            for event in _events(chat, tokens, usage):
                 if gone.is_set():
                     self.disconnects += 1
                     return
@@ -97,7 +98,7 @@ class OpenAIUpstream:
             watcher.cancel()
 
 
-def _events(chat: bool, tokens: int) -> list[bytes]:
+def _events(chat: bool, tokens: int, usage: bool = False) -> list[bytes]:
     created = int(time.time())
     base: dict[str, Any] = {
         "id": "cmpl-test",
@@ -128,6 +129,11 @@ def _events(chat: bool, tokens: int) -> list[bytes]:
             else {"index": 0, "text": "", "finish_reason": "length"}
         )
     )
+    if usage:  # stream_options.include_usage: a last chunk with no choices, as OpenAI sends it
+        counts = {"prompt_tokens": 4, "completion_tokens": tokens, "total_tokens": tokens + 4}
+        events.append(
+            b"data: " + json.dumps({**base, "choices": [], "usage": counts}).encode() + b"\n\n"
+        )
     events.append(b"data: [DONE]\n\n")
     return events
 

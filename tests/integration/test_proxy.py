@@ -104,6 +104,36 @@ def test_openai_client_through_the_proxy(
     assert rows[-1]["tier"] == "premium"
 
 
+def test_inject_usage_makes_counts_exact_and_the_client_sees_no_usage(
+    upstream: tuple[OpenAIUpstream, str], tmp_path: Path
+) -> None:
+    _, upstream_url = upstream
+    db = tmp_path / "records.db"
+    chat = [{"role": "user", "content": "hi"}]
+    with slo_proxy(upstream_url, db, "--inject-usage") as base_url:
+        client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0)
+        chunks = list(
+            client.chat.completions.create(model="m", messages=chat, max_tokens=7, stream=True)
+        )
+        assert all(chunk.choices for chunk in chunks)  # no usage-only chunk reached the client
+        assert all(chunk.usage is None for chunk in chunks)
+        asked = client.chat.completions.create(
+            model="m", messages=chat, max_tokens=3, stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        last = list(asked)[-1]
+        assert last.usage is not None and last.usage.completion_tokens == 3
+    rows = records(db)
+    assert [(row["output_tokens"], row["tokens_source"]) for row in rows] == [
+        (7, "usage"),
+        (3, "usage"),
+    ]
+    for row in rows:
+        assert row["queue_prefill_s"] is not None and row["other_s"] is not None
+        parts = ("network_s", "queue_prefill_s", "decode_s", "detokenize_s", "other_s")
+        assert sum(row[part] or 0.0 for part in parts) == pytest.approx(row["e2e_s"], abs=1e-6)
+
+
 def test_upstream_down_is_a_502_recorded_as_server_error(tmp_path: Path) -> None:
     dead_url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     db = tmp_path / "records.db"
