@@ -1,0 +1,171 @@
+"""A small fleet on 127.0.0.1 for integration tests: `slo serve` replicas started together, a
+PostgreSQL schema of its own, Prometheus and Alertmanager with the generated files, and a
+webhook that keeps what Alertmanager posts."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from slo.bench.server import free_port, stop_process
+from tests.conftest import require_or_skip
+from tests.prometheus_process import binary, process
+from tests.servers import wait_until_ready
+
+
+@contextlib.contextmanager
+def postgres_schema() -> Iterator[str]:
+    """A store URL on LLM_SLO_POSTGRES_URL whose records go to a fresh schema, dropped after.
+
+    The shared database holds other tests' (and benchmarks') rows: a schema of our own, set as
+    the connection's search_path, keeps them apart without truncating anyone's table.
+    """
+    url = os.environ.get("LLM_SLO_POSTGRES_URL")
+    if not url:
+        require_or_skip("no PostgreSQL: set LLM_SLO_POSTGRES_URL (.ci/run starts one)")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        require_or_skip("psycopg is not installed (pip install 'llm-slo[postgres]')")
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    schema = f"fleet_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(f"CREATE SCHEMA {schema}"))
+    except SQLAlchemyError as error:
+        engine.dispose()
+        require_or_skip(f"PostgreSQL at {url} is not reachable: {str(error).splitlines()[0]}")
+    try:
+        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+    finally:
+        with engine.begin() as connection:
+            connection.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()
+
+
+def record_count(store_url: str) -> int:
+    from sqlalchemy import create_engine, func, select
+
+    from slo.store import TABLE
+
+    engine = create_engine(store_url)
+    try:
+        with engine.connect() as connection:
+            return int(connection.execute(select(func.count()).select_from(TABLE)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def replicas(
+    tmp_path: Path, *arguments: Sequence[str], env: dict[str, str] | None = None
+) -> Iterator[list[str]]:
+    """`slo serve` once per argument list, all started before any is waited for (their
+    warm-ups overlap); yields the base URLs in the same order. Logs go to tmp_path."""
+    started: list[tuple[str, subprocess.Popen[bytes]]] = []
+    logs = []
+    try:
+        for index, args in enumerate(arguments):
+            port = free_port()
+            log = (tmp_path / f"replica-{index}.log").open("wb")
+            logs.append(log)
+            command = [sys.executable, "-m", "slo.cli", "serve", "--host", "127.0.0.1",
+                       "--port", str(port), *args]  # fmt: skip
+            running = subprocess.Popen(
+                command, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT
+            )
+            started.append((f"http://127.0.0.1:{port}", running))
+        for base_url, running in started:
+            wait_until_ready(base_url + "/health", timeout_s=120, process=running)
+        yield [base_url for base_url, _ in started]
+    finally:
+        for _, running in started:
+            stop_process(running)
+        for log in logs:
+            log.close()
+
+
+@contextlib.contextmanager
+def webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """An HTTP receiver in a thread: yields its URL and the list every posted body lands in."""
+    received: list[dict[str, Any]] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            received.append(json.loads(body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:  # keep pytest output clean
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/alerts", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def alertmanager(tmp_path: Path, config: Path) -> Iterator[str]:
+    """A single Alertmanager (no gossip port) with `config`; yields host:port."""
+    port = free_port()
+    command = [
+        binary("prometheus-alertmanager", "alertmanager"),
+        f"--config.file={config}",
+        f"--storage.path={tmp_path / 'am-data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
+    address = f"127.0.0.1:{port}"
+    with process(command, f"http://{address}/-/ready", tmp_path / "alertmanager.log"):
+        yield address
+
+
+@contextlib.contextmanager
+def prometheus(
+    tmp_path: Path,
+    targets: list[str],
+    rule_file: Path,
+    alertmanager_address: str,
+    interval: str,
+) -> Iterator[str]:
+    """A Prometheus scraping `targets` and evaluating `rule_file` every `interval`, sending
+    alerts to `alertmanager_address`; yields its base URL."""
+    port = free_port()
+    config = {
+        "global": {
+            "scrape_interval": interval,
+            "scrape_timeout": interval,
+            "evaluation_interval": interval,
+        },
+        "rule_files": [str(rule_file)],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager_address]}]}]},
+        "scrape_configs": [{"job_name": "llm-slo", "static_configs": [{"targets": targets}]}],
+    }
+    (tmp_path / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
+    command = [
+        binary("prometheus"),
+        f"--config.file={tmp_path / 'prometheus.yml'}",
+        f"--storage.tsdb.path={tmp_path / 'prom-data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with process(command, f"{url}/-/ready", tmp_path / "prometheus.log"):
+        yield url
