@@ -1,8 +1,8 @@
 """llama-cpp-python's own FastAPI server, for `uvicorn --factory` in a child process.
 
 `create_app` serves the GGUF named by `LLM_SLO_TEST_GGUF`. With `LLM_SLO_TEST_STORE` set,
-`LatencyMiddleware` is mounted around it and records go there (the first mounting); without
-it, the bare server is the upstream of `slo proxy` (the second).
+`LatencyMiddleware` (usage injection on) is mounted around it and records go there (the first
+mounting); without it, the bare server is the upstream of `slo proxy` (the second).
 
 Between the engine and whatever wraps it sits `FirstTextProbe`. It holds back the first body
 message that carries text by `LLM_SLO_TEST_FIRST_TEXT_DELAY_S` (so the chat role chunk goes
@@ -114,5 +114,8 @@ def create_app() -> Any:
     if store:
         from middleware import LatencyMiddleware
 
-        app = LatencyMiddleware(app, store=store, model="tiny-llama")
+        # inject_usage: streamed requests ask the engine for usage on the client's behalf.
+        # llama-cpp-python accepts stream_options and still sends none, so the counts stay
+        # chunk-based; the client must see exactly what it would have seen without it.
+        app = LatencyMiddleware(app, store=store, model="tiny-llama", inject_usage=True)
     return app
