@@ -139,6 +139,11 @@ def burn_rule_fires(
     )
 
 
+def meets_rate(tokens_per_s: float, min_tokens_per_s: float) -> bool:
+    """A throughput objective: at least the minimum rate (`throughput >= 500 tokens/s`)."""
+    return tokens_per_s >= min_tokens_per_s
+
+
 def within(value: float, threshold_s: float, inclusive: bool) -> bool:
     """One latency value against an objective's threshold (`<=` or `<`); NaN is not within."""
     return value <= threshold_s if inclusive else value < threshold_s

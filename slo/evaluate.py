@@ -385,6 +385,7 @@ def _throughput(
     if rate is None or events < spec.min_events:
         verdict: Verdict = "insufficient_data"
     else:
-        verdict = "met" if rate >= (objective.min_tokens_per_s or 0.0) else "violated"
+        met = arithmetic.meets_rate(rate, objective.min_tokens_per_s or 0.0)
+        verdict = "met" if met else "violated"
     met = verdict == "met"
     return ObjectiveResult(tier_name, objective, events, events if met else 0, verdict, None, rate)

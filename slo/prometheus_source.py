@@ -4,8 +4,14 @@ Every SLO threshold is a bucket boundary (see `slo.sli.buckets_for`), so "how ma
 met 200 ms" is an exact bucket count, not an estimate. The observed percentile is the
 histogram estimate (linear inside the bucket, as `histogram_quantile` does), so near the
 threshold the verdict follows the counts: the ratio form. Counts come from `increase()`,
-which Prometheus extrapolates, hence rounded to whole events. Goodput needs per-request
-records (`--results` or `--db`); from Prometheus it is reported as insufficient data.
+which Prometheus extrapolates, hence rounded to whole events; every query is evaluated at the
+same instant (the report's `now`), so good and total events come from the same samples.
+Goodput needs per-request records (`--results` or `--db`); from Prometheus it is reported as
+insufficient data.
+
+The judging is the core's, as for every other judge: verdicts, burn rates and burn-rate
+alerts from `slo.arithmetic` (through `slo.evaluate.burn_rates`), the percentile estimate from
+`slo.alert_rules.histogram_quantile` (the in-process copy of Prometheus' own).
 """
 
 from __future__ import annotations
@@ -15,15 +21,10 @@ from typing import Any
 
 import httpx
 
+from slo import arithmetic
+from slo.alert_rules import histogram_quantile
 from slo.errors import UsageError
-from slo.evaluate import (
-    EvaluationReport,
-    ObjectiveResult,
-    TierResult,
-    Verdict,
-    burn_rates,
-    decide,
-)
+from slo.evaluate import EvaluationReport, ObjectiveResult, TierResult, Verdict, burn_rates
 from slo.objectives import Objective
 from slo.performance import classify
 from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
@@ -34,16 +35,23 @@ Buckets = list[tuple[float, float]]  # (upper bound, cumulative count), +Inf las
 
 
 class PrometheusReader:
-    def __init__(self, url: str, client: httpx.Client | None = None) -> None:
+    def __init__(
+        self, url: str, client: httpx.Client | None = None, at: float | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.client = client or httpx.Client(timeout=30.0)
+        # Evaluation time (Unix seconds) of every query; None: each at the server's now.
+        self.at = at
 
     def close(self) -> None:
         self.client.close()
 
     def query(self, promql: str) -> list[tuple[dict[str, str], float]]:
         try:
-            response = self.client.get(f"{self.url}/api/v1/query", params={"query": promql})
+            params = {"query": promql}
+            if self.at is not None:
+                params["time"] = f"{self.at:.3f}"
+            response = self.client.get(f"{self.url}/api/v1/query", params=params)
             body = response.json()
         except (httpx.HTTPError, ValueError) as error:
             raise UsageError(
@@ -75,21 +83,9 @@ class PrometheusReader:
 
 
 def bucket_quantile(buckets: Buckets, target: float) -> float | None:
-    """histogram_quantile: linear interpolation inside the bucket holding the target rank."""
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    rank = target * buckets[-1][1]
-    lower_bound, lower_count = 0.0, 0.0
-    for bound, count in buckets:
-        if count >= rank:
-            if math.isinf(bound):
-                return lower_bound  # beyond the last finite bucket: its bound is all we know
-            width = count - lower_count
-            return lower_bound + (bound - lower_bound) * (
-                (rank - lower_count) / width if width else 1
-            )
-        lower_bound, lower_count = bound, count
-    return None
+    """Prometheus' histogram_quantile (the core's copy); None without observations."""
+    value = histogram_quantile(target, buckets)
+    return None if math.isnan(value) else value
 
 
 def _good_and_total(buckets: Buckets, objective: Objective, tier: str) -> tuple[int, int]:
@@ -111,6 +107,8 @@ def evaluate_prometheus(
     spec: SLOSpec, reader: PrometheusReader, window_s: float | None = None, now: float = 0.0
 ) -> EvaluationReport:
     window = window_s or spec.window_s
+    if now and reader.at is None:
+        reader.at = now  # one instant for every query of the report
     tiers = [_tier(spec, reader, tier, window) for tier in spec.tiers]
     requests = sum(tier.requests for tier in tiers)
     notes = ["counts from Prometheus increase() over the window, rounded to whole events"]
@@ -145,9 +143,10 @@ def _objective(
     if objective.kind == "throughput":
         tokens = reader.total(CATALOG["throughput"].metric, tier.name, window)
         rate = tokens / window
-        verdict: Verdict = "met" if rate >= (objective.min_tokens_per_s or 0.0) else "violated"
-        if not tokens:
-            verdict = "insufficient_data"
+        verdict: Verdict = "insufficient_data"
+        if tokens:
+            met = arithmetic.meets_rate(rate, objective.min_tokens_per_s or 0.0)
+            verdict = "met" if met else "violated"
         return ObjectiveResult(tier.name, objective, 0, 0, verdict, tokens_per_s=rate)
 
     def counts(window_s: float) -> tuple[int, int, Any]:
@@ -169,15 +168,9 @@ def _objective(
         by_window[window_s] = (window_events, window_events - window_good)
     burn, alerts = burn_rates(spec, objective, by_window)
     # The histogram estimate can sit on either side of the threshold inside its bucket; the
-    # exact bucket count decides.
-    verdict = decide(_as_ratio(objective), events, good, None, spec.min_events)
+    # exact bucket count decides (for a percentile objective the same verdict: the nearest-rank
+    # value is within the threshold iff the required count of events is).
+    verdict = arithmetic.verdict(good, events, objective.target, spec.min_events)
     return ObjectiveResult(
         tier.name, objective, events, good, verdict, observed, None, burn, alerts
     )
-
-
-def _as_ratio(objective: Objective) -> Objective:
-    if objective.kind != "latency":
-        return objective
-    return Objective(objective.kind, objective.target, objective.sli, objective.threshold_s,
-                     objective.inclusive, "ratio", None, objective.line)  # fmt: skip

@@ -114,3 +114,8 @@ def test_goodput_checks_skip_per_gap_slis_and_pass_missing_values() -> None:
     assert good.tolist() == [True, False, True, False]
     for index, value in enumerate([0.1, 0.3, math.nan, 0.1]):
         assert ttft.passes(value) == bool(ttft.passes_each(np.array([value]))[0]), index
+
+
+def test_throughput_meets_at_the_minimum_rate() -> None:
+    assert arithmetic.meets_rate(500.0, 500.0)
+    assert not arithmetic.meets_rate(499.999, 500.0)

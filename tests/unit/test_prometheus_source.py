@@ -65,3 +65,19 @@ def test_bucket_quantile_like_histogram_quantile() -> None:
     assert bucket_quantile(buckets, 0.5) == pytest.approx(0.1)
     assert bucket_quantile(buckets, 0.75) == pytest.approx(0.15)
     assert bucket_quantile([], 0.5) is None
+
+
+def test_every_query_at_the_reports_instant() -> None:
+    """Good and total events come from the same samples: one evaluation time for all queries."""
+    times: list[str | None] = []
+
+    def record_time(request: httpx.Request) -> httpx.Response:
+        times.append(request.url.params.get("time"))
+        return handler(request)
+
+    report = evaluate_prometheus(SPEC, reader(record_time), now=1_800_000_000.25)
+    assert report.now == 1_800_000_000.25
+    assert len(times) > 3 and set(times) == {"1800000000.250"}
+    times.clear()
+    evaluate_prometheus(SPEC, reader(record_time))  # no instant given: the server's now
+    assert set(times) == {None}
