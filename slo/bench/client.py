@@ -18,14 +18,16 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from middleware.wire import WireReader
 from slo.bench.profiles import PlannedRequest
 from slo.bench.timings import PHASES, parse_server_timing, parse_timings_comment
 from slo.sli import outcome_for_status
+
+if TYPE_CHECKING:
+    from middleware.wire import WireReader
 
 ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
@@ -159,6 +161,8 @@ async def _read_stream(
 ) -> None:
     """Read an SSE stream with the middleware's wire parser (`middleware.wire`): one
     definition of a token event on both sides of the wire."""
+    from middleware.wire import WireReader  # the front door imports middleware per command
+
     reader = WireReader(keep_comments=True)
     last_text_at: float | None = None
     async for piece in response.aiter_bytes():
@@ -189,6 +193,8 @@ async def _read_stream(
 
 
 def _read_full_body(result: Measurement, payload: bytes) -> None:
+    from middleware.wire import WireReader
+
     reader = WireReader()
     reader.read_body(payload)
     _take_report(result, reader)
