@@ -21,19 +21,23 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from slo import arithmetic
 from slo.arithmetic import Verdict, burn_rule_fires, goodput_checks
-from slo.columns import RecordColumns
 from slo.objectives import Objective
 from slo.performance import Classification, classify
-from slo.records import RequestRecord
 from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
 from slo.spec import SLOSpec, Tier
 from slo.units import format_duration
+
+if TYPE_CHECKING:
+    # Only for types: the judges that count elsewhere (`slo check --results` in DuckDB, --db on
+    # PostgreSQL) import this module, and slo.columns pulls in sqlmodel and SQLAlchemy.
+    from slo.columns import RecordColumns
+    from slo.records import RequestRecord
 
 # The client view of an SLI (filled by `slo bench`) wins where present: it is what the person
 # waiting saw. Phases have no client view.
@@ -200,6 +204,8 @@ def columns_needed(spec: SLOSpec) -> set[str]:
 def evaluate(
     spec: SLOSpec, records: Sequence[RequestRecord] | RecordColumns, now: float | None = None
 ) -> EvaluationReport:
+    from slo.columns import RecordColumns
+
     columns = records if isinstance(records, RecordColumns) else RecordColumns.from_records(records)
     timestamps = columns.number("timestamp")
     if now is None:

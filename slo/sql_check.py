@@ -51,22 +51,20 @@ from sqlalchemy.sql.selectable import Subquery
 
 from slo.errors import UsageError
 from slo.evaluate import CLIENT_VIEW, EvaluationReport
-from slo.sli import OUTCOMES_EXCLUDED_FROM_AVAILABILITY
 from slo.spec import SLOSpec
 from slo.sql_counts import (
     FUTURE_BUCKET,
     ITL_FIELD,
     Condition,
     CountPlan,
+    Group,
     TierCounts,
+    add_group,
     build_report,
     chain,
-    client_key,
     events_key,
     fraction_for_rank,
     gap_key,
-    good_key,
-    goodput_key,
     percentile_ranks,
 )
 from slo.store import TABLE
@@ -252,40 +250,21 @@ class _Levels:
             counts.bins.setdefault(self.plan.fields[index], {})[number] = n
 
     def _add_group(self, values: Sequence[Any], tiers: dict[str, TierCounts]) -> int:
-        plan = self.plan
-        fields = len(plan.fields)
-        tier, bucket, outcome = values[0], values[1], values[2]
-        levels = dict(zip(plan.fields, values[3 : 3 + fields], strict=True))
-        flags = values[3 + fields : 3 + fields + len(self.client_names)]
-        client = dict(zip(self.client_names, flags, strict=True))
-        rest = values[3 + fields + len(self.client_names) :]
-        has_client_gaps = bool(rest[0]) if plan.gap_tiers else False
+        fields, clients = len(self.plan.fields), len(self.client_names)
+        rest = values[3 + fields + clients :]  # the gaps flag (if counted), n, tokens, span
         n, tokens, start, end = rest[-4:]
-        counts = tiers.setdefault(tier, TierCounts(self.buckets))
-        if bucket == FUTURE_BUCKET:
-            counts.future += n
-            return 0
-        ok = outcome == "ok"
-        counts.add("records", bucket, n)
-        counts.add("ok", bucket, n if ok else 0)
-        counts.add("counted", bucket, 0 if outcome in OUTCOMES_EXCLUDED_FROM_AVAILABILITY else n)
-        counts.add("client_gaps", bucket, n if has_client_gaps else 0)
-        for name in plan.fields:
-            level = levels[name]
-            counts.add(events_key(name), bucket, n if ok and level is not None else 0)
-            for index, test in enumerate(self.chains[name]):
-                good = ok and level is not None and level <= index
-                counts.add(good_key(test), bucket, n if good else 0)
-        for name in plan.client_fields:
-            counts.add(client_key(name), bucket, n if client[CLIENT_VIEW[name]] else 0)
-        for tests in plan.goodputs:
-            passes = all(levels[t[0]] is None or levels[t[0]] <= self.chains[t[0]].index(t)
-                         for t in tests)  # fmt: skip
-            counts.add(goodput_key(tests), bucket, n if ok and passes else 0)
-        if ok:
-            counts.tokens += int(tokens or 0)
-            counts.span(start, end)
-        return n if client["client_ttft_s"] or client["client_e2e_s"] else 0
+        group = Group(
+            bucket=values[1],
+            outcome=values[2],
+            levels=dict(zip(self.plan.fields, values[3 : 3 + fields], strict=True)),
+            client=dict(zip(self.client_names, values[3 + fields : -len(rest)], strict=True)),
+            client_gaps=bool(rest[0]) if self.plan.gap_tiers else False,
+            n=n,
+            tokens=tokens,
+            start=start,
+            end=end,
+        )
+        return add_group(self.plan, group, tiers.setdefault(values[0], TierCounts(self.buckets)))
 
 
 # --- step 2: nearest-rank percentiles -----------------------------------------------------

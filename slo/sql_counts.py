@@ -34,7 +34,7 @@ from slo.evaluate import (
 )
 from slo.objectives import Objective
 from slo.performance import classify
-from slo.sli import CATALOG
+from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
 from slo.spec import SLOSpec, Tier
 from slo.units import format_duration
 
@@ -181,6 +181,54 @@ def goodput_key(tests: Sequence[Condition]) -> str:
 
 def gap_key(test: Condition | None) -> str:
     return "gaps" if test is None else "gap" + good_key(test)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One grouped row of the counting scan: records alike in everything counted."""
+
+    bucket: int
+    outcome: str
+    levels: Mapping[str, int | None]  # field: index of the first test of its chain it passes
+    client: Mapping[str, bool]  # client-view column: has a value
+    client_gaps: bool  # has a non-empty client ITL list
+    n: int
+    tokens: int | None  # output tokens of the group's ok records
+    start: float | None  # first start of an ok record
+    end: float | None  # last end of an ok record
+
+
+def add_group(plan: CountPlan, group: Group, counts: TierCounts) -> int:
+    """Adds one group to its tier's counts; returns its records with a client view.
+
+    Every judge that counts in a database groups by level and calls this, so that each count
+    means the same thing whichever database made it."""
+    n, bucket, outcome, levels = group.n, group.bucket, group.outcome, group.levels
+    if bucket == FUTURE_BUCKET:
+        counts.future += n
+        return 0
+    ok = outcome == "ok"
+    counts.add("records", bucket, n)
+    counts.add("ok", bucket, n if ok else 0)
+    counts.add("counted", bucket, 0 if outcome in OUTCOMES_EXCLUDED_FROM_AVAILABILITY else n)
+    counts.add("client_gaps", bucket, n if group.client_gaps else 0)
+    chains = {name: chain(plan.conditions, name) for name in plan.fields}
+    for name in plan.fields:
+        level = levels[name]
+        counts.add(events_key(name), bucket, n if ok and level is not None else 0)
+        for index, test in enumerate(chains[name]):
+            good = ok and level is not None and level <= index
+            counts.add(good_key(test), bucket, n if good else 0)
+    for name in plan.client_fields:
+        counts.add(client_key(name), bucket, n if group.client[CLIENT_VIEW[name]] else 0)
+    for tests in plan.goodputs:
+        passes = all(levels[t[0]] is None or levels[t[0]] <= chains[t[0]].index(t)  # type: ignore[operator]
+                     for t in tests)  # fmt: skip
+        counts.add(goodput_key(tests), bucket, n if ok and passes else 0)
+    if ok:
+        counts.tokens += int(group.tokens or 0)
+        counts.span(group.start, group.end)
+    return n if group.client["client_ttft_s"] or group.client["client_e2e_s"] else 0
 
 
 def build_report(
