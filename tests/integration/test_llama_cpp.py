@@ -346,7 +346,8 @@ def test_sigterm_right_after_a_burst_loses_no_record(
         served.front.send_signal(signal.SIGTERM)
         served.front.wait(timeout=60)
     records = read_records(served.db_path)
-    assert len(records) == BURST, (tmp_path / "proxy.log").read_text() if kind == "proxy" else ""
+    logs = "\n".join(f"{log.name}:\n{log.read_text()}" for log in sorted(tmp_path.glob("*.log")))
+    assert len(records) == BURST, logs
     assert all(record["outcome"] == "ok" for record in records)
     generated = sorted(request.usage_tokens or request.text_events for request in seen)
     assert sorted(record["output_tokens"] for record in records) == generated
