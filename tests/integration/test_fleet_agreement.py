@@ -201,7 +201,7 @@ def delivered(received: list[dict[str, Any]]) -> set[Key]:
     }
 
 
-def fleet_live(statuses: list[dict[str, Any]], spec: SLOSpec) -> dict[tuple[str, str], Any]:
+def fleet_live(statuses: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
     """The replicas' /slo summed per objective: (events, good)."""
     fleet: dict[tuple[str, str], tuple[float, float]] = {}
     for status in statuses:
@@ -287,7 +287,7 @@ def test_records_prometheus_and_live_slo_agree(tmp_path: Path) -> None:
             time.sleep(max(0.0, scraped_since + COVERED_S - time.monotonic()))
             from_prometheus = slo_check(spec_path, "--prometheus", prom)
             statuses = [httpx.get(f"{url}/slo", timeout=10).json() for url in urls]
-            fleet = fleet_live(statuses, spec)
+            fleet = fleet_live(statuses)
             firing = prometheus_firing(prom)
             poll(
                 lambda: delivered(received) == uninhibited(firing),
