@@ -11,8 +11,13 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slo.errors import UsageError
+
+if TYPE_CHECKING:
+    from slo.evaluate import EvaluationReport
+    from slo.spec import SLOSpec
 
 FORMATS = ("text", "json", "junit", "markdown")
 
@@ -39,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from slo.evaluate import EvaluationReport, columns_needed, evaluate
+    from slo.evaluate import columns_needed, evaluate
     from slo.spec import SLOSpec
     from slo.units import parse_duration
 
@@ -57,11 +62,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--since: {error}") from None
     report: EvaluationReport
     if args.results:
-        from slo.columns import load_jsonl_columns
-
         if not Path(args.results).is_file():
             raise UsageError(f"--results {args.results}: no such file")
-        report = evaluate(spec, load_jsonl_columns(args.results, columns_needed(spec)))
+        report = _judge_jsonl(spec, args.results)
     elif args.db:
         from slo.store import RecordStore
 
@@ -90,6 +93,20 @@ def run(args: argparse.Namespace) -> int:
     if report.any_violated or (args.strict and report.any_insufficient):
         return 1
     return 0
+
+
+def _judge_jsonl(spec: SLOSpec, path: str) -> EvaluationReport:
+    """DuckDB parses and counts (slo/jsonl_duckdb.py) where it can vouch for the input; the
+    reference reader decides the rest, and names the line of any bad record."""
+    from slo.jsonl_duckdb import evaluate_jsonl
+
+    report = evaluate_jsonl(spec, path)
+    if report is not None:
+        return report
+    from slo.columns import load_jsonl_columns
+    from slo.evaluate import columns_needed, evaluate
+
+    return evaluate(spec, load_jsonl_columns(path, columns_needed(spec)))
 
 
 def _render(report: object, format_name: str, strict: bool) -> str:

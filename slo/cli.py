@@ -792,7 +792,9 @@ _COMMAND_BUILDERS: list[Callable[[argparse._SubParsersAction], None]] = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with `command` only that command's (building a command's parser
+    imports its module: `slo check` need not load `slo bench`'s HTTP client)."""
     from slo import __version__
 
     parser = argparse.ArgumentParser(
@@ -803,12 +805,15 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for add_command in _COMMAND_BUILDERS:
-        add_command(subparsers)
+        if command is None or add_command.__name__ == f"_add_{command}":
+            add_command(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    names = {add_command.__name__.removeprefix("_add_") for add_command in _COMMAND_BUILDERS}
+    parser = build_parser(argv[0] if argv and argv[0] in names else None)
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:
