@@ -11,6 +11,11 @@ handed that text on, counted from when the request reached it, as one JSON line 
 `LLM_SLO_TEST_FIRST_TEXT_LOG`. Whatever measures outside it started earlier and sees the
 text later: its TTFT can be no smaller than the probe's, and a TTFT taken at the role chunk
 would be smaller by the delay.
+
+With `LLM_SLO_TEST_END_DELAY_S`, the probe also holds back the end of a stream (the last,
+empty body message after `data: [DONE]`), as a busy server or a network hop does. The
+official `openai` client closes the connection as soon as it reads `[DONE]`, so the client
+leaves before the response ends, having received everything.
 """
 
 from __future__ import annotations
@@ -53,10 +58,11 @@ def body_has_text(body: bytes) -> bool:
 
 
 class FirstTextProbe:
-    def __init__(self, app: ASGIApp, log_path: str, delay_s: float) -> None:
+    def __init__(self, app: ASGIApp, log_path: str, delay_s: float, end_delay_s: float) -> None:
         self.app = app
         self.log_path = log_path
         self.delay_s = delay_s
+        self.end_delay_s = end_delay_s
         self._lock = threading.Lock()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -65,9 +71,15 @@ class FirstTextProbe:
             return
         started = time.perf_counter()
         first_text_s: float | None = None
+        streamed = False
 
         async def probed_send(message: Message) -> None:
-            nonlocal first_text_s
+            nonlocal first_text_s, streamed
+            if message["type"] == "http.response.start":
+                streamed = any(
+                    name.lower() == b"content-type" and value.startswith(b"text/event-stream")
+                    for name, value in message.get("headers", ())
+                )
             if (
                 first_text_s is None
                 and message["type"] == "http.response.body"
@@ -75,6 +87,13 @@ class FirstTextProbe:
             ):
                 await asyncio.sleep(self.delay_s)
                 first_text_s = time.perf_counter() - started
+            if (
+                streamed
+                and self.end_delay_s
+                and message["type"] == "http.response.body"
+                and not message.get("more_body", False)
+            ):
+                await asyncio.sleep(self.end_delay_s)
             await send(message)
 
         try:
@@ -109,6 +128,7 @@ def create_app() -> Any:
         app,
         os.environ["LLM_SLO_TEST_FIRST_TEXT_LOG"],
         float(os.environ.get("LLM_SLO_TEST_FIRST_TEXT_DELAY_S", "0.05")),
+        float(os.environ.get("LLM_SLO_TEST_END_DELAY_S", "0")),
     )
     store = os.environ.get("LLM_SLO_TEST_STORE")
     if store:

@@ -99,7 +99,7 @@ def ready(base_url: str, process: subprocess.Popen[bytes], log_path: Path) -> No
 
 @contextlib.contextmanager
 def llama_server(
-    gguf: Path, scratch: Path, store: str | None
+    gguf: Path, scratch: Path, store: str | None, end_delay_s: float
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """llama-cpp-python's app under `uvicorn`; with `store`, the middleware around it."""
     port = free_port()
@@ -107,6 +107,7 @@ def llama_server(
         "LLM_SLO_TEST_GGUF": str(gguf),
         "LLM_SLO_TEST_FIRST_TEXT_LOG": str(scratch / "first-text.jsonl"),
         "LLM_SLO_TEST_FIRST_TEXT_DELAY_S": str(FIRST_TEXT_DELAY_S),
+        "LLM_SLO_TEST_END_DELAY_S": str(end_delay_s),
     }
     if store is not None:
         env["LLM_SLO_TEST_STORE"] = store
@@ -120,17 +121,17 @@ def llama_server(
 
 
 @contextlib.contextmanager
-def mounted(kind: str, gguf: Path, scratch: Path) -> Iterator[Mounting]:
+def mounted(kind: str, gguf: Path, scratch: Path, end_delay_s: float = 0.0) -> Iterator[Mounting]:
     db_path = scratch / "records.db"
     store = f"sqlite:///{db_path}"
     probe_log = scratch / "first-text.jsonl"
     if kind == "middleware":
-        with llama_server(gguf, scratch, store) as (base_url, process):
+        with llama_server(gguf, scratch, store, end_delay_s) as (base_url, process):
             yield Mounting(base_url, db_path, probe_log, process)
         return
     if not proxy_available():
         pytest.skip("`slo proxy` is not in this checkout yet (issue 13, part 4)")
-    with llama_server(gguf, scratch, None) as (upstream_url, _upstream):
+    with llama_server(gguf, scratch, None, end_delay_s) as (upstream_url, _upstream):
         port = free_port()
         command = [sys.executable, "-m", "slo.cli", "proxy", "--upstream", upstream_url,
                    "--port", str(port), "--store", store]  # fmt: skip
@@ -351,3 +352,22 @@ def test_sigterm_right_after_a_burst_loses_no_record(
     assert all(record["outcome"] == "ok" for record in records)
     generated = sorted(request.usage_tokens or request.text_events for request in seen)
     assert sorted(record["output_tokens"] for record in records) == generated
+
+
+@pytest.mark.parametrize("kind", ["middleware", "proxy"])
+def test_a_client_that_leaves_after_done_got_everything_and_is_not_cancelled(
+    kind: str, tiny_gguf: Path, tmp_path: Path
+) -> None:
+    """The official client closes the connection at `data: [DONE]`; here the server ends the
+    response a little later (tests/helpers/llama_server.py), so the client is always gone
+    first. It received every token and the end marker: the request was served, not
+    cancelled, and its record must say so."""
+    with mounted(kind, tiny_gguf, tmp_path, end_delay_s=0.2) as served:
+        client = openai_client(served.base_url)
+        seen = [ask(client, route, 5, True) for route in ("chat", "completions")]
+        client.close()
+        records = wait_for(lambda: read_records(served.db_path), len(seen), "records")
+    for request, record in zip(seen, records, strict=True):
+        assert request.text_events == request.max_tokens, record
+        assert record["outcome"] == "ok", record
+        assert record["output_tokens"] == request.text_events, record
