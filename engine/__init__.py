@@ -3,9 +3,10 @@ with priorities, streaming, and instrumentation hooks. It knows nothing of middl
 """
 
 from engine.config import CheckpointError, EngineConfig, ModelConfig
-from engine.engine import ColdStart, Engine, RequestStream
+from engine.engine import Engine
 from engine.hooks import EngineHooks, StepStats
 from engine.outputs import (
+    ColdStart,
     EngineError,
     EngineOverloaded,
     EngineStepFailed,
@@ -14,6 +15,7 @@ from engine.outputs import (
     RequestTooLarge,
 )
 from engine.sampling import SamplingParams
+from engine.stream import RequestStream
 
 __all__ = [
     "CheckpointError",

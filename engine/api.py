@@ -27,7 +27,7 @@ from starlette.routing import Route
 from engine.api_limits import Deadline, Limits
 from engine.api_openapi import openapi_document
 from engine.api_schema import ApiError, CompletionRequest, parse_chat, parse_completion
-from engine.engine import Engine, RequestStream
+from engine.engine import Engine
 from engine.outputs import (
     EngineOverloaded,
     EngineStepFailed,
@@ -35,6 +35,7 @@ from engine.outputs import (
     RequestOutput,
     RequestTooLarge,
 )
+from engine.stream import RequestStream
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
@@ -160,10 +161,7 @@ class OpenAIApi:
         except ApiError as error:
             return error_response(error)
         except RequestTooLarge as error:
-            param = "max_tokens" if "max_tokens" in str(error) else "prompt"
-            return error_response(
-                ApiError(400, str(error), param=param, code="context_length_exceeded")
-            )
+            return error_response(ApiError(400, str(error), param=error.param, code=error.code))
         except (EngineOverloaded, EngineStopped) as error:
             # Shedding: said at once with a time to come back, never a silent drop.
             state["outcome"] = "shed"

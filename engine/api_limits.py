@@ -7,8 +7,8 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from engine.engine import RequestStream
 from engine.outputs import RequestOutput
+from engine.stream import RequestStream
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import torch
 
 from engine.config import EngineConfig
 from engine.engine import Engine
+from engine.outputs import EngineTotals
 from engine.sampling import SamplingParams
-from engine.stream import EngineTotals
 
 
 @dataclass(frozen=True)

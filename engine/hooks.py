@@ -1,4 +1,4 @@
-"""The instrumentation hook protocol of the engine.
+"""The engine's instrumentation hooks: the protocol, the step record, and their dispatch table.
 
 Every event carries the request id and a `time.perf_counter_ns()` stamp taken where the event
 happened. `on_enqueue` runs on the thread that called `Engine.generate` (so a hook can read the
@@ -15,8 +15,9 @@ engine pays nothing per event.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 HOOK_EVENTS = (
     "on_enqueue",
@@ -91,3 +92,27 @@ class EngineHooks(Protocol):
         its prompt were found in the cache (only when > 0; it then precedes on_prefill_start,
         whose num_tokens counts only the tokens actually computed). A preempted request that
         is admitted again can fire it again."""
+
+
+class HookDispatch:
+    """Bound hook methods per event, looked up once when hooks are added (the worker reads
+    `by_event` per event, so an event nobody listens to costs one empty loop)."""
+
+    def __init__(self) -> None:
+        self.hooks: list[Any] = []
+        self.by_event: dict[str, list[Callable[..., None]]] = {event: [] for event in HOOK_EVENTS}
+
+    def add(self, hooks: Any) -> None:
+        self.hooks.append(hooks)
+        self._rebuild()
+
+    def remove(self, hooks: Any) -> None:
+        self.hooks.remove(hooks)
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        # A new dict, swapped in whole: a step reading the old one sees a consistent table.
+        self.by_event = {
+            event: [getattr(h, event) for h in self.hooks if callable(getattr(h, event, None))]
+            for event in HOOK_EVENTS
+        }

@@ -1,8 +1,9 @@
-"""What the engine hands back to callers, and the errors it raises at submission."""
+"""What the engine hands back to callers: outputs, cold start, totals, and its typed errors."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,30 @@ class RequestOutput:
         return self.finish_reason is not None
 
 
+@dataclass
+class EngineTotals:
+    """Counters since the engine was made (tokens): what `on_step` reports, summed."""
+
+    prefill_tokens: int = 0  # tokens computed by prefills (prefix-cache hits excluded)
+    decode_tokens: int = 0
+    prefix_cache_queried_tokens: int = 0
+    prefix_cache_hit_tokens: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """How long the engine took to become ready: reading weights, then the warm-up forward."""
+
+    load_s: float
+    warmup_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.load_s + self.warmup_s
+
+
 class EngineError(RuntimeError):
     """Base class of the engine's typed errors."""
 
@@ -37,7 +62,19 @@ class EngineOverloaded(EngineError):
 
 
 class RequestTooLarge(EngineError, ValueError):
-    """Prompt plus max_tokens does not fit the model's context or the KV cache."""
+    """The prompt is empty, or prompt plus max_tokens does not fit the model's context or the
+    KV cache. `param` names what to change ("prompt" or "max_tokens"); `code` is OpenAI's
+    ("context_length_exceeded"), None for an empty prompt."""
+
+    def __init__(
+        self,
+        message: str,
+        param: Literal["prompt", "max_tokens"],
+        code: str | None = "context_length_exceeded",
+    ) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
 
 
 class EngineStepFailed(EngineError):

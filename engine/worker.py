@@ -1,8 +1,10 @@
-"""The worker side of the engine: one scheduler step after another on a background thread.
+"""The engine's worker: one thread that owns the scheduler, the KV cache and the queues, and
+runs one scheduler step after another.
 
 A step admits and prefills new sequences, then decodes the running ones (plainly, or
 speculatively with a draft model), samples, checks stop conditions and streams the new text.
-`Engine` inherits these methods; they touch nothing but the worker thread's state.
+Other threads reach it only through `enqueue`, `abort`, the hook methods and `stop`; all of
+them take `lock`, the one lock shared with the step loop.
 """
 
 from __future__ import annotations
@@ -12,20 +14,25 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
 from engine import runner
-from engine.config import EngineConfig
-from engine.hooks import StepStats
-from engine.kv_cache import PagedKVCache
+from engine.config import EngineConfig, ModelConfig
+from engine.emit import next_output
+from engine.hooks import HookDispatch, StepStats
+from engine.kv_cache import PagedKVCache, blocks_needed
 from engine.model import LlamaForCausalLM
-from engine.outputs import EngineStepFailed, RequestOutput
-from engine.sampling import held_back_length, sample_token, stop_string_hit
+from engine.outputs import (
+    EngineOverloaded,
+    EngineStepFailed,
+    EngineStopped,
+    EngineTotals,
+)
+from engine.sampling import sample_token
 from engine.scheduler import Scheduler, Sequence
 from engine.speculative import SpeculativeDecoder
-from engine.stream import EngineTotals, HookDispatch
 from engine.tokenizer import Tokenizer
 
 logger = logging.getLogger("engine")
@@ -34,31 +41,142 @@ _Result = TypeVar("_Result")
 
 
 class EngineWorker:
-    """Mixin holding the step loop; the attributes below are set by `Engine.__init__`."""
+    """The scheduler, the KV cache(s), the queues between callers and the step loop's thread."""
 
-    config: EngineConfig
-    model: LlamaForCausalLM
-    tokenizer: Tokenizer
-    cache: PagedKVCache
-    scheduler: Scheduler
-    speculative: SpeculativeDecoder | None
-    device: torch.device
-    totals: EngineTotals
-    step_faults: Callable[[list[str]], None] | None
-    _hooks: HookDispatch
-    _lock: threading.Condition
-    _incoming: list[Sequence]
-    _aborted: set[str]
-    _sequences: dict[str, Sequence]
-    _stopping: bool
-    _step_count: int
-    _default_generator: torch.Generator
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        tokenizer: Tokenizer,
+        model_config: ModelConfig,
+        config: EngineConfig,
+        max_model_len: int,
+        draft: LlamaForCausalLM | None = None,
+    ) -> None:
+        self.config = config
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self.device = next(model.parameters()).device
+        dtype = next(model.parameters()).dtype
+        block_size = config.block_size
+        num_blocks = config.num_kv_blocks or max(
+            blocks_needed(max_model_len, block_size),
+            config.kv_cache_bytes // PagedKVCache.bytes_per_block(model_config, block_size, dtype),
+        )
+        self.cache = PagedKVCache(
+            model_config,
+            num_blocks,
+            block_size,
+            dtype,
+            self.device,
+            enable_caching=config.enable_prefix_caching,
+        )
+        self.scheduler = Scheduler(
+            self.cache.allocator,
+            block_size,
+            config.max_batch_size,
+            max(config.max_prefill_tokens, max_model_len),
+            num_speculative=config.num_speculative_tokens if draft is not None else 0,
+        )
+        self.default_generator = torch.Generator(device=self.device).manual_seed(config.seed)
+        self.speculative: SpeculativeDecoder | None = None
+        if draft is not None:
+            # Same block ids as the target's cache, so prefix-cached blocks hold both.
+            draft_cache = PagedKVCache(draft.config, num_blocks, block_size, dtype, self.device)
+            self.speculative = SpeculativeDecoder(
+                draft, draft_cache, config.num_speculative_tokens, self.default_generator
+            )
+        self.totals = EngineTotals()
+        self.hooks = HookDispatch()
+        self.lock = threading.Condition()
+        # Test hook: called with a batch's request ids before its forward; raise to fail it.
+        self.step_faults: Callable[[list[str]], None] | None = None
+        # Shared with callers, under `lock`: handed over at the start of each step.
+        self._incoming: list[Sequence] = []
+        self._aborted: set[str] = set()
+        self._sequences: dict[str, Sequence] = {}  # every request not finished yet, by id
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._step_count = 0
 
+    # ---------------------------------------------------------------- callers' surface
     @property
-    def worker_threads(self) -> int:
+    def threads(self) -> int:
         """Intra-op threads of the worker on a CPU (see `EngineConfig.cpu_threads`)."""
         return self.config.cpu_threads or max(1, (os.cpu_count() or 2) - 1)
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    @property
+    def num_active_requests(self) -> int:
+        with self.lock:
+            return len(self._sequences)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.cache.num_blocks * self.cache.block_size
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name="engine-worker", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread; requests still in the engine end with EngineStopped."""
+        with self.lock:
+            self._stopping = True
+            self.lock.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        for sequence in self.scheduler.all_sequences() + self._incoming:
+            self.scheduler.remove(sequence)
+            sequence.deliver(EngineStopped("the engine was stopped"))
+        self._incoming.clear()
+        self._sequences.clear()
+
+    def enqueue(self, sequence: Sequence) -> None:
+        """Hand a new request to the step loop, or raise EngineStopped / EngineOverloaded."""
+        request_id = sequence.request_id
+        with self.lock:
+            if self._stopping:
+                raise EngineStopped("the engine is stopping; retry against another replica")
+            waiting = len(self._incoming) + self.scheduler.num_waiting
+            if waiting >= self.config.max_waiting:
+                raise EngineOverloaded(
+                    f"{waiting} requests are already waiting (limit {self.config.max_waiting}); "
+                    "retry shortly",
+                    retry_after_s=1.0,
+                )
+            if request_id in self._sequences:
+                raise ValueError(f"request id '{request_id}' is already in use")
+            self._sequences[request_id] = sequence
+            for hook in self.hooks.by_event["on_enqueue"]:
+                hook(
+                    request_id, time.perf_counter_ns(), len(sequence.prompt_ids), sequence.priority
+                )
+            self._incoming.append(sequence)
+            self.lock.notify()
+
+    def abort(self, request_id: str) -> None:
+        """Cancel a request from any thread; its blocks are freed at the start of the next step."""
+        with self.lock:
+            if request_id in self._sequences:
+                self._aborted.add(request_id)
+                self.lock.notify()
+
+    def add_hooks(self, hooks: Any) -> None:
+        with self.lock:
+            self.hooks.add(hooks)
+
+    def remove_hooks(self, hooks: Any) -> None:
+        with self.lock:
+            self.hooks.remove(hooks)
+
+    # ------------------------------------------------------------------ the step loop
     def _run(self) -> None:
         torch.set_grad_enabled(False)
         # On a CPU the thread count is set again before every step: OpenMP's is per thread,
@@ -66,13 +184,15 @@ class EngineWorker:
         # `torch.set_num_threads` (a warm-up restoring its own, a library) changes it under
         # us. Decode-sized products on more threads than the worker owns stall on each other
         # (a step takes half as long again). The call costs well under a microsecond.
-        threads = self.worker_threads if self.device.type == "cpu" else 0
+        threads = self.threads if self.device.type == "cpu" else 0
+        lock = self.lock
+        scheduler = self.scheduler
         while True:
-            with self._lock:
+            with lock:
                 while not (
-                    self._stopping or self._incoming or self._aborted or self.scheduler.has_work()
+                    self._stopping or self._incoming or self._aborted or scheduler.has_work()
                 ):
-                    self._lock.wait()
+                    lock.wait()
                 if self._stopping:
                     return
                 incoming, self._incoming = self._incoming, []
@@ -87,7 +207,7 @@ class EngineWorker:
 
     def _step(self, incoming: list[Sequence], aborted: set[str]) -> None:
         started_ns = time.perf_counter_ns()
-        by_event = self._hooks.by_event
+        by_event = self.hooks.by_event
         for sequence in incoming:
             self.scheduler.add(sequence)
         for request_id in aborted:
@@ -118,7 +238,7 @@ class EngineWorker:
             for hook in by_event["on_prefill_start"]:
                 for sequence in admitted:
                     hook(sequence.request_id, now, sequence.num_tokens - sequence.num_cached)
-            logits = self._forward(self._prefill, admitted)
+            logits = self._forward(self.prefill, admitted)
             if logits is not None:
                 now = time.perf_counter_ns()
                 for hook in by_event["on_prefill_end"]:
@@ -177,7 +297,7 @@ class EngineWorker:
             for hook in by_event["on_step"]:
                 hook(stats)
 
-    def _prefill(
+    def prefill(
         self, model: LlamaForCausalLM, cache: PagedKVCache, sequences: list[Sequence]
     ) -> torch.Tensor:
         logits = runner.prefill(model, cache, sequences)
@@ -228,64 +348,27 @@ class EngineWorker:
                 token = int(greedy_ids[row])
             else:
                 token = sample_token(
-                    logits[row], params, sequence.generator or self._default_generator
+                    logits[row], params, sequence.generator or self.default_generator
                 )
             self._emit(sequence, token)
 
     def _emit(self, sequence: Sequence, token: int) -> bool:
-        """Append one token, run the stop checks, stream the new text; True if it finished."""
-        by_event = self._hooks.by_event
-        params = sequence.params
-        eos_ids = self.tokenizer.eos_token_ids
-        sequence.output_ids.append(token)
-        token_ns = time.perf_counter_ns()
-        for hook in by_event["on_token"]:
-            hook(sequence.request_id, token_ns, len(sequence.output_ids) - 1)
-
-        finish_reason = None
-        if token in eos_ids and not params.ignore_eos:
-            finish_reason = "stop"
-        elif len(sequence.output_ids) >= params.max_tokens:
-            finish_reason = "length"
-        final = finish_reason is not None
-        text_ids = sequence.all_ids[:-1] if finish_reason == "stop" else sequence.all_ids
-        sequence.text += sequence.detokenizer.step(text_ids, final=final)
-        detok_ns = time.perf_counter_ns()
-        for hook in by_event["on_detokenize"]:
-            hook(sequence.request_id, detok_ns, detok_ns - token_ns)
-
-        cut = stop_string_hit(sequence.text, params.stop) if params.stop else None
-        if cut is not None:
-            sequence.text = sequence.text[:cut]
-            finish_reason = "stop"
-        if finish_reason is None and not sequence.streaming and len(sequence.output_ids) > 1:
-            return False  # not streaming: the first token and the end, nothing in between
-        if finish_reason is None:
-            safe = len(sequence.text) - held_back_length(sequence.text, params.stop)
-        else:
-            safe = len(sequence.text)
-        delta = sequence.text[sequence.sent_chars : safe]
-        sequence.sent_chars = max(sequence.sent_chars, safe)
-        sent_tokens, sequence.sent_tokens = sequence.sent_tokens, len(sequence.output_ids)
-        if finish_reason is not None:
+        """Append one token and stream what is due; True if it finished the request."""
+        output = next_output(sequence, token, self.tokenizer.eos_token_ids, self.hooks.by_event)
+        if output is None:
+            return False
+        reason = output.finish_reason
+        if reason is not None:
+            # Finished (blocks back, on_finish) before the caller hears of it.
             self.scheduler.finish(sequence)
-            self._finish(sequence, finish_reason)
-        sequence.deliver(
-            RequestOutput(
-                request_id=sequence.request_id,
-                text=delta,
-                token_ids=tuple(sequence.output_ids[sent_tokens:]),
-                finish_reason=finish_reason,
-                prompt_tokens=len(sequence.prompt_ids),
-                completion_tokens=len(sequence.output_ids),
-            )
-        )
-        return finish_reason is not None
+            self._finish(sequence, reason)
+        sequence.deliver(output)
+        return reason is not None
 
     def _finish(self, sequence: Sequence, reason: str) -> None:
         """Mark a sequence finished and forget it; whoever calls this tells the caller."""
         sequence.finish_reason = reason
-        with self._lock:
+        with self.lock:
             self._sequences.pop(sequence.request_id, None)
-        for hook in self._hooks.by_event["on_finish"]:
+        for hook in self.hooks.by_event["on_finish"]:
             hook(sequence.request_id, time.perf_counter_ns(), reason)

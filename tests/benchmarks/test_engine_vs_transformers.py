@@ -34,7 +34,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from engine import Engine, EngineConfig, SamplingParams, StepStats  # noqa: E402
-from engine.stream import HookDispatch  # noqa: E402
+from engine.hooks import HookDispatch  # noqa: E402
 from tests.checkpoints import write_hf_llama  # noqa: E402
 
 NEW_TOKENS = 64
@@ -111,7 +111,7 @@ def record(name: str, benchmark: Any, tokens: int) -> None:
 def test_transformers_batch1(benchmark: Any, reference: Any, engine: Engine) -> None:
     ids = engine.tokenizer.encode(PROMPT)
     tokens = benchmark.pedantic(
-        hf_generate, args=(reference, ids, engine.worker_threads), rounds=5, warmup_rounds=1
+        hf_generate, args=(reference, ids, engine.worker.threads), rounds=5, warmup_rounds=1
     )
     assert len(tokens) == NEW_TOKENS
     record("transformers_batch1", benchmark, NEW_TOKENS)
@@ -126,7 +126,7 @@ def paired_rounds(benchmark: Any, engine: Engine, reference: Any, name: str) -> 
 
     def transformers_round() -> None:
         started = time.perf_counter()
-        hf_generate(reference, ids, engine.worker_threads)
+        hf_generate(reference, ids, engine.worker.threads)
         reference_times.append(time.perf_counter() - started)
 
     def engine_round() -> Any:
@@ -136,7 +136,7 @@ def paired_rounds(benchmark: Any, engine: Engine, reference: Any, name: str) -> 
         return out
 
     out = benchmark.pedantic(engine_round, setup=transformers_round, rounds=15, warmup_rounds=1)
-    assert list(out.token_ids) == hf_generate(reference, ids, engine.worker_threads)
+    assert list(out.token_ids) == hf_generate(reference, ids, engine.worker.threads)
     record(name, benchmark, NEW_TOKENS)
     pairs = zip(reference_times[1:], engine_times[1:], strict=True)  # past the warm-up pair
     PAIRED[name] = [theirs / ours for theirs, ours in pairs]
@@ -161,7 +161,7 @@ def prompts() -> list[str]:
 def test_transformers_16_sequential(benchmark: Any, reference: Any, engine: Engine) -> None:
     all_ids = [engine.tokenizer.encode(p) for p in prompts()]
     benchmark.pedantic(
-        lambda: [hf_generate(reference, ids, engine.worker_threads) for ids in all_ids],
+        lambda: [hf_generate(reference, ids, engine.worker.threads) for ids in all_ids],
         rounds=2,
         warmup_rounds=0,
     )
@@ -261,8 +261,7 @@ def test_engine_hooks_overhead(benchmark: Any, engine: Engine) -> None:
 def hook_calls_per_step(hooks: CountingHooks, batch: int, steps: int = 2000) -> float:
     """Seconds the worker spends calling hooks in one decode step of `batch` sequences."""
     dispatch = HookDispatch()
-    dispatch.hooks.append(hooks)
-    dispatch.rebuild()
+    dispatch.add(hooks)
     by_event = dispatch.by_event
     stats = StepStats(
         step=1,

@@ -288,7 +288,7 @@ def test_engine_fault_is_a_generic_500_and_the_engine_keeps_serving(
     def fail_marked(request_ids: list[str]) -> None:
         raise RuntimeError("secret internal detail: tensor shape mismatch in layer 3")
 
-    engine.step_faults = fail_marked
+    engine.worker.step_faults = fail_marked
     try:
         response = httpx.post(
             base_url + "/v1/completions",
@@ -296,7 +296,7 @@ def test_engine_fault_is_a_generic_500_and_the_engine_keeps_serving(
             timeout=30,
         )
     finally:
-        engine.step_faults = None
+        engine.worker.step_faults = None
     assert response.status_code == 500
     message = response.json()["error"]["message"]
     assert "secret" not in message and "RuntimeError" not in message and "request id" in message

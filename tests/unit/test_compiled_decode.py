@@ -76,17 +76,18 @@ def test_compiled_tokens_equal_eager_alone_and_batched_without_recompiling(
 def test_compiled_decode_logits_match_eager(engines: tuple[Engine, Engine]) -> None:
     eager, compiled = engines
     from engine import runner
+    from engine.warmup import probe_sequence
 
     def decode_logits(engine: Engine) -> torch.Tensor:
-        sequence = engine.probe_sequence("probe", engine.encode_prompt(PROMPTS[1]))
-        engine.cache.ensure_capacity(sequence.block_table, sequence.num_tokens + 1)
+        sequence = probe_sequence(engine.tokenizer, "probe", engine.encode_prompt(PROMPTS[1]))
+        engine.worker.cache.ensure_capacity(sequence.block_table, sequence.num_tokens + 1)
         try:
             with torch.inference_mode():
-                runner.prefill(engine.model, engine.cache, [sequence])
+                runner.prefill(engine.model, engine.worker.cache, [sequence])
                 sequence.output_ids.append(5)
-                return runner.decode(engine.model, engine.cache, [sequence])
+                return runner.decode(engine.model, engine.worker.cache, [sequence])
         finally:
-            engine.cache.allocator.free(sequence.block_table)
+            engine.worker.cache.allocator.free(sequence.block_table)
 
     eager.stop_sync()  # the test drives the model directly: no worker may step meanwhile
     compiled.stop_sync()

@@ -92,7 +92,7 @@ def test_cancellation_frees_blocks_within_a_step(engine: Engine) -> None:
 
     run(scenario())
     assert engine.num_free_blocks == engine.num_blocks
-    assert engine.scheduler.running == []
+    assert engine.worker.scheduler.running == []
 
 
 def test_priority_order_then_fifo(checkpoint: Path) -> None:
@@ -236,7 +236,7 @@ def test_step_failure_fails_only_that_batch(engine: Engine) -> None:
         if "poison" in request_ids:
             raise RuntimeError("injected fault")
 
-    engine.step_faults = fail_poisoned
+    engine.worker.step_faults = fail_poisoned
 
     async def scenario() -> None:
         with pytest.raises(EngineStepFailed):

@@ -127,7 +127,7 @@ def test_shared_system_prompt_skips_prefill_and_keeps_output(
     assert hit == sum(tokens for _, tokens in recorder.hits)
     assert prefilled == plain_prefill - hit == cached.totals.prefill_tokens
     assert cached.num_free_blocks == cached.num_blocks
-    cached.cache.allocator.check()
+    cached.worker.cache.allocator.check()
 
 
 def test_concurrent_requests_share_blocks_and_match_plain(checkpoint: Path, cached: Engine) -> None:
@@ -141,7 +141,7 @@ def test_concurrent_requests_share_blocks_and_match_plain(checkpoint: Path, cach
     got = [o.token_ids for o in complete_all(cached, prompts, together=True)]
     assert got == expected
     assert cached.num_free_blocks == cached.num_blocks
-    cached.cache.allocator.check()
+    cached.worker.cache.allocator.check()
 
 
 def test_cached_blocks_are_evicted_under_pressure(checkpoint: Path) -> None:
@@ -152,7 +152,7 @@ def test_cached_blocks_are_evicted_under_pressure(checkpoint: Path) -> None:
         prompts = [f"distinct prompt number {i}: " + "abcdefgh" * 8 for i in range(10)]
         outs = complete_all(engine, prompts)
         assert all(len(o.token_ids) == GREEDY.max_tokens for o in outs)
-        allocator = engine.cache.allocator
+        allocator = engine.worker.cache.allocator
         assert allocator.num_evictions > 0
         assert 0 < allocator.num_cached <= engine.num_blocks
         allocator.check()
