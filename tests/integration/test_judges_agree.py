@@ -145,7 +145,9 @@ def test_evaluator_and_live_windows_agree(t: Traffic) -> None:
     for step in CHECKS:
         judged, alerts, good, events = _evaluator(t, step)
         assert live[step] == (judged, alerts, float(good), float(events)), step
-        assert judged == verdict(good, events, SPEC_OBJ.tiers[0].objectives[0].target, 10)
+        assert judged == verdict(
+            good, events, SPEC_OBJ.tiers[0].objectives[0].target, SPEC_OBJ.min_events
+        )
         checks.append((step, alerts, good, events))
     collected.append({"traffic": t, "checks": checks})
 
