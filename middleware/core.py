@@ -63,7 +63,15 @@ OTHER_ROUTE = "other"
 class _Response:
     """What the app sent back for one request."""
 
-    __slots__ = ("body", "complete", "disconnected", "is_stream", "started", "status")
+    __slots__ = (
+        "body",
+        "complete",
+        "delivered",
+        "disconnected",
+        "is_stream",
+        "started",
+        "status",
+    )
 
     def __init__(self) -> None:
         self.status = 500
@@ -71,6 +79,9 @@ class _Response:
         self.complete = False
         self.disconnected = False
         self.is_stream = False
+        # The stream's `data: [DONE]` was handed to the server: the client has the whole answer
+        # even if it closes before the response's last (empty) message (the openai client does).
+        self.delivered = False
         self.body: bytearray | None = None
 
 
@@ -256,6 +267,9 @@ class LatencyMiddleware:
                             timeline.first_token_byte_ns = started
                         token_chunks.append(started)
                     await send(message)
+                    if not carried and wire.done and not response.delivered:
+                        response.delivered = True
+                        timeline.last_byte_ns = now_ns()  # unless a later message comes
                     if captured is not None:
                         captured.add_response(body)
                     return
@@ -323,6 +337,8 @@ class LatencyMiddleware:
             try:
                 if not response.is_stream:
                     settle_body(timeline, wire, response.body)
+                elif not response.complete:  # the stream did not end: counts so far
+                    settle_stream(timeline, wire)
                 output_tokens = self._finish(
                     timeline, tier.name, route, headers, state, response, raised, captured
                 )
@@ -347,7 +363,11 @@ class LatencyMiddleware:
         """Report one finished request everywhere; the output tokens it produced."""
         self.requests_seen += 1
         outcome = classify_outcome(
-            response.status, response.disconnected, response.complete, state.get("outcome"), raised
+            response.status,
+            response.disconnected,
+            response.complete or response.delivered,
+            state.get("outcome"),
+            raised and not response.delivered,
         )
         status = 500 if raised and not response.started else response.status
         breakdown = timeline.breakdown()

@@ -92,6 +92,7 @@ class WireReader:
     __slots__ = (
         "_pending",
         "comments",
+        "done",
         "error",
         "events",
         "finished",
@@ -110,6 +111,8 @@ class WireReader:
         self.usage_chunks = 0
         # A chunk with a finish_reason was seen; the first `error` object an event carried.
         self.finished = False
+        # `data: [DONE]` was read: the answer is whole, whatever happens to the connection.
+        self.done = False
         self.error: Any = None
         # SSE comment lines (`: ...`), kept when asked (slo bench reads the server's timings).
         self.comments: list[bytes] | None = [] if keep_comments else None
@@ -182,11 +185,7 @@ class WireReader:
     def has_token(self, data: bytes) -> bool:
         """Whether one piece of a stream carried a token event (the middleware's hot path:
         `feed` without the tuple, for a reader that does not rewrite the stream)."""
-        if (
-            self._pending
-            or not data.startswith(b"data: {")
-            or data.find(b"\n\n") != len(data) - 2
-        ):
+        if self._pending or not data.startswith(b"data: {") or data.find(b"\n\n") != len(data) - 2:
             return self.feed(data)[0] > 0
         try:
             chunk = _decode_chunk(memoryview(data)[6:-2])
@@ -224,6 +223,8 @@ class WireReader:
             )
         payload = payload.strip()
         if not payload.startswith(b"{"):
+            if payload == b"[DONE]":
+                self.done = True
             return False, False  # [DONE] or not JSON
         try:
             chunk = _decode_chunk(payload)

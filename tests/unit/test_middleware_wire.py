@@ -5,6 +5,7 @@ lifespan. A scripted clock makes every timing exact."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -281,3 +282,48 @@ def test_shutdown_flushes_every_record(tmp_path: Any, app_speaks_lifespan: bool)
     reopened = RecordStore(f"sqlite:///{tmp_path / 'r.db'}")
     assert len(reopened.query()) == 5  # written by the shutdown, with no flush() of ours
     reopened.close()
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_a_client_that_leaves_after_done_got_everything(store: RecordStore, raises: bool) -> None:
+    """The openai client stops reading at `[DONE]` and closes the connection, sometimes before
+    the response's last empty message: the request was served in full, not cancelled."""
+    clock = ScriptedClock()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        for text in ("a", "b", "c"):
+            clock.advance_ms(5)
+            await send({"type": "http.response.body", "body": chat_delta(content=text),
+                        "more_body": True})  # fmt: skip
+        clock.advance_ms(1)
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
+        clock.advance_ms(50)
+        assert (await receive())["type"] == "http.disconnect"
+        if raises:
+            raise OSError("the client is gone")
+
+    async def go() -> None:
+        messages = [{"type": "http.request", "body": b"{}", "more_body": False},
+                    {"type": "http.disconnect"}]  # fmt: skip
+
+        async def receive() -> dict[str, Any]:
+            return messages.pop(0)
+
+        async def send(message: dict[str, Any]) -> None:
+            pass
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
+                 "headers": [], "state": {}}  # fmt: skip
+        middleware = LatencyMiddleware(app, store=store, clock=clock)
+        with contextlib.suppress(OSError):
+            await middleware(scope, receive, send)
+
+    asyncio.run(go())
+    record = only_record(store)
+    assert record.outcome == "ok"
+    assert (record.output_tokens, len(record.itl_s or [])) == (3, 2)
+    assert record.e2e_s == pytest.approx(16 * MS)  # ends at [DONE], not at the disconnect
+    assert_additive(record)
