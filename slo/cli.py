@@ -134,8 +134,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from engine import CheckpointError, Engine, EngineConfig
-    from engine.api import create_app
-    from engine.api_limits import Limits
+    from engine.api import Limits, create_app
 
     if args.step_delay_ms < 0:
         raise UsageError(f"--step-delay-ms must be >= 0, got {args.step_delay_ms}")

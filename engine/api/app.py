@@ -16,6 +16,7 @@ import json
 import math
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -24,9 +25,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from engine.api_limits import Deadline, Limits
-from engine.api_openapi import openapi_document
-from engine.api_schema import ApiError, CompletionRequest, parse_chat, parse_completion
+from engine.api.limits import Deadline, Limits
+from engine.api.openapi import openapi_document
+from engine.api.schema import (
+    ApiError,
+    CompletionRequest,
+    parse_chat,
+    parse_completion,
+    read_json,
+)
 from engine.engine import Engine
 from engine.outputs import (
     EngineOverloaded,
@@ -44,45 +51,20 @@ def error_response(error: ApiError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
-async def read_json(request: Request, max_body_bytes: int) -> dict[str, Any]:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_body_bytes:
-        raise ApiError(
-            413,
-            f"request body is {declared} bytes, above the limit of {max_body_bytes}; send a shorter prompt",
-            code="body_too_large",
-        )
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_body_bytes:
-            raise ApiError(
-                413,
-                f"request body is above the limit of {max_body_bytes} bytes; send a shorter prompt",
-                code="body_too_large",
-            )
-        chunks.append(chunk)
-    raw = b"".join(chunks)
-    if not raw:
-        raise ApiError(400, "request body is empty; send a JSON object")
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        where = (
-            f" at line {error.lineno} column {error.colno}"
-            if isinstance(error, json.JSONDecodeError)
-            else ""
-        )
-        raise ApiError(400, f"request body is not valid JSON{where}; send a JSON object") from error
-    if not isinstance(body, dict):
-        raise ApiError(400, f"request body must be a JSON object, got {type(body).__name__}")
-    return body
-
-
 def sse(data: dict[str, Any] | str) -> bytes:
     payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     return f"data: {payload}\n\n".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """An accepted request on its way out: what the streaming and the one-shot responses need."""
+
+    request: CompletionRequest  # the parsed body
+    stream: RequestStream
+    first: RequestOutput  # already awaited, within the first-token deadline
+    deadline: Deadline
+    state: dict[str, Any]  # the ASGI scope's state: the outcome is written here for middleware
 
 
 class OpenAIApi:
@@ -161,7 +143,9 @@ class OpenAIApi:
         except ApiError as error:
             return error_response(error)
         except RequestTooLarge as error:
-            return error_response(ApiError(400, str(error), param=error.param, code=error.code))
+            # The engine names "prompt" or "max_tokens"; a chat's prompt is its messages.
+            param = parsed.prompt_param if error.param == "prompt" else error.param
+            return error_response(ApiError(400, str(error), param=param, code=error.code))
         except (EngineOverloaded, EngineStopped) as error:
             # Shedding: said at once with a time to come back, never a silent drop.
             state["outcome"] = "shed"
@@ -187,13 +171,14 @@ class OpenAIApi:
             )
         except EngineStepFailed:
             return error_response(internal_error(stream))
+        generation = Generation(parsed, stream, first, deadline, state)
         if parsed.stream:
             return StreamingResponse(
-                self._stream_events(stream, first, deadline, parsed, chat, state),
+                self._stream_events(generation),
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache", "x-request-id": stream.request_id},
             )
-        return await self._complete(request, stream, first, deadline, parsed, chat, state)
+        return await self._complete(request, generation)
 
     def _ids(self, stream: RequestStream, chat: bool) -> dict[str, Any]:
         return {
@@ -203,15 +188,8 @@ class OpenAIApi:
             "model": self.model_name,
         }
 
-    async def _stream_events(
-        self,
-        stream: RequestStream,
-        first: RequestOutput,
-        deadline: Deadline,
-        parsed: CompletionRequest,
-        chat: bool,
-        state: dict[str, Any],
-    ) -> AsyncIterator[bytes]:
+    async def _stream_events(self, generation: Generation) -> AsyncIterator[bytes]:
+        stream, state, chat = generation.stream, generation.state, generation.request.chat
         head = self._ids(stream, chat)
         completion_tokens = 0
         try:
@@ -229,7 +207,7 @@ class OpenAIApi:
                         ],
                     }
                 )
-            async for output in deadline.outputs(stream, first):
+            async for output in generation.deadline.outputs(stream, generation.first):
                 completion_tokens = output.completion_tokens
                 if not output.text and output.finish_reason is None:
                     continue
@@ -249,7 +227,7 @@ class OpenAIApi:
                         "finish_reason": output.finish_reason,
                     }
                 yield sse({**head, "choices": [choice]})
-            if parsed.include_usage:
+            if generation.request.include_usage:
                 yield sse(
                     {**head, "choices": [], "usage": usage(stream.prompt_tokens, completion_tokens)}
                 )
@@ -265,17 +243,10 @@ class OpenAIApi:
         finally:
             stream.cancel()
 
-    async def _complete(
-        self,
-        request: Request,
-        stream: RequestStream,
-        first: RequestOutput,
-        deadline: Deadline,
-        parsed: CompletionRequest,
-        chat: bool,
-        state: dict[str, Any],
-    ) -> Response:
-        collected = asyncio.ensure_future(_collect(deadline.outputs(stream, first), stream))
+    async def _complete(self, request: Request, generation: Generation) -> Response:
+        stream, state, chat = generation.stream, generation.state, generation.request.chat
+        outputs = generation.deadline.outputs(stream, generation.first)
+        collected = asyncio.ensure_future(_collect(outputs, stream))
         disconnected = asyncio.ensure_future(_wait_for_disconnect(request))
         try:
             await asyncio.wait({collected, disconnected}, return_when=asyncio.FIRST_COMPLETED)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.sampling import SamplingParams
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+
     from engine.engine import Engine
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -46,12 +49,56 @@ class ApiError(Exception):
 
 @dataclass
 class CompletionRequest:
+    """A validated request body. Whether prompt and max_tokens fit is the engine's check
+    (`Engine.check_fits`, at submission), made once for every caller."""
+
     model: str
     prompt_ids: list[int]
     params: SamplingParams
     stream: bool
     include_usage: bool
-    extra: dict[str, Any] = field(default_factory=dict)
+    chat: bool = False
+
+    @property
+    def prompt_param(self) -> str:
+        """The body field that carried the prompt, for errors about it."""
+        return "messages" if self.chat else "prompt"
+
+
+async def read_json(request: Request, max_body_bytes: int) -> dict[str, Any]:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_body_bytes:
+        raise ApiError(
+            413,
+            f"request body is {declared} bytes, above the limit of {max_body_bytes}; send a shorter prompt",
+            code="body_too_large",
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_body_bytes:
+            raise ApiError(
+                413,
+                f"request body is above the limit of {max_body_bytes} bytes; send a shorter prompt",
+                code="body_too_large",
+            )
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw:
+        raise ApiError(400, "request body is empty; send a JSON object")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        where = (
+            f" at line {error.lineno} column {error.colno}"
+            if isinstance(error, json.JSONDecodeError)
+            else ""
+        )
+        raise ApiError(400, f"request body is not valid JSON{where}; send a JSON object") from error
+    if not isinstance(body, dict):
+        raise ApiError(400, f"request body must be a JSON object, got {type(body).__name__}")
+    return body
 
 
 def _number(body: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
@@ -134,12 +181,6 @@ def _sampling(
             if default_max_tokens is None
             else min(default_max_tokens, cap, max(room, 1)),
         )
-    if max_tokens > cap:
-        raise ApiError(
-            400,
-            f"'max_tokens' is {max_tokens}, above this server's cap of {cap}; ask for at most {cap}",
-            param="max_tokens",
-        )
     n = _integer(body, "n", 1, 1, None)
     if n != 1:
         raise ApiError(
@@ -185,18 +226,6 @@ def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
     return stream, include_usage
 
 
-def _check_prompt_length(engine: Engine, prompt_ids: list[int], param: str) -> None:
-    if not prompt_ids:
-        raise ApiError(400, f"'{param}' is empty; send at least one character", param=param)
-    if len(prompt_ids) >= engine.max_model_len:
-        raise ApiError(
-            400,
-            f"'{param}' has {len(prompt_ids)} tokens, the model's context is {engine.max_model_len}; shorten it",
-            param=param,
-            code="context_length_exceeded",
-        )
-
-
 def parse_completion(body: dict[str, Any], engine: Engine) -> CompletionRequest:
     model = _model(body)
     if "prompt" not in body:
@@ -225,12 +254,11 @@ def parse_completion(body: dict[str, Any], engine: Engine) -> CompletionRequest:
             "'prompt' must be a string, a one-element list of strings, or a list of token ids",
             param="prompt",
         )
-    _check_prompt_length(engine, prompt_ids, "prompt")
     if body.get("echo"):
         raise ApiError(400, "'echo' is not supported by this server; remove it", param="echo")
     stream, include_usage = _stream_flags(body)
     params = _sampling(body, engine, len(prompt_ids), default_max_tokens=16)
-    return CompletionRequest(model, prompt_ids, params, stream, include_usage)
+    return CompletionRequest(model, prompt_ids, params, stream, include_usage, chat=False)
 
 
 def _message_text(message: Any, index: int) -> dict[str, str]:
@@ -283,7 +311,6 @@ def parse_chat(body: dict[str, Any], engine: Engine) -> CompletionRequest:
         )
     normalized = [_message_text(message, index) for index, message in enumerate(messages)]
     prompt_ids = engine.tokenizer.encode_chat(normalized)
-    _check_prompt_length(engine, prompt_ids, "messages")
     stream, include_usage = _stream_flags(body)
     params = _sampling(body, engine, len(prompt_ids), default_max_tokens=None)
-    return CompletionRequest(model, prompt_ids, params, stream, include_usage)
+    return CompletionRequest(model, prompt_ids, params, stream, include_usage, chat=True)

@@ -148,6 +148,31 @@ def test_bad_requests_get_json_4xx(
     assert error["type"]
 
 
+TOO_LARGE = [
+    ("/v1/completions", {"prompt": "x" * 1500}, "prompt"),
+    ("/v1/completions", {"prompt": "x" * 1000, "max_tokens": 100}, "max_tokens"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 5000}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 1500}]}, "messages"),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 5000},
+        "max_tokens",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "param"), TOO_LARGE)
+def test_too_large_names_the_parameter(
+    served: str, path: str, body: dict[str, Any], param: str
+) -> None:
+    """The engine's one size check names the field to change; a chat's prompt is `messages`."""
+    response = httpx.post(served + path, json={"model": MODEL, **body}, timeout=30)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param
+    assert error["code"] == "context_length_exceeded"
+
+
 def test_unknown_route_and_method(served: str) -> None:
     assert httpx.get(served + "/v2/nothing").json()["error"]["type"] == "not_found_error"
     response = httpx.get(served + "/v1/completions")
@@ -243,7 +268,7 @@ def test_health_reports_cold_start(served: str) -> None:
 @pytest.fixture(scope="module")
 def limited_server() -> Iterator[tuple[str, Engine]]:
     """One batch slot, 5 ms steps, and time limits short enough to hit on purpose."""
-    from engine.api_limits import Limits
+    from engine.api import Limits
 
     engine = Engine.from_pretrained(MODEL, EngineConfig(max_batch_size=1, step_delay_s=0.005))
     limits = Limits(first_token_timeout_s=0.3, request_timeout_s=3.0)
