@@ -278,7 +278,7 @@ class LatencyMiddleware:
                         carried, sent = feed(body)
                         if sent is not body:
                             message = {**message, "body": sent}
-                        chunk_sent(started, carried)
+                        chunk_sent(started, carried > 0)
                     if not more:
                         held = wire.flush()
                         if held:

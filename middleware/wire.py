@@ -67,8 +67,8 @@ def _has_text(value: Any) -> bool:
 def _delta_has_text(delta: _Delta) -> bool:
     if _has_text(delta.content) or delta.reasoning_content or delta.reasoning:
         return True
-    calls = delta.tool_calls
-    return bool(calls) and any(c.function is not None and c.function.arguments for c in calls)
+    calls = delta.tool_calls or ()
+    return any(c.function is not None and c.function.arguments for c in calls)
 
 
 def chunk_has_text(chunk: _Chunk) -> bool:
