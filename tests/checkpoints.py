@@ -26,7 +26,7 @@ def write_hf_llama(directory: Path, seed: int = 0, **overrides: Any) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from engine.bundled_models import write_byte_tokenizer
+    from tools.bundled_models import write_byte_tokenizer
 
     torch.manual_seed(seed)
     config = LlamaConfig(**{**HF_TINY, **overrides})

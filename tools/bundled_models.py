@@ -1,4 +1,4 @@
-"""Writes the bundled checkpoints (`python -m engine.bundled_models`).
+"""Writes the bundled checkpoints (`python -m tools.bundled_models`).
 
 `bundled:tiny` is a small random-weight Llama with a byte-level tokenizer: deterministic (fixed
 seed), a few hundred kilobytes, and loaded through the same Hugging Face-format path as any

@@ -1,7 +1,7 @@
 """Trains the bundled English models `bundled:small` and `bundled:small-draft`.
 
-    python -m engine.train_bundled            # both, about 9 minutes on 2 CPU cores
-    python -m engine.train_bundled --only small-draft --steps 100
+    python -m tools.train_bundled            # both, about 9 minutes on 2 CPU cores
+    python -m tools.train_bundled --only small-draft --steps 100
 
 Corpus: the King James Version of the Bible (1611), as shipped by the Debian package
 `bible-kjv-text` and printed by the `bible` program of `bible-kjv` (`apt-get install
@@ -16,8 +16,8 @@ the same data, schedule and seed; the draft is narrower and shallower so that pr
 costs a fraction of a target forward, which is what makes speculative decoding pay off. The
 weights are stored as float16 (a few MB) and loaded like any Hugging Face checkpoint.
 
-Training uses its own plain causal forward over the engine's modules (no KV cache needed);
-`check_against_engine` verifies that the engine's paged forward computes the same logits.
+Training uses its own plain causal forward (`causal_logits`) over the engine's modules, with no
+KV cache.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from engine.bundled_models import write_byte_tokenizer
 from engine.config import ModelConfig
 from engine.loader import BUNDLED_DIR
 from engine.model import LlamaForCausalLM
+from tools.bundled_models import write_byte_tokenizer
 
 BOS, EOS = 256, 257
 

@@ -1,0 +1,1 @@
+"""Build-time scripts, run from a checkout and never installed: they write `engine/bundled/`."""
