@@ -1,5 +1,7 @@
-"""The bundled PyTorch inference engine: Llama-style model, paged KV cache, continuous batching
-with priorities, streaming, and instrumentation hooks. It knows nothing of middleware or SLOs.
+"""The bundled PyTorch inference engine; this module re-exports its public names.
+
+A Llama-style model, a paged KV cache, continuous batching with priorities, streaming, and
+instrumentation hooks. It knows nothing of middleware or SLOs.
 """
 
 from engine.config import CheckpointError, EngineConfig, ModelConfig

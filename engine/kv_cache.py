@@ -1,5 +1,7 @@
-"""Paged KV cache: fixed-size blocks, per-sequence block tables, exact free-block accounting,
-and a prefix cache of full blocks shared across requests."""
+"""Paged KV cache: fixed-size blocks, block tables, free-block accounting, a prefix cache.
+
+Blocks are handed out per sequence (its block table) with exact free-block accounting; with
+prefix caching on, full blocks are shared across requests."""
 
 from __future__ import annotations
 

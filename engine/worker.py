@@ -1,5 +1,4 @@
-"""The engine's worker: one thread that owns the scheduler, the KV cache and the queues, and
-runs one scheduler step after another.
+"""The engine's worker: a thread that owns scheduler, KV cache and queues, and runs the steps.
 
 A step admits and prefills new sequences, then decodes the running ones (plainly, or
 speculatively with a draft model), samples, checks stop conditions and streams the new text.
