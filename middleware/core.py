@@ -12,7 +12,6 @@ record to the store (off the request path) and the live SLO windows.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import time
@@ -180,7 +179,7 @@ class LatencyMiddleware:
             await self._serve_metrics(scope, send)
             return
         if path == self.slo_path or path == self.slo_path + ".html":
-            await self._serve_slo(path.endswith(".html"), send)
+            await self._serve_slo(path.endswith(".html"), scope, send)
             return
         route = self.route_label(path)
         if route is None:
@@ -440,19 +439,14 @@ class LatencyMiddleware:
         )
         await send({"type": "http.response.body", "body": body})
 
-    async def _serve_slo(self, as_html: bool, send: Send) -> None:
-        status = self.live.status()
-        if as_html:
-            body = self.live.render_html(status).encode()
-            content_type = b"text/html; charset=utf-8"
-        else:
-            body = json.dumps(status, indent=2).encode()
-            content_type = b"application/json"
+    async def _serve_slo(self, as_html: bool, scope: Scope, send: Send) -> None:
+        query = scope.get("query_string", b"").decode("latin-1")
+        code, content_type, body = self.live.respond(as_html, query, self.metrics)
         await send(
             {
                 "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", content_type)],
+                "status": code,
+                "headers": [(b"content-type", content_type.encode())],
             }
         )
         await send({"type": "http.response.body", "body": body})

@@ -11,7 +11,6 @@ reads (`middleware.live_shared`): `/slo` and the alerts judge the whole server's
 
 from __future__ import annotations
 
-import html
 import logging
 import math
 import threading
@@ -25,13 +24,13 @@ import numpy as np
 from middleware.alerting import firing_rules, push_to_alertmanager
 from middleware.clock import Clock, SystemClock
 from middleware.histograms import BucketCounts, bucket_counts
-from middleware.live_shared import PusherElection, SharedWindowSet, shared_dir
+from middleware.live_shared import PusherElection, SharedWindowSet, shared_dir, window_series
 from middleware.timeline import Breakdown
 from middleware.windows import SLOTS_PER_WINDOW, WindowSet
 from slo.alert_rules import alert_rules, histogram_quantile, windows_s
 from slo.arithmetic import attainment, budget_remaining, burn_rate, goodput_checks, verdict
 from slo.objectives import Objective
-from slo.sli import CATALOG, OUTCOMES, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, buckets_for
+from slo.sli import CATALOG, OUTCOMES, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, PHASES, buckets_for
 from slo.spec import SLOSpec, Tier
 from slo.units import format_duration
 
@@ -50,6 +49,10 @@ BREAKDOWN_FIELD = {
     "other": "other_s",
 }
 
+# The breakdown attribute of each phase (None, an unreported phase, counts as 0 as in
+# `Breakdown.phases`).
+PHASE_FIELDS = tuple(f"{phase}_s" for phase in PHASES)
+
 
 @dataclass
 class _Layout:
@@ -58,6 +61,7 @@ class _Layout:
     outcome_column: dict[str, int]
     goodput_column: int
     histogram_start: dict[str, int]  # sli -> first bucket column (buckets then +Inf)
+    phase_start: int  # seconds per phase (PHASES order) summed over ok requests, then their count
     bounds: dict[str, np.ndarray]
     bound_lists: dict[str, list[float]]
     width: int
@@ -76,6 +80,9 @@ class TierWindows:
             column += 1
         goodput_column = column
         column += 1
+        # Running sums of each phase, so "where the time goes now" is a division away.
+        phase_start = column
+        column += len(PHASES) + 1
         starts, bounds = {}, {}
         for sli in slis:
             bounds[sli] = np.asarray(buckets_for(sli, spec), dtype=np.float64)
@@ -85,6 +92,7 @@ class TierWindows:
             outcome_column,
             goodput_column,
             starts,
+            phase_start,
             bounds,
             {k: v.tolist() for k, v in bounds.items()},
             column,
@@ -105,7 +113,7 @@ class TierWindows:
         self._itl_start = starts.get("itl")
         self._goodput_checks = goodput_checks(self.latency_objectives)
         self._lock = threading.Lock()
-        self._pending = [0] * column  # counts per column since the last flush
+        self._pending: list[float] = [0.0] * column  # counts per column since the last flush
         self._pending_since: float | None = None
         # Shared rings are flushed per request: other workers read them, not this one's queue.
         self._flush_every_s = 0.0 if shared else min(windows_s) / SLOTS_PER_WINDOW / 4
@@ -137,6 +145,11 @@ class TierWindows:
                         itl_counts = bucket_counts(layout.bound_lists["itl"], breakdown.itl_s)
                     for index, count in itl_counts:
                         pending[itl_start + index] += count
+                phase = layout.phase_start
+                for field in PHASE_FIELDS:
+                    pending[phase] += getattr(breakdown, field) or 0.0
+                    phase += 1
+                pending[phase] += 1
                 for check in self._goodput_checks:
                     if not check.passes(getattr(breakdown, check.field)):
                         break
@@ -154,7 +167,7 @@ class TierWindows:
         with self._lock:
             if self._pending_since is None:
                 return
-            pending, self._pending = self._pending, [0] * self.layout.width
+            pending, self._pending = self._pending, [0.0] * self.layout.width
             self._pending_since = None
             amounts = np.asarray(pending, dtype=np.float64)
             touched = np.nonzero(amounts)[0]
@@ -164,6 +177,12 @@ class TierWindows:
         self._flush(now_s)
         with self._lock:
             return self.windows.total(window_s, now_s)
+
+    def series(self, window_s: float, now_s: float) -> np.ndarray:
+        """Counts per slot of the window ending now, oldest first (60 x columns)."""
+        self._flush(now_s)
+        with self._lock:
+            return window_series(self.windows, window_s, now_s)
 
     def events_and_good(self, objective: Objective, totals: np.ndarray) -> tuple[float, float]:
         layout = self.layout
@@ -283,32 +302,13 @@ class LiveSLO:
             now = self.clock.wall_s() if now_s is None else now_s
             return firing_rules(self.rules, self.tiers, now, self._pending)
 
-    def render_html(self, status: dict[str, Any]) -> str:
-        rows = []
-        for tier in status["tiers"]:
-            for objective in tier["objectives"]:
-                attainment = objective["attainment"]
-                shown = "–" if attainment is None else f"{attainment:.4%}"
-                remaining = objective["error_budget_remaining"]
-                budget = "–" if remaining is None else f"{remaining:.1%}"
-                rows.append(
-                    f"<tr class='{objective['verdict']}'><td>{html.escape(tier['tier'])}</td><td>{html.escape(objective['objective'])}</td>"
-                    f"<td>{int(objective['events'])}</td><td>{shown}</td><td>{budget}</td><td>{objective['verdict']}</td></tr>"
-                )
-        alerts = (
-            "".join(
-                f"<li>{html.escape(a['alertname'])} ({html.escape(a['labels'].get('tier', ''))}, {html.escape(a['labels'].get('severity', ''))})</li>"
-                for a in status["alerts"]
-            )
-            or "<li>none</li>"
-        )
-        return (
-            "<!doctype html><html><head><meta charset='utf-8'><title>llm-slo: live SLOs</title>"
-            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}"
-            ".violated{background:#fdd}.met{background:#dfd}.insufficient_data{background:#eee}</style></head><body>"
-            f"<h1>Live SLOs (window {html.escape(status['window'])})</h1><table><tr><th>tier</th><th>objective</th><th>events</th>"
-            f"<th>attainment</th><th>budget left</th><th>verdict</th></tr>{''.join(rows)}</table><h2>Firing alerts</h2><ul>{alerts}</ul></body></html>"
-        )
+    def respond(self, as_html: bool, query: str, metrics: Any = None) -> tuple[int, str, bytes]:
+        """What `/slo` (the API; `?view=page` for the page's JSON) and `/slo.html` answer:
+        (status code, content type, body), computed now from the windows (`middleware.slo_page`).
+        `metrics`: the `MetricSet` whose engine gauges the page shows."""
+        from middleware.slo_page import respond
+
+        return respond(self, as_html, query, metrics)
 
     def _push_loop(self) -> None:
         while not self._stop.wait(self.evaluation_interval_s):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import math
 import mmap
 import os
 from collections.abc import Iterator
@@ -30,6 +31,29 @@ from middleware.windows import NUM_SLOTS, SLOTS_PER_WINDOW, WindowSet, window_to
 
 LIVE_DIR_NAME = "llm_slo_live"
 SUFFIX = ".live"
+
+
+def ring_series(
+    counts: np.ndarray, slot_ids: np.ndarray, slot_s: float, now_s: float
+) -> np.ndarray:
+    """One ring's counts per slot, oldest first (SLOTS_PER_WINDOW x width): the window ending
+    now as a time series. Slots nobody wrote to (or reused since) read as zeros."""
+    newest = math.floor(now_s / slot_s)
+    ids = np.arange(newest - SLOTS_PER_WINDOW + 1, newest + 1, dtype=np.int64)
+    rows = ids % NUM_SLOTS
+    series = counts[rows].copy()
+    series[slot_ids[rows] != ids] = 0.0
+    return series
+
+
+def window_series(windows: WindowSet, window_s: float, now_s: float) -> np.ndarray:
+    """`ring_series` of a window set's ring for `window_s`; every worker's for a shared set."""
+    if isinstance(windows, SharedWindowSet):
+        return windows.series(window_s, now_s)
+    ring = windows.index[window_s]
+    return ring_series(
+        windows.counts[ring], windows.slot_ids[ring], float(windows.slot_s[ring]), now_s
+    )
 
 
 def shared_dir() -> Path | None:
@@ -82,6 +106,13 @@ class _RingFile:
         ring = self.index[window_s]
         with _locked(self.fd, fcntl.LOCK_SH):
             return window_total(
+                self.counts[ring], self.slot_ids[ring], window_s / SLOTS_PER_WINDOW, now_s
+            )
+
+    def series(self, window_s: float, now_s: float) -> np.ndarray:
+        ring = self.index[window_s]
+        with _locked(self.fd, fcntl.LOCK_SH):
+            return ring_series(
                 self.counts[ring], self.slot_ids[ring], window_s / SLOTS_PER_WINDOW, now_s
             )
 
@@ -140,6 +171,13 @@ class SharedWindowSet(WindowSet):
         for peer in self._peer_files():
             total = total + peer.total(window_s, now_s)
         return total
+
+    def series(self, window_s: float, now_s: float) -> np.ndarray:
+        """Every worker's counts per slot of the window ending now (`ring_series`)."""
+        series = self.own.series(window_s, now_s)
+        for peer in self._peer_files():
+            series = series + peer.series(window_s, now_s)
+        return series
 
     def _peer_files(self) -> list[_RingFile]:
         paths = set(self.directory.glob(f"{self.prefix}-*{SUFFIX}"))
