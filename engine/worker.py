@@ -55,6 +55,7 @@ class EngineWorker:
         self.model = model
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
+        self._eos_ids = tokenizer.eos_token_ids  # read once per token: bound here
         self.device = next(model.parameters()).device
         dtype = next(model.parameters()).dtype
         block_size = config.block_size
@@ -353,7 +354,7 @@ class EngineWorker:
 
     def _emit(self, sequence: Sequence, token: int) -> bool:
         """Append one token and stream what is due; True if it finished the request."""
-        output = next_output(sequence, token, self.tokenizer.eos_token_ids, self.hooks.by_event)
+        output = next_output(sequence, token, self._eos_ids, self.hooks.by_event)
         if output is None:
             return False
         reason = output.finish_reason
