@@ -175,8 +175,9 @@ def complete(base_url: str, tier: str, max_tokens: int) -> int:
             "stream": True}  # fmt: skip
     with (
         httpx.Client(timeout=120) as client,
-        client.stream("POST", f"{base_url}/v1/completions", json=body,
-                      headers={"x-llm-tier": tier}) as answer,  # fmt: skip
+        client.stream(
+            "POST", f"{base_url}/v1/completions", json=body, headers={"x-llm-tier": tier}
+        ) as answer,  # fmt: skip
     ):
         answer.read()
         return answer.status_code
