@@ -77,7 +77,27 @@ def _thresholds(spec: SLOSpec, tier: str, sli: str) -> list[tuple[float, str]]:
 SLI_PANELS = (("ttft", "ttft_s", "TTFT"), ("tpot", "tpot_s", "TPOT"), ("e2e", "e2e_s", "e2e"))
 
 
+def value_scale(bars: Sequence[float], lines: Sequence[float]) -> tuple[str, tuple[float, float]]:
+    """("log" | "linear", y limits) showing every bar and every threshold line readably.
+
+    A threshold far above the bars (10 s against bars of 20 ms) flattens them on a linear axis:
+    past a tenfold spread the axis goes logarithmic, from below the smallest bar to above the
+    highest line, so both are read off the same axis."""
+    positive = [v for v in (*bars, *lines) if v > 0]
+    if not positive:
+        return "linear", (0.0, 1.0)
+    top = max(positive)
+    smallest_bar = min((v for v in bars if v > 0), default=top)
+    if top / smallest_bar > 10:
+        return "log", (smallest_bar / 2, top * 2)
+    return "linear", (0.0, top * 1.15)
+
+
 def percentile_chart(spec: SLOSpec, columns: RecordColumns) -> str:
+    return to_svg(percentile_figure(spec, columns), "percentiles")
+
+
+def percentile_figure(spec: SLOSpec, columns: RecordColumns) -> Figure:
     """p50/p90/p95/p99 per tier for TTFT, TPOT and e2e, with each tier's SLO thresholds."""
     figure = _figure(11, 3.8)
     axes_row = figure.subplots(1, 3)
@@ -85,29 +105,35 @@ def percentile_chart(spec: SLOSpec, columns: RecordColumns) -> str:
     width = 0.8 / len(PERCENTILES)
     shades = (0.35, 0.55, 0.8, 1.0)
     for axes, (sli, field_name, label) in zip(axes_row, SLI_PANELS, strict=True):
-        axes.set_title(f"{label} percentiles (ms)")
-        drawn = False
+        bars: list[float] = []
+        lines: list[float] = []
         for index, (name, color, rows) in enumerate(tiers):
             values = _clean(sli_values(rows, field_name))
             if values.size == 0:
                 continue
-            drawn = True
             for k, (q, alpha) in enumerate(zip(PERCENTILES, shades, strict=True)):
                 x = index - 0.4 + width * (k + 0.5)
-                axes.bar(x, nearest_rank(values, q / 100) * 1e3, width, color=color, alpha=alpha,
+                bars.append(nearest_rank(values, q / 100) * 1e3)
+                axes.bar(x, bars[-1], width, color=color, alpha=alpha,
                          label=f"p{q}" if index == 0 else None)  # fmt: skip
             for threshold, objective in _thresholds(spec, name, sli):
+                lines.append(threshold * 1e3)
                 axes.hlines(threshold * 1e3, index - 0.45, index + 0.45, colors="#c00",
                             linestyles="dashed", linewidth=1.5)  # fmt: skip
                 axes.annotate(objective, (index, threshold * 1e3), textcoords="offset points",
                               xytext=(0, 3), ha="center", fontsize=7, color="#c00")  # fmt: skip
+        scale, limits = value_scale(bars, lines)
+        if scale == "log":
+            axes.set_yscale("log")
+        axes.set_ylim(*limits)
+        axes.set_title(f"{label} percentiles (ms{', log scale' if scale == 'log' else ''})")
         axes.set_xticks(range(len(tiers)), [name for name, _, _ in tiers])
-        if not drawn:
+        if not bars:
             _no_data(axes, label)
         elif axes is axes_row[0]:
             axes.legend(fontsize=7, title="shade", title_fontsize=7)
         axes.grid(axis="y", alpha=0.3)
-    return to_svg(figure, "percentiles")
+    return figure
 
 
 PHASE_LABELS = {"queue_s": "queue", "prefill_s": "prefill",
@@ -235,7 +261,18 @@ def over_time_chart(spec: SLOSpec, columns: RecordColumns) -> str:
     return to_svg(figure, "over-time")
 
 
+def log_limits(values: Sequence[float], box_edges: Sequence[float]) -> tuple[float, float]:
+    """Log-axis limits holding every point and every performance-tier edge, with a margin:
+    a p95 TTFT of 12 ms sits inside the axes, not under them."""
+    every = [v for v in (*values, *box_edges) if v > 0]
+    return min(every) / 1.6, max(every) * 1.6
+
+
 def industry_chart(report: EvaluationReport, colors: dict[str, str]) -> str:
+    return to_svg(industry_figure(report, colors), "industry")
+
+
+def industry_figure(report: EvaluationReport, colors: dict[str, str]) -> Figure:
     """p95 TTFT against p95 TPOT per tier, on the industry's performance-tier boxes."""
     figure = _figure(8, 4.2)
     axes = figure.subplots()
@@ -254,16 +291,17 @@ def industry_chart(report: EvaluationReport, colors: dict[str, str]) -> str:
                      edgecolors="black", zorder=3)  # fmt: skip
         axes.annotate(name, (ttft * 1e3, tpot * 1e3), textcoords="offset points",
                       xytext=(6, 4 + 10 * index), fontsize=8)  # fmt: skip
-    xs = [x * 1e3 for _, x, _ in drawn] + [3000.0]
-    ys = [y * 1e3 for _, _, y in drawn] + [150.0]
-    axes.set_xlim(10, max(xs) * 1.5)
-    axes.set_ylim(2, max(ys) * 1.5)
+    # Every box edge stays in view (the boxes are the scale the points are read against).
+    axes.set_xlim(*log_limits([x * 1e3 for _, x, _ in drawn],
+                              [t.ttft_max_s * 1e3 for t in LATENCY_TIERS]))  # fmt: skip
+    axes.set_ylim(*log_limits([y * 1e3 for _, _, y in drawn],
+                              [t.tpot_max_s * 1e3 for t in LATENCY_TIERS]))  # fmt: skip
     axes.set_xlabel("p95 TTFT (ms)")
     axes.set_ylabel("p95 TPOT (ms)")
     axes.legend(fontsize=7, loc="upper left")
     if not drawn:
         _no_data(axes, "TTFT and TPOT")
-    return to_svg(figure, "industry")
+    return figure
 
 
 def all_charts(
@@ -272,7 +310,8 @@ def all_charts(
     """(id, caption, svg) of every chart, in page order."""
     colors = tier_colors(spec, columns)
     return (
-        ("percentiles", "Percentiles per tier; dashed red: the tier's SLO threshold.",
+        ("percentiles", "Percentiles per tier; dashed red: the tier's SLO threshold (a log "
+         "axis where a threshold is far above the bars).",
          percentile_chart(spec, columns)),
         ("phases", "Mean time per phase; the grey tail is time the server cannot see "
          "(client e2e - server e2e).", phase_chart(spec, columns)),

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -22,10 +23,12 @@ from tests.servers import free_port
 
 pytest.importorskip("matplotlib")
 
+from slo.columns import RecordColumns
 from slo.records import iter_jsonl_dicts
 from slo.report import write_report
-from slo.report_charts import PALETTE
+from slo.report_charts import PALETTE, industry_figure, percentile_figure, value_scale
 from slo.spec import SLOSpec
+from tests.e2e.screenshots import keep
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "slo" / "examples" / "run.jsonl"
 WIDTH, HEIGHT = 1280, 4400
@@ -77,6 +80,7 @@ def test_the_report_renders_its_charts_and_requests_nothing(tmp_path: Path) -> N
 
     shot, requested = render(page, tmp_path)
     assert requested == []
+    keep(shot.read_bytes(), "report.png", max_width=900, max_height=2300)
     pixels = np.asarray(Image.open(shot).convert("RGB"))
     assert pixels.shape == (HEIGHT, WIDTH, 3)
     drawn = np.any(pixels != 255, axis=2)
@@ -94,3 +98,38 @@ def test_the_network_check_sees_a_page_that_does_fetch(tmp_path: Path) -> None:
     control.write_text(f'<!DOCTYPE html><html><body><img src="{url}"></body></html>')
     _, requested = render(control, tmp_path)
     assert requested == [url]
+
+
+def test_the_industry_chart_fits_its_axes_to_the_data() -> None:
+    """A p95 TTFT of 12 ms and a p95 TPOT of 1.5 ms sit inside the axes, and so does a slow
+    tier far beyond the boxes, while every box edge stays in view."""
+    fast = SimpleNamespace(
+        name="fast", performance=SimpleNamespace(ttft_p95_s=0.012, tpot_p95_s=0.0015)
+    )
+    slow = SimpleNamespace(name="slow", performance=SimpleNamespace(ttft_p95_s=9.0, tpot_p95_s=0.4))
+    figure = industry_figure(SimpleNamespace(tiers=[fast, slow]), {})  # type: ignore[arg-type]
+    (axes,) = figure.axes
+    (x_low, x_high), (y_low, y_high) = axes.get_xlim(), axes.get_ylim()
+    assert x_low < 12 and x_high > 9000 and y_low < 1.5 and y_high > 400
+    assert x_high > 2000 and y_high > 100  # the Basic box's edges (2 s, 100 ms)
+
+
+def test_percentile_bars_stay_readable_beside_a_far_threshold() -> None:
+    spec = SLOSpec.from_yaml("""
+version: 1
+tiers:
+  - name: premium
+    default: true
+    objectives: [p95 ttft <= 10s]
+""")
+    rows = [{"request_id": f"r{i}", "timestamp": 1.0 + i, "tier": "premium", "outcome": "ok",
+             "ttft_s": 0.012 + 0.001 * (i % 10), "e2e_s": 0.2, "tpot_s": 0.01,
+             "output_tokens": 10} for i in range(100)]  # fmt: skip
+    ttft_axes = percentile_figure(spec, RecordColumns.from_dicts(rows)).axes[0]
+    assert ttft_axes.get_yscale() == "log"
+    low, high = ttft_axes.get_ylim()
+    assert low < 12 and high > 10_000  # the smallest bar and the 10 s line on one axis
+    # A tenfold spread or less stays linear from zero; more goes logarithmic.
+    assert value_scale([20.0, 25.0], [200.0]) == ("linear", (0.0, 200.0 * 1.15))
+    assert value_scale([20.0, 25.0], [201.0])[0] == "log"
+    assert value_scale([], []) == ("linear", (0.0, 1.0))

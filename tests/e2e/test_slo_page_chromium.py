@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import io
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -29,6 +27,7 @@ import httpx
 import pytest
 
 from tests.conftest import require_or_skip
+from tests.e2e.screenshots import keep
 from tests.servers import slo_serve
 
 pytest.importorskip("torch")
@@ -36,7 +35,6 @@ websockets_sync = pytest.importorskip("websockets.sync.client")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 SPEC = """
 version: 1
 window: 1h
@@ -149,27 +147,6 @@ def browser(tmp_path: Path) -> Iterator[Callable[[], DevTools]]:
             process.wait()
 
 
-def small_png(png: bytes, path: Path, max_width: int = 1000) -> bytes:
-    """A screenshot fit for the README: scaled to `max_width`, 64 colours (well under 200 KB)."""
-    from PIL import Image
-
-    image = Image.open(io.BytesIO(png)).convert("RGB")
-    if image.width > max_width:
-        image = image.resize((max_width, round(image.height * max_width / image.width)))
-    buffer = io.BytesIO()
-    image.quantize(colors=64).save(buffer, format="PNG", optimize=True)
-    path.write_bytes(buffer.getvalue())
-    return buffer.getvalue()
-
-
-def keep(png: bytes, name: str, tmp_path: Path) -> None:
-    written = small_png(png, tmp_path / name)
-    assert len(written) < 200_000, (name, len(written))
-    if os.environ.get("LLM_SLO_UPDATE_SCREENSHOTS") == "1":
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        (SCREENSHOTS / name).write_bytes(written)
-
-
 def complete(base_url: str, tier: str, max_tokens: int) -> int:
     body = {"model": "bundled:tiny", "prompt": "Hello there", "max_tokens": max_tokens,
             "stream": True}  # fmt: skip
@@ -210,7 +187,7 @@ def test_the_on_call_page_healthy_then_burning(
         assert states and set(states) == {"met"}, states
         assert page.evaluate("document.querySelector('.phasebar i') !== null")  # phases drawn
         assert page.evaluate("document.querySelector('#engine b') !== null")  # engine reported
-        keep(page.screenshot(LAPTOP), "slo-page-healthy.png", tmp_path)
+        keep(page.screenshot(LAPTOP), "slo-page-healthy.png")
         first_refresh = float(page.evaluate("document.body.dataset.evaluatedAt"))
 
         # The overload: long replies on the slowed engine, premium only.
@@ -230,10 +207,10 @@ def test_the_on_call_page_healthy_then_burning(
         assert page.evaluate("document.querySelector('.burn td[data-state=firing]') !== null")
         requests = page.evaluate("document.querySelector('#tiers section h3').textContent")
         assert "20 requests" in requests, requests  # 8 healthy + 12 slow, all counted
-        keep(page.screenshot(LAPTOP), "slo-page-burning.png", tmp_path)
+        keep(page.screenshot(LAPTOP), "slo-page-burning.png")
 
         # A phone-sized window: nothing wider than the screen (tables scroll in their box).
-        keep(page.screenshot(PHONE, mobile=True), "slo-page-phone.png", tmp_path)
+        keep(page.screenshot(PHONE, mobile=True), "slo-page-phone.png")
         assert page.evaluate("document.documentElement.scrollWidth") <= PHONE[0]
 
     requested = [event["request"]["url"] for event in page.named("Network.requestWillBeSent")]
