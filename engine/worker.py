@@ -3,7 +3,7 @@
 A step admits and prefills new sequences, then decodes the running ones (plainly, or
 speculatively with a draft model), samples, checks stop conditions and streams the new text.
 Other threads reach it only through `enqueue`, `abort`, the hook methods and `stop`; all of
-them take `lock`, the one lock shared with the step loop.
+them take `_lock`, the one lock shared with the step loop.
 """
 
 from __future__ import annotations
@@ -78,20 +78,20 @@ class EngineWorker:
             max(config.max_prefill_tokens, max_model_len),
             num_speculative=config.num_speculative_tokens if draft is not None else 0,
         )
-        self.default_generator = torch.Generator(device=self.device).manual_seed(config.seed)
+        self._default_generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.speculative: SpeculativeDecoder | None = None
         if draft is not None:
             # Same block ids as the target's cache, so prefix-cached blocks hold both.
             draft_cache = PagedKVCache(draft.config, num_blocks, block_size, dtype, self.device)
             self.speculative = SpeculativeDecoder(
-                draft, draft_cache, config.num_speculative_tokens, self.default_generator
+                draft, draft_cache, config.num_speculative_tokens, self._default_generator
             )
         self.totals = EngineTotals()
         self.hooks = HookDispatch()
-        self.lock = threading.Condition()
+        self._lock = threading.Condition()
         # Test hook: called with a batch's request ids before its forward; raise to fail it.
         self.step_faults: Callable[[list[str]], None] | None = None
-        # Shared with callers, under `lock`: handed over at the start of each step.
+        # Shared with callers, under `_lock`: handed over at the start of each step.
         self._incoming: list[Sequence] = []
         self._aborted: set[str] = set()
         self._sequences: dict[str, Sequence] = {}  # every request not finished yet, by id
@@ -111,7 +111,7 @@ class EngineWorker:
 
     @property
     def num_active_requests(self) -> int:
-        with self.lock:
+        with self._lock:
             return len(self._sequences)
 
     @property
@@ -126,9 +126,9 @@ class EngineWorker:
 
     def stop(self) -> None:
         """Stop the thread; requests still in the engine end with EngineStopped."""
-        with self.lock:
+        with self._lock:
             self._stopping = True
-            self.lock.notify_all()
+            self._lock.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
@@ -141,7 +141,7 @@ class EngineWorker:
     def enqueue(self, sequence: Sequence) -> None:
         """Hand a new request to the step loop, or raise EngineStopped / EngineOverloaded."""
         request_id = sequence.request_id
-        with self.lock:
+        with self._lock:
             if self._stopping:
                 raise EngineStopped("the engine is stopping; retry against another replica")
             waiting = len(self._incoming) + self.scheduler.num_waiting
@@ -159,21 +159,21 @@ class EngineWorker:
                     request_id, time.perf_counter_ns(), len(sequence.prompt_ids), sequence.priority
                 )
             self._incoming.append(sequence)
-            self.lock.notify()
+            self._lock.notify()
 
     def abort(self, request_id: str) -> None:
         """Cancel a request from any thread; its blocks are freed at the start of the next step."""
-        with self.lock:
+        with self._lock:
             if request_id in self._sequences:
                 self._aborted.add(request_id)
-                self.lock.notify()
+                self._lock.notify()
 
     def add_hooks(self, hooks: Any) -> None:
-        with self.lock:
+        with self._lock:
             self.hooks.add(hooks)
 
     def remove_hooks(self, hooks: Any) -> None:
-        with self.lock:
+        with self._lock:
             self.hooks.remove(hooks)
 
     # ------------------------------------------------------------------ the step loop
@@ -185,7 +185,7 @@ class EngineWorker:
         # us. Decode-sized products on more threads than the worker owns stall on each other
         # (a step takes half as long again). The call costs well under a microsecond.
         threads = self.threads if self.device.type == "cpu" else 0
-        lock = self.lock
+        lock = self._lock
         scheduler = self.scheduler
         while True:
             with lock:
@@ -348,7 +348,7 @@ class EngineWorker:
                 token = int(greedy_ids[row])
             else:
                 token = sample_token(
-                    logits[row], params, sequence.generator or self.default_generator
+                    logits[row], params, sequence.generator or self._default_generator
                 )
             self._emit(sequence, token)
 
@@ -368,7 +368,7 @@ class EngineWorker:
     def _finish(self, sequence: Sequence, reason: str) -> None:
         """Mark a sequence finished and forget it; whoever calls this tells the caller."""
         sequence.finish_reason = reason
-        with self.lock:
+        with self._lock:
             self._sequences.pop(sequence.request_id, None)
         for hook in self.hooks.by_event["on_finish"]:
             hook(sequence.request_id, time.perf_counter_ns(), reason)

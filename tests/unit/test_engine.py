@@ -16,10 +16,12 @@ from engine import (  # noqa: E402
     EngineConfig,
     EngineOverloaded,
     EngineStepFailed,
+    RequestStream,
     RequestTooLarge,
     SamplingParams,
     StepStats,
 )
+from engine.hooks import HookDispatch  # noqa: E402
 from tests.checkpoints import write_hf_llama  # noqa: E402
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
@@ -142,15 +144,55 @@ def test_overload_raises_at_once(checkpoint: Path) -> None:
 
 
 def test_too_large_requests_are_refused(engine: Engine) -> None:
+    """Each refusal names the parameter to change (the API reports it as the error's param)."""
+    context = engine.max_model_len
+
     async def scenario() -> None:
-        with pytest.raises(RequestTooLarge, match="context"):
-            engine.submit("x" * 500, SamplingParams(max_tokens=100))
-        with pytest.raises(RequestTooLarge, match="cap"):
+        with pytest.raises(RequestTooLarge, match="context") as caught:
+            engine.submit("x" * (context - 50), SamplingParams(max_tokens=100))
+        assert caught.value.param == "max_tokens"
+        with pytest.raises(RequestTooLarge, match="context") as caught:
+            engine.submit([1] * context, SamplingParams(max_tokens=1))
+        assert caught.value.param == "prompt"
+        with pytest.raises(RequestTooLarge, match="cap") as caught:
             engine.submit("x", SamplingParams(max_tokens=10_000))
-        with pytest.raises(RequestTooLarge, match="empty"):
+        assert caught.value.param == "max_tokens"
+        with pytest.raises(RequestTooLarge, match="empty") as caught:
             engine.submit([], SamplingParams(max_tokens=1))
+        assert (caught.value.param, caught.value.code) == ("prompt", None)
 
     run(scenario())
+    assert engine.num_active_requests == 0  # nothing refused was queued
+
+
+def test_closing_a_stream_calls_its_abort_once() -> None:
+    aborted: list[str] = []
+
+    async def scenario() -> None:
+        stream = RequestStream("req-1", 3, aborted.append)
+        stream.cancel()
+        stream.cancel()
+        with pytest.raises(StopAsyncIteration):
+            await anext(stream)
+
+    run(scenario())
+    assert aborted == ["req-1"]
+
+
+def test_hook_dispatch_binds_only_the_methods_present() -> None:
+    class Tokens:
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def on_token(self, request_id: str, time_ns: int, token_index: int) -> None:
+            self.seen.append(request_id)
+
+    dispatch, hooks = HookDispatch(), Tokens()
+    dispatch.add(hooks)
+    assert [len(dispatch.by_event[e]) for e in ("on_token", "on_finish")] == [1, 0]
+    dispatch.by_event["on_token"][0]("r", 0, 0)
+    dispatch.remove(hooks)
+    assert dispatch.by_event["on_token"] == [] and hooks.seen == ["r"]
 
 
 def test_seeded_sampling_is_repeatable_and_varies_with_seed(engine: Engine) -> None:
