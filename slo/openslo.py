@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from slo.errors import UsageError
+from slo.errors import SpecError, UsageError
 from slo.sli import CATALOG, LATENCY_SLIS
 from slo.units import format_duration, format_percent, parse_duration
 
@@ -30,8 +30,6 @@ _LE = re.compile(r"""le\s*=~?\s*["']([0-9.eE+-]+)["']""")
 
 
 def _fail(source: str, doc: Any, message: str) -> UsageError:
-    from slo.spec import SpecError  # spec imports this module lazily; no cycle at import time
-
     return SpecError(source, int(getattr(doc, "line", 0)), f"OpenSLO: {message}")
 
 

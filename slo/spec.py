@@ -24,8 +24,9 @@ from slo.alert_policy import (
     ThresholdAlert,
     build_alert_policy,
 )
-from slo.errors import UsageError
+from slo.errors import SpecError
 from slo.objectives import Objective, parse_objective
+from slo.openslo import openslo_to_spec_dict
 from slo.spec_fields import Fail, check_keys, count, duration, line_of, strings
 from slo.units import format_duration
 from slo.yamlfile import error_line, error_problem, load_documents
@@ -35,16 +36,6 @@ _TIER_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _TOP_KEYS = ("version", "window", "min_events", "tiers", "alert_policy")
 _TIER_KEYS = ("name", "priority", "default", "match", "objectives", "description")
 _MATCH_KEYS = ("header", "values", "api_keys", "routes")
-
-
-class SpecError(UsageError):
-    """A spec problem: one line naming the file, the line, the tier and the fix."""
-
-    def __init__(self, source: str, line: int, message: str, tier: str | None = None) -> None:
-        where = f"{source}:{line}" if line else source
-        scope = f"tier {tier!r}: " if tier else ""
-        super().__init__(f"{where}: {scope}{message}")
-        self.source, self.line, self.tier = source, line, tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +127,6 @@ class SLOSpec:
             isinstance(doc, Mapping) and str(doc.get("apiVersion", "")).startswith("openslo/")
             for doc in documents
         ):
-            from slo.openslo import openslo_to_spec_dict
-
             try:
                 raw, notes = openslo_to_spec_dict(documents, source)
             except (ValueError, TypeError, AttributeError, KeyError, IndexError) as error:
