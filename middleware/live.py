@@ -16,6 +16,7 @@ import math
 import threading
 from bisect import bisect_left
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ BREAKDOWN_FIELD = {
 # The breakdown attribute of each phase (None, an unreported phase, counts as 0 as in
 # `Breakdown.phases`).
 PHASE_FIELDS = tuple(f"{phase}_s" for phase in PHASES)
+_phase_values = attrgetter(*PHASE_FIELDS)  # all of them in one call: this runs per request
 
 
 @dataclass
@@ -146,8 +148,9 @@ class TierWindows:
                     for index, count in itl_counts:
                         pending[itl_start + index] += count
                 phase = layout.phase_start
-                for field in PHASE_FIELDS:
-                    pending[phase] += getattr(breakdown, field) or 0.0
+                for value in _phase_values(breakdown):
+                    if value:
+                        pending[phase] += value
                     phase += 1
                 pending[phase] += 1
                 for check in self._goodput_checks:
