@@ -139,12 +139,30 @@ class EngineConfig:
     # torch.compile the decode forward (engine/compiled.py): faster decode steps for a one-time
     # compile during warm-up (tens of seconds on a CPU, cached on disk by inductor after that).
     compile: bool = False
+    # Tier isolation (engine/policy.py, engine/scheduler.py). Tokens one step computes: every
+    # running decode first, prefill chunks fill the rest, so a long prompt spans several steps
+    # instead of stalling the decodes. None: max_prefill_tokens.
+    max_num_batched_tokens: int | None = None
+    scheduling: str = "priority"  # "fifo", "priority" (preempts lower tiers) or "slo"
+    priority_aging_s: float | None = 2.0  # waiting this long moves a request up one level
+    # scheduling="slo": each priority's (TTFT, TPOT) objective thresholds in seconds (None: no
+    # objective); `slo serve` fills it from the spec's tiers.
+    tier_objectives: dict[int, tuple[float | None, float | None]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.quantization not in (None, "int8"):
             raise ValueError(
                 f"EngineConfig.quantization is {self.quantization!r}; use None or 'int8'"
+            )
+        if self.scheduling not in ("fifo", "priority", "slo"):
+            raise ValueError(
+                f"EngineConfig.scheduling is {self.scheduling!r}; use 'fifo', 'priority' or 'slo'"
+            )
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise ValueError(
+                "EngineConfig.max_num_batched_tokens must be at least 1, "
+                f"got {self.max_num_batched_tokens}"
             )
         if self.draft_model is not None and self.num_speculative_tokens < 1:
             raise ValueError(

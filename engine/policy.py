@@ -1,0 +1,137 @@
+"""Scheduling policies: who prefills first, who may preempt whom, and when a request is shed.
+
+- `fifo`: arrival order; a waiting request never preempts a running one.
+- `priority`: lower priority number first; with the batch or the KV cache full, a waiting
+  request preempts the lowest-priority running sequence (recompute). Aging: every
+  `aging_s` seconds of waiting moves a request up one level in the order, so the lowest tier
+  keeps progressing under a flood of higher tiers (preemption still looks at the raw
+  priority only, so an aged request never evicts a better tier and nothing ping-pongs).
+- `slo`: prefill ordered by slack = TTFT deadline - now - predicted prefill time, the time
+  learned from recent steps (`PrefillTimeModel`); preempts like `priority`; sheds a waiting
+  request, lowest tier first, once its TTFT objective is out of reach.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.scheduler import Sequence
+
+SCHEDULING_POLICIES: tuple[str, ...] = ("fifo", "priority", "slo")
+SHED_TTFT_OUT_OF_REACH = "ttft_out_of_reach"
+SHED_QUEUE_FULL = "queue_full"
+SHED_REASONS: tuple[str, ...] = (SHED_TTFT_OUT_OF_REACH, SHED_QUEUE_FULL)
+
+
+@dataclass(frozen=True, slots=True)
+class TierObjective:
+    """A tier's latency objectives as the scheduler needs them (seconds; None: no objective)."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+
+class PrefillTimeModel:
+    """Step time = base + per_token * prefill tokens, fitted by least squares on recent steps.
+
+    Two parameters, not one rate: a step's fixed cost (the decodes riding along, the Python
+    around the forward) dominates short chunks; a plain seconds-per-token rate would
+    overestimate small prefills and shed requests that could still make their deadline.
+    """
+
+    def __init__(self, window: int = 64, min_samples: int = 8) -> None:
+        self._samples: deque[tuple[int, float]] = deque(maxlen=window)
+        self.min_samples = min_samples
+        self.base_s = 0.0
+        self.per_token_s = 0.0
+
+    @property
+    def ready(self) -> bool:
+        """Enough steps seen to predict; before that nothing is shed."""
+        return len(self._samples) >= self.min_samples
+
+    def observe(self, prefill_tokens: int, step_s: float) -> None:
+        self._samples.append((prefill_tokens, step_s))
+        n = len(self._samples)
+        mean_x = sum(x for x, _ in self._samples) / n
+        mean_y = sum(y for _, y in self._samples) / n
+        var_x = sum((x - mean_x) ** 2 for x, _ in self._samples)
+        if var_x > 0:
+            cov = sum((x - mean_x) * (y - mean_y) for x, y in self._samples)
+            self.per_token_s = max(0.0, cov / var_x)
+        elif mean_x > 0:
+            self.per_token_s = mean_y / mean_x
+        self.base_s = max(0.0, mean_y - self.per_token_s * mean_x)
+
+    def predict_s(self, tokens: int, tokens_per_step: int) -> float:
+        """Seconds to prefill `tokens` when each step takes at most `tokens_per_step` of them."""
+        if tokens <= 0:
+            return 0.0
+        steps = math.ceil(tokens / max(1, tokens_per_step))
+        return steps * self.base_s + tokens * self.per_token_s
+
+
+class Policy:
+    """Orders prefill work and picks preemption victims for one scheduling policy."""
+
+    def __init__(
+        self,
+        name: str = "priority",
+        aging_s: float | None = 2.0,
+        objectives: dict[int, TierObjective] | None = None,
+        default_ttft_s: float = 30.0,
+    ) -> None:
+        if name not in SCHEDULING_POLICIES:
+            raise ValueError(
+                f"scheduling policy {name!r} is unknown; use one of {', '.join(SCHEDULING_POLICIES)}"
+            )
+        self.name = name
+        self.aging_s = aging_s if aging_s and aging_s > 0 else None
+        self.objectives = dict(objectives or {})
+        self.default_ttft_s = default_ttft_s
+        self.prefill_time = PrefillTimeModel()
+
+    @property
+    def preempts(self) -> bool:
+        """Whether a waiting request may evict a running one of a lower tier."""
+        return self.name != "fifo"
+
+    @property
+    def sheds(self) -> bool:
+        return self.name == "slo"
+
+    def ttft_deadline_ns(self, sequence: Sequence) -> int:
+        objective = self.objectives.get(sequence.priority)
+        ttft_s = objective.ttft_s if objective and objective.ttft_s else self.default_ttft_s
+        return sequence.arrival_ns + int(ttft_s * 1e9)
+
+    def has_ttft_objective(self, sequence: Sequence) -> bool:
+        objective = self.objectives.get(sequence.priority)
+        return objective is not None and objective.ttft_s is not None
+
+    def rank(self, sequence: Sequence, now_ns: int, tokens_per_step: int) -> tuple[float, int, int]:
+        """Sort key of prefill work: smaller goes first."""
+        if self.name == "fifo":
+            return (0.0, 0, sequence.arrival)
+        if self.name == "priority":
+            aged = 0
+            if self.aging_s is not None:
+                aged = int((now_ns - sequence.arrival_ns) / 1e9 / self.aging_s)
+            return (float(sequence.priority - aged), sequence.priority, sequence.arrival)
+        remaining = sequence.num_tokens - sequence.num_cached
+        predicted_ns = self.prefill_time.predict_s(remaining, tokens_per_step) * 1e9
+        slack_ns = self.ttft_deadline_ns(sequence) - now_ns - predicted_ns
+        return (slack_ns, sequence.priority, sequence.arrival)
+
+    def victim_key(self, sequence: Sequence) -> tuple[int, int]:
+        """The running sequence with the largest key is preempted first."""
+        if self.name == "fifo":
+            return (0, sequence.arrival)
+        return (sequence.priority, sequence.arrival)
+
+    def may_preempt(self, waiting: Sequence, running: Sequence) -> bool:
+        return self.preempts and running.priority > waiting.priority
