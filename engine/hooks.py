@@ -8,6 +8,11 @@ event runs on the engine's worker thread, so hooks must be quick and must not bl
 `on_prefix_hit` is newer than the rest and optional like every event; `StepStats` gains fields
 with defaults, so hooks written for older engines keep working.
 
+With chunked prefill a prompt may span several steps: `on_prefill_start` fires with its first
+chunk (num_tokens: every token its prefill will compute) and `on_prefill_end` after its last;
+each chunk shows in its step's `StepStats` (`prefill_chunks`, `prefill_tokens`). A request shed
+by the scheduler ends with `on_finish(..., reason="shed")`.
+
 Hooks are structurally typed: any object with some of these methods works, missing methods are
 skipped (they are looked up once, when the hooks are added), and with no hooks registered the
 engine pays nothing per event.
@@ -56,6 +61,17 @@ class StepStats:
     # them the target accepted (the acceptance rate is accepted / draft over a window).
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
+    # Tier isolation. Prefill chunks this step (a long prompt spans several steps: each of its
+    # chunks counts in its step; `prefill_tokens` counts the chunks' tokens).
+    prefill_chunks: int = 0
+    # Sequences preempted this step, by priority.
+    preempted_by_priority: dict[int, int] = field(default_factory=dict)
+    # (priority, seconds waited) of each request given a batch slot this step, counted from
+    # when it joined the queue (its arrival, or its preemption).
+    queue_waits: tuple[tuple[int, float], ...] = ()
+    # (priority, reason) of each request shed since the previous step: "ttft_out_of_reach"
+    # (the slo policy) or "queue_full" (the waiting queue's bound, at submit).
+    shed: tuple[tuple[int, str], ...] = ()
 
     @property
     def kv_usage(self) -> float:

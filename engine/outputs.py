@@ -10,7 +10,8 @@ from typing import Literal
 class RequestOutput:
     """One streamed piece of a request: the new text and token ids since the previous piece.
 
-    The last piece has `finish_reason` set ("stop", "length", "cancelled" or "error").
+    The last piece has `finish_reason` set ("stop", "length", "cancelled" or "error"; a shed
+    request ends with the RequestShed error instead).
     """
 
     request_id: str
@@ -59,6 +60,15 @@ class EngineOverloaded(EngineError):
     def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class RequestShed(EngineOverloaded):
+    """The scheduler dropped a waiting request (`reason`, e.g. "ttft_out_of_reach": its tier's
+    TTFT objective can no longer be met); the API answers 429 with the reason."""
+
+    def __init__(self, message: str, reason: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message, retry_after_s)
+        self.reason = reason
 
 
 class RequestTooLarge(EngineError, ValueError):

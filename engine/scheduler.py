@@ -1,12 +1,17 @@
-"""Continuous-batching scheduler: priority admission under a token budget, preemption by recompute.
+"""Continuous-batching scheduler: stall-free steps under a token budget, preemption by recompute.
 
-Each step the engine (1) reserves a cache slot for the next token of every running sequence,
-preempting the least important running sequence when blocks run out, (2) admits waiting
-sequences by priority (lower number first, FIFO within a priority) while the prefill token
-budget, the batch size and the free blocks allow, and (3) decodes the running sequences.
-A preempted sequence gives back all its blocks and waits again at the head of its priority;
-when it is admitted again its prompt and the tokens generated so far are prefilled anew
-(recompute), and its earlier output is not sent twice.
+Each step (`schedule`) the scheduler (1) sheds, under the `slo` policy, waiting requests whose
+TTFT objective is out of reach, (2) reserves a cache slot for the next token of every decoding
+sequence, preempting the least important running sequence when blocks run out, and (3) fills
+the rest of the step's token budget (`max_num_batched_tokens`) with prefill chunks in the
+policy's order (engine/policy.py): prompts still being prefilled continue, waiting ones are
+admitted while the batch size and the free blocks allow; a waiting request of a higher tier
+may preempt a running one of a lower tier. Decodes go first, so a long prompt spans several
+steps instead of stalling every running decode (Sarathi-Serve's stall-free batching).
+
+A preempted sequence gives back all its blocks and waits again; when it is admitted again its
+prompt and the tokens generated so far are prefilled anew (recompute), and its earlier output
+is not sent twice.
 
 With prefix caching on, admission first looks up the sequence's full blocks in the cache:
 hits join the block table (shared, reference counted) and prefill starts after them.
@@ -14,7 +19,6 @@ hits join the block table (shared, reference counted) and prefill starts after t
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +26,7 @@ from typing import Any
 import torch
 
 from engine.kv_cache import BlockAllocator, OutOfBlocks, blocks_needed, chain_hashes
+from engine.policy import SHED_TTFT_OUT_OF_REACH, Policy
 from engine.sampling import SamplingParams
 from engine.tokenizer import IncrementalDetokenizer
 
@@ -51,6 +56,10 @@ class Sequence:
     sent_tokens: int = 0  # how many of `output_ids` have been handed to the caller
     finish_reason: str | None = None
     num_preemptions: int = 0
+    arrival_ns: int = 0  # perf_counter_ns when enqueued: TTFT deadlines and aging count from it
+    queued_ns: int = 0  # when it last joined the waiting queue (arrival, or its preemption)
+    prefilled: bool = False  # every token up to the newest is in the cache: it decodes
+    prefill_started: bool = False  # its first chunk since (re)admission has run
 
     @property
     def all_ids(self) -> list[int]:
@@ -70,6 +79,22 @@ class Sequence:
         return max(0, min(num_speculative, remaining - 1))
 
 
+@dataclass
+class StepPlan:
+    """What one step runs: decodes first, then prefill chunks; and who was moved or shed."""
+
+    budget: int  # tokens of the step's budget not yet handed out
+    decodes: list[Sequence] = field(default_factory=list)
+    chunks: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, tokens)
+    admitted: list[Sequence] = field(default_factory=list)  # given blocks this step
+    preempted: list[Sequence] = field(default_factory=list)
+    shed: list[tuple[Sequence, str]] = field(default_factory=list)  # (sequence, reason)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(tokens for _, tokens in self.chunks)
+
+
 class Scheduler:
     """Owns the waiting queue, the running set and the block allocator. Worker thread only."""
 
@@ -78,15 +103,21 @@ class Scheduler:
         allocator: BlockAllocator,
         block_size: int,
         max_batch_size: int,
-        max_prefill_tokens: int,
+        max_num_batched_tokens: int,
         num_speculative: int = 0,
+        policy: Policy | None = None,
     ) -> None:
+        if max_num_batched_tokens < 1:
+            raise ValueError(
+                f"max_num_batched_tokens must be at least 1, got {max_num_batched_tokens}"
+            )
         self.allocator = allocator
         self.num_speculative = num_speculative
         self.block_size = block_size
         self.max_batch_size = max_batch_size
-        self.max_prefill_tokens = max_prefill_tokens
-        self._waiting: list[tuple[int, int, Sequence]] = []
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.policy = policy or Policy()
+        self._waiting: list[Sequence] = []  # in arrival order; the policy orders it per step
         self.running: list[Sequence] = []
         self.num_preempted_total = 0
 
@@ -96,35 +127,94 @@ class Scheduler:
 
     def waiting_by_priority(self) -> dict[int, int]:
         counts: dict[int, int] = {}
-        for priority, _, _ in self._waiting:
-            counts[priority] = counts.get(priority, 0) + 1
+        for sequence in self._waiting:
+            counts[sequence.priority] = counts.get(sequence.priority, 0) + 1
         return counts
 
     def has_work(self) -> bool:
         return bool(self._waiting or self.running)
 
     def add(self, sequence: Sequence) -> None:
-        heapq.heappush(self._waiting, (sequence.priority, sequence.arrival, sequence))
+        if not sequence.queued_ns:
+            sequence.queued_ns = sequence.arrival_ns
+        self._waiting.append(sequence)
 
     def remove(self, sequence: Sequence) -> None:
         """Take a sequence out wherever it is and give its blocks back."""
         if sequence in self.running:
             self.running.remove(sequence)
-        else:
-            entries = [entry for entry in self._waiting if entry[2] is not sequence]
-            if len(entries) != len(self._waiting):
-                self._waiting = entries
-                heapq.heapify(self._waiting)
+        elif sequence in self._waiting:
+            self._waiting.remove(sequence)
         self._release(sequence)
 
     def all_sequences(self) -> list[Sequence]:
-        return self.running + [entry[2] for entry in self._waiting]
+        return self.running + self._waiting
 
-    def reserve_decode_slots(self) -> list[Sequence]:
-        """Make room for the next token (and any draft tokens to verify) of every running
-        sequence; returns those preempted."""
-        preempted: list[Sequence] = []
-        for sequence in sorted(self.running, key=lambda s: s.order):
+    # ------------------------------------------------------------------------ one step
+    def schedule(self, now_ns: int) -> StepPlan:
+        """Plan one step at time `now_ns` (perf_counter_ns; injected so tests need no clock)."""
+        plan = StepPlan(budget=self.max_num_batched_tokens)
+        if self.policy.sheds:
+            self._shed(now_ns, plan)
+        self._reserve_decode_slots(now_ns, plan)
+        plan.decodes = [s for s in self.running if s.prefilled]
+        plan.budget -= sum(1 + s.lookahead(self.num_speculative) for s in plan.decodes)
+        self._fill_prefill(now_ns, plan)
+        return plan
+
+    def _tokens_per_step(self) -> int:
+        decoding = sum(1 for s in self.running if s.prefilled)
+        return max(1, self.max_num_batched_tokens - decoding)
+
+    def _prefill_order(self, now_ns: int) -> list[Sequence]:
+        """Running sequences still prefilling and waiting ones, in the policy's order."""
+        per_step = self._tokens_per_step()
+        work = [s for s in self.running if not s.prefilled] + self._waiting
+        return sorted(work, key=lambda s: self.policy.rank(s, now_ns, per_step))
+
+    def _shed(self, now_ns: int, plan: StepPlan) -> None:
+        """Drop waiting requests that can no longer meet their tier's TTFT objective.
+
+        A waiting request is out of reach when now + the predicted time to prefill everything
+        ordered before it, and itself, passes its deadline. The lowest tier among those out of
+        reach goes first; the rest are judged again without it (it may have been in their
+        way). Nothing is shed before the prefill-time model has seen enough steps, nor a
+        request that has already streamed tokens (preempted and waiting again).
+        """
+        model = self.policy.prefill_time
+        if not model.ready or not self._waiting:
+            return
+        per_step = self._tokens_per_step()
+        order = self._prefill_order(now_ns)
+        gone: set[int] = set()
+        while True:
+            ahead = 0
+            misses: list[Sequence] = []
+            for sequence in order:
+                if id(sequence) in gone:
+                    continue
+                ahead += sequence.num_tokens - sequence.num_cached
+                if sequence.prefilled or sequence.output_ids or sequence.block_table:
+                    continue  # running, or already answered: never shed
+                if not self.policy.has_ttft_objective(sequence):
+                    continue
+                finish_ns = now_ns + model.predict_s(ahead, per_step) * 1e9
+                if finish_ns > self.policy.ttft_deadline_ns(sequence):
+                    misses.append(sequence)
+            if not misses:
+                return
+            lowest = max(s.priority for s in misses)
+            for sequence in misses:
+                if sequence.priority == lowest:
+                    gone.add(id(sequence))
+                    self._waiting.remove(sequence)
+                    plan.shed.append((sequence, SHED_TTFT_OUT_OF_REACH))
+
+    def _reserve_decode_slots(self, now_ns: int, plan: StepPlan) -> None:
+        """Make room for the next token (and any draft tokens to verify) of every decoding
+        sequence, preempting the policy's least important running sequence when blocks run out."""
+        victim_key = self.policy.victim_key
+        for sequence in sorted((s for s in self.running if s.prefilled), key=victim_key):
             if sequence not in self.running:
                 continue  # preempted earlier in this loop
             needed = sequence.num_tokens + sequence.lookahead(self.num_speculative)
@@ -133,41 +223,71 @@ class Scheduler:
                     self._grow(sequence, needed)
                     break
                 except OutOfBlocks:
-                    victim = max(self.running, key=lambda s: s.order)
-                    self._preempt(victim)
-                    preempted.append(victim)
+                    victim = max(self.running, key=victim_key)
+                    self._preempt(victim, now_ns)
+                    plan.preempted.append(victim)
                     if victim is sequence:
                         break
-        return preempted
 
-    def admit(self) -> list[Sequence]:
-        """Move waiting sequences into the running set; they need a prefill this step."""
-        admitted: list[Sequence] = []
-        budget = self.max_prefill_tokens
-        while self._waiting and len(self.running) < self.max_batch_size:
-            sequence = self._waiting[0][2]
-            tokens = sequence.num_tokens
-            hashes, hit = self._cached_prefix(sequence)
-            to_compute = tokens - len(hit) * self.block_size
-            if admitted and to_compute > budget:
+    def _fill_prefill(self, now_ns: int, plan: StepPlan) -> None:
+        """Hand the budget left after the decodes to prefill chunks, in the policy's order."""
+        preempted = {id(s) for s in plan.preempted}
+        blocked = False  # a waiting request did not fit: no later one jumps ahead of it
+        for sequence in self._prefill_order(now_ns):
+            if plan.budget <= 0:
                 break
+            if id(sequence) in preempted:
+                continue
+            if sequence not in self.running and (
+                blocked or not self._admit(sequence, now_ns, plan)
+            ):
+                blocked = True
+                continue
+            chunk = min(sequence.num_tokens - sequence.num_cached, plan.budget)
+            plan.chunks.append((sequence, chunk))
+            plan.budget -= chunk
+
+    def _admit(self, sequence: Sequence, now_ns: int, plan: StepPlan) -> bool:
+        """Give a waiting sequence its blocks and a batch slot, preempting lower tiers if the
+        policy allows; False when it does not fit."""
+        tokens = sequence.num_tokens
+        while True:
+            hashes, hit = self._cached_prefix(sequence)
             # Room for the prompt and the first generated token; cached blocks nobody holds
             # count as free until this sequence takes them.
             reclaimed = sum(1 for block in hit if self.allocator.ref_count(block) == 0)
             new_blocks = blocks_needed(tokens + 1, self.block_size) - len(hit)
-            if new_blocks > self.allocator.num_free - reclaimed:
+            full = len(self.running) >= self.max_batch_size
+            if not full and new_blocks <= self.allocator.num_free - reclaimed:
                 break
-            heapq.heappop(self._waiting)
-            self.allocator.acquire(hit)
-            sequence.block_table = list(hit)
-            sequence.block_hashes = hashes[: len(hit)]
-            sequence.num_cached = sequence.draft_cached = len(hit) * self.block_size
-            sequence.prefix_hit_tokens = sequence.num_cached
-            self._grow(sequence, tokens)
-            self.running.append(sequence)
-            admitted.append(sequence)
-            budget -= to_compute
-        return admitted
+            victim = self._victim_for(sequence, plan)
+            if victim is None:
+                return False
+            self._preempt(victim, now_ns)
+            plan.preempted.append(victim)
+            if victim in plan.decodes:
+                plan.decodes.remove(victim)
+                plan.budget += 1 + victim.lookahead(self.num_speculative)
+        self._waiting.remove(sequence)
+        self.allocator.acquire(hit)
+        sequence.block_table = list(hit)
+        sequence.block_hashes = hashes[: len(hit)]
+        sequence.num_cached = sequence.draft_cached = len(hit) * self.block_size
+        sequence.prefix_hit_tokens = sequence.num_cached
+        sequence.prefilled = sequence.prefill_started = False
+        self._grow(sequence, tokens)
+        self.running.append(sequence)
+        plan.admitted.append(sequence)
+        return True
+
+    def _victim_for(self, waiting: Sequence, plan: StepPlan) -> Sequence | None:
+        """The running sequence `waiting` may preempt: the policy's least important one of a
+        lower tier, never one already given a prefill chunk this step."""
+        chunked = {id(s) for s, _ in plan.chunks}
+        candidates = [
+            s for s in self.running if id(s) not in chunked and self.policy.may_preempt(waiting, s)
+        ]
+        return max(candidates, key=self.policy.victim_key) if candidates else None
 
     def _cached_prefix(self, sequence: Sequence) -> tuple[list[int], list[int]]:
         """Hashes of the sequence's full blocks and the cached blocks of its longest prefix.
@@ -200,12 +320,14 @@ class Scheduler:
         while len(sequence.block_table) * self.block_size < num_tokens:
             sequence.block_table.append(self.allocator.allocate())
 
-    def _preempt(self, sequence: Sequence) -> None:
+    def _preempt(self, sequence: Sequence, now_ns: int) -> None:
         self.running.remove(sequence)
         self._release(sequence)
         sequence.num_preemptions += 1
+        sequence.prefilled = sequence.prefill_started = False
+        sequence.queued_ns = now_ns
         self.num_preempted_total += 1
-        self.add(sequence)
+        self._waiting.append(sequence)
 
     def _release(self, sequence: Sequence) -> None:
         if sequence.block_table:

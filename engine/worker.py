@@ -1,7 +1,8 @@
 """The engine's worker: a thread that owns scheduler, KV cache and queues, and runs the steps.
 
-A step admits and prefills new sequences, then decodes the running ones (plainly, or
-speculatively with a draft model), samples, checks stop conditions and streams the new text.
+A step asks the scheduler for a plan (decodes first, prefill chunks in the policy's order under
+the token budget, preemptions, requests shed), runs the prefill chunks and the decodes (plainly,
+or speculatively with a draft model), samples, checks stop conditions and streams the new text.
 Other threads reach it only through `enqueue`, `abort`, the hook methods and `stop`; all of
 them take `_lock`, the one lock shared with the step loop.
 """
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 import torch
 
 from engine import runner
+from engine.chunked import prefill_chunks
 from engine.config import EngineConfig, ModelConfig
 from engine.emit import next_output
 from engine.hooks import HookDispatch, StepStats
@@ -28,9 +30,11 @@ from engine.outputs import (
     EngineStepFailed,
     EngineStopped,
     EngineTotals,
+    RequestShed,
 )
+from engine.policy import SHED_QUEUE_FULL, Policy, TierObjective
 from engine.sampling import sample_token
-from engine.scheduler import Scheduler, Sequence
+from engine.scheduler import Scheduler, Sequence, StepPlan
 from engine.speculative import SpeculativeDecoder
 from engine.tokenizer import Tokenizer
 
@@ -71,12 +75,21 @@ class EngineWorker:
             self.device,
             enable_caching=config.enable_prefix_caching,
         )
+        self.policy = Policy(
+            config.scheduling,
+            aging_s=config.priority_aging_s,
+            objectives={
+                priority: TierObjective(ttft_s, tpot_s)
+                for priority, (ttft_s, tpot_s) in config.tier_objectives.items()
+            },
+        )
         self.scheduler = Scheduler(
             self.cache.allocator,
             block_size,
             config.max_batch_size,
-            max(config.max_prefill_tokens, max_model_len),
+            config.max_num_batched_tokens or config.max_prefill_tokens,
             num_speculative=config.num_speculative_tokens if draft is not None else 0,
+            policy=self.policy,
         )
         self._default_generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.speculative: SpeculativeDecoder | None = None
@@ -94,6 +107,7 @@ class EngineWorker:
         # Shared with callers, under `_lock`: handed over at the start of each step.
         self._incoming: list[Sequence] = []
         self._aborted: set[str] = set()
+        self._shed_at_submit: list[tuple[int, str]] = []  # (priority, reason), for on_step
         self._sequences: dict[str, Sequence] = {}  # every request not finished yet, by id
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -146,6 +160,7 @@ class EngineWorker:
                 raise EngineStopped("the engine is stopping; retry against another replica")
             waiting = len(self._incoming) + self.scheduler.num_waiting
             if waiting >= self.config.max_waiting:
+                self._shed_at_submit.append((sequence.priority, SHED_QUEUE_FULL))
                 raise EngineOverloaded(
                     f"{waiting} requests are already waiting (limit {self.config.max_waiting}); "
                     "retry shortly",
@@ -154,10 +169,9 @@ class EngineWorker:
             if request_id in self._sequences:
                 raise ValueError(f"request id '{request_id}' is already in use")
             self._sequences[request_id] = sequence
+            sequence.arrival_ns = sequence.queued_ns = time.perf_counter_ns()
             for hook in self.hooks.by_event["on_enqueue"]:
-                hook(
-                    request_id, time.perf_counter_ns(), len(sequence.prompt_ids), sequence.priority
-                )
+                hook(request_id, sequence.arrival_ns, len(sequence.prompt_ids), sequence.priority)
             self._incoming.append(sequence)
             self._lock.notify()
 
@@ -197,15 +211,18 @@ class EngineWorker:
                     return
                 incoming, self._incoming = self._incoming, []
                 aborted, self._aborted = self._aborted, set()
+                shed, self._shed_at_submit = self._shed_at_submit, []
             try:
                 if threads:
                     torch.set_num_threads(threads)
                 with torch.inference_mode():
-                    self._step(incoming, aborted)
+                    self._step(incoming, aborted, shed)
             except Exception:  # a bug outside the forward pass must not kill the worker
                 logger.exception("engine step failed outside the forward pass")
 
-    def _step(self, incoming: list[Sequence], aborted: set[str]) -> None:
+    def _step(
+        self, incoming: list[Sequence], aborted: set[str], shed: list[tuple[int, str]]
+    ) -> None:
         started_ns = time.perf_counter_ns()
         by_event = self.hooks.by_event
         for sequence in incoming:
@@ -218,35 +235,27 @@ class EngineWorker:
 
         if self.config.step_delay_s > 0:
             time.sleep(self.config.step_delay_s)
-        preempted = self.scheduler.reserve_decode_slots()
-        decoding = list(self.scheduler.running)
-        admitted = self.scheduler.admit()
-        prefill_tokens = sum(s.num_tokens - s.num_cached for s in admitted)
+        plan = self.scheduler.schedule(time.perf_counter_ns())
+        for sequence, reason in plan.shed:
+            shed.append((sequence.priority, reason))
+            self._finish(sequence, "shed")
+            sequence.deliver(
+                RequestShed(
+                    f"this request can no longer meet its tier's TTFT objective ({reason}): "
+                    f"{self.scheduler.num_waiting} requests are waiting ahead of or beside it; "
+                    "retry shortly",
+                    reason,
+                )
+            )
         caching = self.config.enable_prefix_caching
-        queried = sum(s.num_tokens for s in admitted) if caching else 0
-        hits = sum(s.prefix_hit_tokens for s in admitted) if caching else 0
+        queried = sum(s.num_tokens for s in plan.admitted) if caching else 0
+        hits = sum(s.prefix_hit_tokens for s in plan.admitted) if caching else 0
+        if plan.admitted:
+            self._announce_admitted(plan.admitted)
+        if plan.chunks:
+            self._prefill(plan)
 
-        if admitted:
-            now = time.perf_counter_ns()
-            for hook in by_event["on_schedule"]:
-                for sequence in admitted:
-                    hook(sequence.request_id, now)
-            for hook in by_event["on_prefix_hit"]:
-                for sequence in admitted:
-                    if sequence.prefix_hit_tokens:
-                        hook(sequence.request_id, now, sequence.prefix_hit_tokens)
-            for hook in by_event["on_prefill_start"]:
-                for sequence in admitted:
-                    hook(sequence.request_id, now, sequence.num_tokens - sequence.num_cached)
-            logits = self._forward(self.prefill, admitted)
-            if logits is not None:
-                now = time.perf_counter_ns()
-                for hook in by_event["on_prefill_end"]:
-                    for sequence in admitted:
-                        hook(sequence.request_id, now)
-                self._register(admitted)
-                self._sample_and_emit(admitted, logits)
-
+        decoding = plan.decodes
         draft_tokens = accepted_tokens = 0
         decode_tokens = 0
         if decoding and self.speculative is not None:
@@ -265,6 +274,7 @@ class EngineWorker:
                 self._register(decoding)
                 self._sample_and_emit(decoding, logits)
                 decode_tokens = len(decoding)
+        prefill_tokens = plan.prefill_tokens
         totals = self.totals
         totals.prefill_tokens += prefill_tokens
         totals.decode_tokens += decode_tokens
@@ -274,18 +284,23 @@ class EngineWorker:
         totals.spec_accepted_tokens += accepted_tokens
 
         self._step_count += 1
+        finished_ns = time.perf_counter_ns()
+        if plan.chunks or decoding:  # the slo policy's prefill-time model learns from work
+            self.policy.prefill_time.observe(prefill_tokens, (finished_ns - started_ns) / 1e9)
         if by_event["on_step"]:
-            finished_ns = time.perf_counter_ns()
+            preempted: dict[int, int] = {}
+            for sequence in plan.preempted:
+                preempted[sequence.priority] = preempted.get(sequence.priority, 0) + 1
             stats = StepStats(
                 step=self._step_count,
                 time_ns=finished_ns,
                 step_time_s=(finished_ns - started_ns) / 1e9,
-                batch_size=len(admitted) + len(decoding),
+                batch_size=len(plan.chunks) + len(decoding),
                 prefill_tokens=prefill_tokens,
                 decode_tokens=decode_tokens,
                 num_waiting=self.scheduler.num_waiting,
                 num_running=len(self.scheduler.running),
-                num_preempted=len(preempted),
+                num_preempted=len(plan.preempted),
                 kv_blocks_total=self.cache.num_blocks,
                 kv_blocks_free=self.cache.allocator.num_free,
                 waiting_by_priority=self.scheduler.waiting_by_priority(),
@@ -293,9 +308,68 @@ class EngineWorker:
                 prefix_cache_hit_tokens=hits,
                 spec_draft_tokens=draft_tokens,
                 spec_accepted_tokens=accepted_tokens,
+                prefill_chunks=len(plan.chunks),
+                preempted_by_priority=preempted,
+                queue_waits=tuple(
+                    (s.priority, max(0, started_ns - s.queued_ns) / 1e9) for s in plan.admitted
+                ),
+                shed=tuple(shed),
             )
             for hook in by_event["on_step"]:
                 hook(stats)
+
+    def _announce_admitted(self, admitted: list[Sequence]) -> None:
+        now = time.perf_counter_ns()
+        by_event = self.hooks.by_event
+        for hook in by_event["on_schedule"]:
+            for sequence in admitted:
+                hook(sequence.request_id, now)
+        for hook in by_event["on_prefix_hit"]:
+            for sequence in admitted:
+                if sequence.prefix_hit_tokens:
+                    hook(sequence.request_id, now, sequence.prefix_hit_tokens)
+
+    def _prefill(self, plan: StepPlan) -> None:
+        """Run this step's prefill chunks; sample the first token of each prompt completed."""
+        by_event = self.hooks.by_event
+        sequences = [sequence for sequence, _ in plan.chunks]
+        counts = [count for _, count in plan.chunks]
+        now = time.perf_counter_ns()
+        for hook in by_event["on_prefill_start"]:
+            for sequence in sequences:
+                if not sequence.prefill_started:
+                    hook(sequence.request_id, now, sequence.num_tokens - sequence.num_cached)
+        for sequence in sequences:
+            sequence.prefill_started = True
+        logits = self._forward(self._prefill_forward(counts), sequences)
+        if logits is None:
+            return
+        done = [row for row, s in enumerate(sequences) if s.num_cached == s.num_tokens]
+        completed = [sequences[row] for row in done]
+        now = time.perf_counter_ns()
+        for hook in by_event["on_prefill_end"]:
+            for sequence in completed:
+                hook(sequence.request_id, now)
+        self._register(sequences)
+        for sequence in completed:
+            sequence.prefilled = True
+        if completed:
+            self._sample_and_emit(
+                completed, logits if len(done) == len(sequences) else logits[done]
+            )
+
+    def _prefill_forward(
+        self, counts: list[int]
+    ) -> Callable[[LlamaForCausalLM, PagedKVCache, list[Sequence]], torch.Tensor]:
+        def forward(
+            model: LlamaForCausalLM, cache: PagedKVCache, sequences: list[Sequence]
+        ) -> torch.Tensor:
+            logits = prefill_chunks(model, cache, sequences, counts)
+            if self.speculative is not None:
+                self.speculative.prefill(sequences)
+            return logits
+
+        return forward
 
     def prefill(
         self, model: LlamaForCausalLM, cache: PagedKVCache, sequences: list[Sequence]
