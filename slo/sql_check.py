@@ -4,26 +4,31 @@ Pulling ten million rows into Python costs minutes and gigabytes; the evaluator 
 per tier and alert window, how many events each objective has and how many are good, plus a
 few nearest-rank percentiles. Those are aggregates a database computes where the rows are:
 
-1. one scan, GROUP BY tier and window bucket (`slo.sql_counts`), one `COUNT(*) FILTER (WHERE
-   ...)` per thing counted: events per SLI, good events per distinct threshold, availability
-   and goodput populations, client-view rows, and the throughput span;
-2. one scan for the percentiles: `percentile_disc(fractions) WITHIN GROUP (ORDER BY value)`,
-   one sort per tier and SLI, the fractions chosen from step 1's counts so that each is the
-   exact nearest rank `evaluate` takes (`fraction_for_rank`);
-3. ITL, where a tier has an ITL objective: the same two steps over the gaps, unnested in SQL
-   from the JSON list column with `json_array_elements_text` (no row leaves the database).
+1. a small sample says where each percentile's value roughly lies (`slo.sql_ranks`);
+2. one parallel scan, GROUP BY tier, outcome and one packed integer (`_Scan`): the window
+   bucket, per SLI the value's interval among its thresholds and the sampled bounds
+   (width_bucket: one binary search per value) and the client-view flags. A few thousand
+   groups hold every count: events per SLI, good events per threshold, availability and
+   goodput populations, client-view rows, the throughput span and the judged values per
+   sampled region;
+3. one scan sorting only the regions that hold a rank: `percentile_disc(fractions) WITHIN
+   GROUP (ORDER BY value)`, each fraction the exact nearest rank `evaluate` takes within the
+   region (`fraction_for_rank`);
+4. ITL, where a tier has an ITL objective: counts and percentiles over the gaps, unnested in
+   SQL from the JSON list column with `json_array_elements_text` (no row leaves the database).
 
 Every value is a bound parameter (SQLAlchemy Core); tier names come back as data. Semantics
 follow `evaluate` to the count: latency events are ok requests with a value (the client view
-where it has one: COALESCE), NaN counts as missing (NULLIF), availability is ok over all but
-client_error and cancelled, goodput ANDs every per-request latency objective of the tier
-(`slo.arithmetic.goodput_checks`).
+where it has one: COALESCE), availability is ok over all but client_error and cancelled,
+goodput ANDs every per-request latency objective of the tier
+(`slo.arithmetic.goodput_checks`). "v <= T" is "v < nextafter(T)" for doubles, exactly.
 """
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -40,12 +45,10 @@ from sqlalchemy import (
     func,
     literal,
     null,
-    or_,
     select,
     text,
     true,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.selectable import Subquery
 
@@ -61,28 +64,37 @@ from slo.sql_counts import (
     TierCounts,
     add_group,
     build_report,
-    chain,
     events_key,
-    fraction_for_rank,
     gap_key,
     percentile_ranks,
+)
+from slo.sql_ranks import (
+    SAMPLE_MIN_TABLE,
+    SAMPLE_ROWS,
+    Bounds,
+    Wanted,
+    items_of,
+    percentiles,
+    sample_bounds,
+    wanted_regions,
 )
 from slo.store import TABLE
 
 _C = TABLE.c
-# Local to the transaction. The planner takes each grouping key for as many groups as
-# timestamps (it cannot see that a CASE has a handful of values) and would sort ten million
-# rows to group them: hashing is what a few hundred groups want. JIT compiling costs seconds
-# of a query that runs seconds. The percentile sorts stay in memory.
-_SETTINGS = (
-    "SET LOCAL enable_sort = off",
-    "SET LOCAL enable_incremental_sort = off",
-    "SET LOCAL jit = off",
-    "SET LOCAL work_mem = '64MB'",
-)
-# Histogram bins for the percentiles: 50 per decade from 1 us to 100 000 s (each bin spans
-# 4.7%), so that a percentile sorts one bin's values, not all of them.
-_EDGES: tuple[float, ...] = tuple(float(f"{10 ** (e / 50):.6g}") for e in range(-300, 251))
+_SETTINGS = ("SET LOCAL work_mem = '64MB'",)  # the percentile sorts stay in memory
+# On a large table the scans are CPU-bound on evaluating expressions: JIT-compiled (and
+# optimised) expressions and tuple deforming run them in about 60% of the time, for about a
+# tenth of a second of compiling per process.
+JIT_MIN_TABLE = 2_000_000
+_JIT = ("jit = on", "jit_above_cost = 0", "jit_inline_above_cost = 0",
+        "jit_optimize_above_cost = 0")  # fmt: skip
+# The counting scan joins its packed key with generate_series(0, keys - 1): the planner then
+# takes the key for at most 200 groups (a function's column has no statistics) and
+# aggregates in parallel workers, each hashing a few thousand groups. Without the join it
+# takes every expression over a timestamp or a latency for as many groups as rows, and would
+# sort ten million rows or hash them on one core. Above this many keys, one core it is.
+JOIN_KEYS = 1_000_000
+_SCAN_PLAN = ("enable_sort", "enable_mergejoin", "enable_nestloop")
 
 
 def evaluate_sql(spec: SLOSpec, engine: Engine, now: float) -> EvaluationReport:
@@ -92,16 +104,25 @@ def evaluate_sql(spec: SLOSpec, engine: Engine, now: float) -> EvaluationReport:
     since = now - spec.window_s
     tiers: dict[str, TierCounts] = {}
     try:
-        with engine.connect() as connection, connection.begin():
-            for setting in _SETTINGS:
-                connection.execute(text(setting))
-            levels = _Levels(plan, since, now, windows)
-            client_rows = levels.count(connection, tiers)
-            _request_percentiles(connection, spec, plan, levels, tiers)
-            if plan.gap_tiers:
-                gaps = _gaps(plan, since, now, windows, tiers)
-                _count_gaps(connection, plan, gaps, tiers, len(windows) + 1)
-                _gap_percentiles(connection, spec, gaps, tiers)
+        with engine.connect() as connection:
+            # One snapshot for every statement: the percentile scan must read the very rows
+            # the counting scan counted, whatever is written meanwhile.
+            connection.execution_options(isolation_level="REPEATABLE READ")
+            with connection.begin():
+                rows = _table_rows(connection)
+                for setting in _SETTINGS:
+                    connection.execute(text(setting))
+                connection.execute(text("SET LOCAL jit = off"))  # on for the scans below
+                bounds = _bounds(connection, spec, plan, since, now, rows)
+                for setting in _JIT if rows >= JIT_MIN_TABLE else ():
+                    connection.execute(text(f"SET LOCAL {setting}"))
+                scan = _Scan(plan, since, now, windows, bounds)
+                client_rows = scan.count(connection, tiers)
+                _request_percentiles(connection, spec, plan, since, now, bounds, tiers)
+                if plan.gap_tiers:
+                    gaps = _gaps(plan, since, now, windows, tiers)
+                    _count_gaps(connection, plan, gaps, tiers, len(windows) + 1)
+                    _gap_percentiles(connection, spec, gaps, tiers)
     except SQLAlchemyError as error:
         where = engine.url.render_as_string(hide_password=True)
         raise UsageError(
@@ -113,21 +134,205 @@ def evaluate_sql(spec: SLOSpec, engine: Engine, now: float) -> EvaluationReport:
 # --- the rows, as the evaluator sees them ---------------------------------------------------
 
 
-def _value(name: str) -> ColumnElement[Any]:
+def _value(name: str, columns: Any = _C) -> ColumnElement[Any]:
     """An SLI's value: the client view where the record has one (what the person waiting saw).
 
     Stored NaN would count as a value here but as missing in numpy; records are validated
     (finite or absent) before they are written, so none are stored."""
     client = CLIENT_VIEW.get(name)
     if client is None:
-        return _C[name]
-    return func.coalesce(_C[client], _C[name])
+        return columns[name]  # type: ignore[no-any-return]
+    return func.coalesce(columns[client], columns[name])
 
 
-def _bucket(since: float, now: float, windows: Sequence[float]) -> ColumnElement[int]:
-    timestamp = _C.timestamp
-    whens = [(timestamp >= now - window, index) for index, window in enumerate(windows)]
-    return case((timestamp > now, FUTURE_BUCKET), *whens, else_=len(windows))
+def _judged(since: float, now: float, columns: Any = _C) -> ColumnElement[bool]:
+    """Rows a percentile reads: ok, in the window, not after now."""
+    stamp = columns.timestamp
+    return and_(stamp >= since, stamp <= now, columns.outcome == "ok")
+
+
+def _upper(test: Condition) -> float:
+    """The edge below which a value passes the test: "v <= T" is "v < nextafter(T)"."""
+    _, threshold, inclusive = test
+    return math.nextafter(threshold, math.inf) if inclusive else threshold
+
+
+def _doubles(values: Sequence[float]) -> ColumnElement[Any]:
+    return literal(list(values), ARRAY(Double()))
+
+
+def _table_rows(connection: Connection) -> float:
+    """The planner's row count of the records table (search_path decides which): enough to
+    size the sample and choose JIT; 0 where never analysed."""
+    found = connection.execute(
+        text("SELECT reltuples FROM pg_class WHERE oid = to_regclass(:name)"), {"name": TABLE.name}
+    ).scalar()
+    return max(float(found or 0.0), 0.0)
+
+
+def _bounds(
+    connection: Connection, spec: SLOSpec, plan: CountPlan, since: float, now: float, rows: float
+) -> dict[tuple[str, str], Bounds]:
+    if rows < SAMPLE_MIN_TABLE or not plan.fields:
+        return {}
+    percent = min(100.0, 100.0 * SAMPLE_ROWS / rows)
+    # A fixed seed: the same blocks every run, so the same work (never a different answer).
+    sampled = TABLE.tablesample(func.system(percent), name="sampled", seed=literal(0.0))
+    return sample_bounds(connection, spec, plan.fields, sampled, _value,
+                         lambda columns: _judged(since, now, columns))  # fmt: skip
+
+
+class _Scan:
+    """Step 2: one scan, GROUP BY tier, outcome and a packed key of small integers ("digits").
+
+    Digit 0 is the window bucket: width_bucket over [now - longest window, ..., now - shortest,
+    nextafter(now)]. Then one digit per SLI: the value's interval in an ascending array of
+    its threshold edges (`_upper`) and, for a tier with sampled bounds, those bounds too
+    (NULL: the last interval + 1); the level (first test passed) and the region are both
+    read back from the interval. Then a 0/1 digit per client-view column, and whether the
+    record has client gaps when an ITL objective needs it.
+    """
+
+    def __init__(
+        self,
+        plan: CountPlan,
+        since: float,
+        now: float,
+        windows: Sequence[float],
+        bounds: dict[tuple[str, str], Bounds],
+    ):
+        self.plan, self.bounds, self.windows = plan, bounds, windows
+        self.since, self.now = since, now
+        self.client_names = sorted({"client_ttft_s", "client_e2e_s"}
+                                   | {CLIENT_VIEW[name] for name in plan.client_fields})  # fmt: skip
+        self.edges = {name: [_upper(test) for test in plan.chains[name]] for name in plan.fields}
+        # field: the ascending array its values are placed in: its threshold edges and every
+        # tier's sampled bounds (one array for all tiers: no per-row test of the tier)
+        self.arrays = {name: sorted({*self.edges[name],
+                                     *[cut for (_, f), cuts in bounds.items() if f == name for cut in cuts]})
+                       for name in plan.fields}  # fmt: skip
+        self.digits: list[tuple[ColumnElement[int], int]] = []
+        stamps = [now - window for window in reversed(windows)]
+        stamps.append(math.nextafter(now, math.inf))
+        self.digits.append((func.width_bucket(_C.timestamp, _doubles(stamps)), len(stamps) + 1))
+        for name in plan.fields:
+            self.digits.append(self._interval(name))
+        for name in self.client_names:
+            self.digits.append((cast(_C[name].is_not(None), Integer), 2))
+        if plan.gap_tiers:
+            client_gaps = _json_array(_C.client_itl_s)
+            has_gaps = case((client_gaps.is_(None), false()),
+                            else_=func.json_array_length(client_gaps) > 0)  # fmt: skip
+            self.digits.append((cast(has_gaps, Integer), 2))
+        self.keys = math.prod(size for _, size in self.digits)
+        self._decoded: dict[tuple[str, str, int], tuple[int | None, int]] = {}
+
+    def _interval(self, name: str) -> tuple[ColumnElement[int], int]:
+        array = self.arrays[name]
+        placed = func.width_bucket(_value(name), _doubles(array))
+        return func.coalesce(placed, len(array) + 1), len(array) + 2
+
+    def count(self, connection: Connection, tiers: dict[str, TierCounts]) -> int:
+        """Every count, into `tiers`; returns the records with a client view."""
+        aggregates = (func.count(), func.sum(_C.output_tokens), func.min(_C.timestamp),
+                      func.max(_C.timestamp + _C.e2e_s))  # fmt: skip
+        where = _C.timestamp >= self.since
+        for setting in _SCAN_PLAN:
+            connection.execute(text(f"SET LOCAL {setting} = off"))
+        if self.keys <= JOIN_KEYS:
+            packed, radix = self.digits[0][0], self.digits[0][1]
+            for digit, size in self.digits[1:]:
+                packed, radix = packed + digit * literal(radix, Integer), radix * size
+            keys = func.generate_series(0, self.keys - 1).table_valued("k")
+            keys = keys.render_derived(name="keys")
+            statement = (
+                select(_C.tier, _C.outcome, keys.c.k, *aggregates)
+                .select_from(TABLE.join(keys, keys.c.k == packed))
+                .where(where)
+                .group_by(_C.tier, _C.outcome, keys.c.k)
+            )
+            rows = [(tier, outcome, self._unpack(k), rest)
+                    for tier, outcome, k, *rest in connection.execute(statement)]  # fmt: skip
+        else:  # grouped through a subquery: GROUP BY names its columns, matched in SELECT
+            names = [f"d{index}" for index in range(len(self.digits))]
+            sub = select(_C.tier, _C.outcome,
+                         *[digit.label(name) for (digit, _), name in zip(self.digits, names, strict=True)],
+                         _C.output_tokens, _C.timestamp, _C.e2e_s).where(where).subquery("requests")  # fmt: skip
+            s = sub.c
+            group = [s.tier, s.outcome, *[s[name] for name in names]]
+            statement = select(*group, func.count(), func.sum(s.output_tokens),
+                               func.min(s.timestamp), func.max(s.timestamp + s.e2e_s)).group_by(*group)  # fmt: skip
+            rows = [(row[0], row[1], tuple(row[2 : 2 + len(names)]), row[2 + len(names) :])
+                    for row in connection.execute(statement)]  # fmt: skip
+        for setting in _SCAN_PLAN:
+            connection.execute(text(f"SET LOCAL {setting} = on"))
+        return self._add(rows, tiers)
+
+    def _unpack(self, key: int) -> tuple[int, ...]:
+        digits = []
+        for _, size in self.digits:
+            key, digit = divmod(key, size)
+            digits.append(digit)
+        return tuple(digits)
+
+    def _decode(self, tier: str, name: str, interval: int) -> tuple[int | None, int]:
+        """(level, region) of a value in `interval` of the tier's array (level None: no value)."""
+        key = (tier, name, interval)
+        if key not in self._decoded:
+            array = self.arrays[name]
+            if interval > len(array):
+                self._decoded[key] = (None, 0)
+            elif interval == 0:
+                self._decoded[key] = (0, 0)
+            else:
+                floor = array[interval - 1]
+                region = bisect_right(self.bounds.get((tier, name), ()), floor)
+                self._decoded[key] = (bisect_right(self.edges[name], floor), region)
+        return self._decoded[key]
+
+    def _add(self, rows: Sequence[tuple[str, str, tuple[int, ...], Sequence[Any]]],
+             tiers: dict[str, TierCounts]) -> int:  # fmt: skip
+        """Groups alike in every level are summed first: the sampled bounds split groups that
+        `add_group` counts as one."""
+        plan, fields, clients = self.plan, len(self.plan.fields), len(self.client_names)
+        buckets = len(self.windows) + 1
+        merged: dict[tuple[Any, ...], list[Any]] = {}
+        for tier, outcome, digits, (n, tokens, start, end) in rows:
+            bucket = len(self.windows) - digits[0]  # the last interval: after now (-1)
+            decoded = [self._decode(tier, name, digits[1 + index])
+                       for index, name in enumerate(plan.fields)]  # fmt: skip
+            rest = digits[1 + fields :]
+            key = (tier, outcome, bucket, tuple(level for level, _ in decoded), rest)
+            if key not in merged:
+                merged[key] = [0, 0, None, None]
+            total = merged[key]
+            total[0] += n
+            total[1] += int(tokens or 0)
+            total[2] = start if total[2] is None else min(total[2], start)
+            total[3] = end if total[3] is None else max(total[3], end)
+            if outcome == "ok" and bucket != FUTURE_BUCKET:
+                counts = tiers.setdefault(tier, TierCounts(buckets))
+                for name, (level, region) in zip(plan.fields, decoded, strict=True):
+                    if level is not None:
+                        regions = counts.regions.setdefault(name, {})
+                        regions[region] = regions.get(region, 0) + n
+        client_rows = 0
+        for (tier, outcome, bucket, levels, rest), (n, tokens, start, end) in merged.items():
+            group = Group(
+                bucket=bucket,
+                outcome=outcome,
+                levels=dict(zip(plan.fields, levels, strict=True)),
+                client={name: bool(flag) for name, flag in zip(self.client_names, rest[:clients], strict=True)},
+                client_gaps=bool(rest[clients]) if plan.gap_tiers else False,
+                n=n,
+                tokens=tokens,
+                start=start,
+                end=end,
+            )  # fmt: skip
+            client_rows += add_group(plan, group, tiers.setdefault(tier, TierCounts(buckets)))
+        for counts in tiers.values():
+            counts.client_gaps = counts.total("client_gaps") > 0
+        return client_rows
 
 
 def _json_array(column: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -141,233 +346,30 @@ def _test(value: ColumnElement[Any], test: Condition) -> ColumnElement[bool]:
     return value <= bound if inclusive else value < bound
 
 
-def _level(value: ColumnElement[Any], tests: Sequence[Condition]) -> ColumnElement[Any]:
-    """NULL without a value, else the index of the first test of the chain it passes
-    (len(tests): none); test j holds exactly where level <= j."""
-    whens = [(_test(value, test), index) for index, test in enumerate(tests)]
-    return case((value.is_(None), null()), *whens, else_=len(tests))
-
-
-class _Levels:
-    """Step 1: one scan, GROUP BY what decides every count, COUNT(*) per group.
-
-    Instead of one COUNT(*) FILTER per threshold (each a test on every row), each SLI value
-    becomes its level in its chain of thresholds, and the rows are grouped by tier, window
-    bucket, outcome, levels and client-view flags: a few hundred groups, from which every
-    objective's events and good events per window are sums. The same scan, as grouping
-    sets, counts each SLI's values per histogram bin (`_EDGES`) for step 2.
-    """
-
-    def __init__(self, plan: CountPlan, since: float, now: float, windows: Sequence[float]):
-        self.plan, self.buckets = plan, len(windows) + 1
-        self.chains = {name: chain(plan.conditions, name) for name in plan.fields}
-        self.client_names = sorted({"client_ttft_s", "client_e2e_s"}
-                                   | {CLIENT_VIEW[name] for name in plan.client_fields})  # fmt: skip
-        self.since, self.now, self.windows = since, now, windows
-        self.edges: ColumnElement[Any] = literal(list(_EDGES), ARRAY(Double()))
-
-    def where(self) -> ColumnElement[bool]:
-        return _C.timestamp >= self.since
-
-    def judged(self) -> ColumnElement[bool]:
-        """Rows a percentile reads: ok, in the window, not after now."""
-        return and_(_C.outcome == "ok", _C.timestamp <= self.now)
-
-    def count(self, connection: Connection, tiers: dict[str, TierCounts]) -> int:
-        plan = self.plan
-        keys: list[ColumnElement[Any]] = [
-            _C.tier, _bucket(self.since, self.now, self.windows), _C.outcome,
-            *[_level(_value(name), self.chains[name]) for name in plan.fields],
-            *[_C[name].is_not(None) for name in self.client_names],
-        ]  # fmt: skip
-        if plan.gap_tiers:
-            client_gaps = _json_array(_C.client_itl_s)
-            has_gaps = case(
-                (client_gaps.is_(None), false()), else_=func.json_array_length(client_gaps) > 0
-            )
-            keys.append(has_gaps)
-        # Grouped through a subquery: GROUP BY then names its columns, and PostgreSQL matches
-        # them with the SELECT list (the same expression twice would hold different
-        # parameters, $1 and $9, and not match).
-        names = [f"k{i}" for i in range(len(keys))]
-        bin_names = [f"bin_{name}" for name in plan.fields]
-        ok = _C.outcome == "ok"
-        rows = (
-            select(
-                *[key.label(name) for key, name in zip(keys, names, strict=True)],
-                self.judged().label("judged"),
-                *[
-                    func.width_bucket(_value(name), self.edges).label(label)
-                    for name, label in zip(plan.fields, bin_names, strict=True)
-                ],
-                ok.label("ok"),
-                _C.output_tokens.label("tokens"),
-                _C.timestamp.label("start"),
-                (_C.timestamp + _C.e2e_s).label("end"),
-            )
-            .where(self.where())
-            .subquery("requests")
-        )
-        r = rows.c
-        group = [r[name] for name in names]
-        bins = [r[name] for name in bin_names]
-        statement = select(
-            *group, func.count(), func.sum(r.tokens).filter(r.ok),
-            func.min(r.start).filter(r.ok), func.max(r.end).filter(r.ok),
-        ).group_by(*group)  # fmt: skip
-        client_rows = sum(self._add_group(row, tiers) for row in connection.execute(statement))
-        if bins:
-            self._histograms(connection, rows, bins, tiers)
-        for counts in tiers.values():
-            counts.client_gaps = counts.total("client_gaps") > 0
-        return client_rows
-
-    def _histograms(
-        self,
-        connection: Connection,
-        rows: Subquery,
-        bins: Sequence[ColumnElement[Any]],
-        tiers: dict[str, TierCounts],
-    ) -> None:
-        """Per tier and SLI, the judged values per histogram bin, in one pass: each row is
-        unpivoted into one (field, bin) pair per SLI (unnest of two arrays), so one hash
-        table serves every SLI and the planner, without statistics on the pairs, hashes."""
-        r = rows.c
-        fields = list(range(len(bins)))
-        pairs = (
-            func.unnest(literal(fields, ARRAY(Integer())), postgresql.array(bins))
-            .table_valued("field", "bin")
-            .render_derived(name="pairs")  # a function in FROM sees the row: implicitly LATERAL
-        )
-        histogram = (
-            select(r.k0, pairs.c.field, pairs.c.bin, func.count())
-            .select_from(rows.join(pairs, true()))
-            .where(r.judged)
-            .group_by(r.k0, pairs.c.field, pairs.c.bin)
-        )
-        for tier, index, number, n in connection.execute(histogram):
-            counts = tiers.setdefault(tier, TierCounts(self.buckets))
-            counts.bins.setdefault(self.plan.fields[index], {})[number] = n
-
-    def _add_group(self, values: Sequence[Any], tiers: dict[str, TierCounts]) -> int:
-        fields, clients = len(self.plan.fields), len(self.client_names)
-        rest = values[3 + fields + clients :]  # the gaps flag (if counted), n, tokens, span
-        n, tokens, start, end = rest[-4:]
-        group = Group(
-            bucket=values[1],
-            outcome=values[2],
-            levels=dict(zip(self.plan.fields, values[3 : 3 + fields], strict=True)),
-            client=dict(zip(self.client_names, values[3 + fields : -len(rest)], strict=True)),
-            client_gaps=bool(rest[0]) if self.plan.gap_tiers else False,
-            n=n,
-            tokens=tokens,
-            start=start,
-            end=end,
-        )
-        return add_group(self.plan, group, tiers.setdefault(values[0], TierCounts(self.buckets)))
-
-
-# --- step 2: nearest-rank percentiles -----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Wanted:
-    """The ranks of one SLI in one tier, and the value range (bins) that holds them."""
-
-    ranks: list[int]  # 1-based nearest ranks among all `events` values
-    events: int
-    below: int = 0  # values under `lower`: ranks inside the range are `rank - below`
-    inside: int = 0  # values in [lower, upper); 0: no range, every value
-    lower: float | None = None
-    upper: float | None = None
-
-    def fractions(self) -> list[float]:
-        if not self.inside:
-            return [fraction_for_rank(rank, self.events) for rank in self.ranks]
-        return [fraction_for_rank(rank - self.below, self.inside) for rank in self.ranks]
-
-    def in_range(self, value: ColumnElement[Any]) -> ColumnElement[bool]:
-        tests: list[ColumnElement[bool]] = [value.is_not(None)]
-        if self.lower is not None:
-            tests.append(value >= literal(self.lower, Double()))
-        if self.upper is not None:
-            tests.append(value < literal(self.upper, Double()))
-        return and_(*tests)
-
-
-def _narrowed(ranks: list[int], events: int, bins: dict[int, int] | None) -> _Wanted:
-    """The bins (width_bucket numbers: bin b holds EDGES[b-1] <= v < EDGES[b]) that hold the
-    ranks, from the per-bin counts; every value when the counts do not add up."""
-    counts = sorted((b, n) for b, n in (bins or {}).items() if b is not None)
-    if sum(n for _, n in counts) != events:
-        return _Wanted(ranks, events)
-    cumulative, first, last, below = 0, None, None, 0
-    for number, n in counts:
-        if first is None and cumulative + n >= ranks[0]:
-            first, below = number, cumulative
-        cumulative += n
-        if cumulative >= ranks[-1]:
-            last = number
-            break
-    assert first is not None and last is not None
-    inside = sum(n for number, n in counts if first <= number <= last)
-    lower = _EDGES[first - 1] if first > 0 else None
-    upper = _EDGES[last] if last < len(_EDGES) else None
-    return _Wanted(ranks, events, below, inside, lower, upper)
-
-
-def _percentiles(
-    connection: Connection,
-    tier_column: ColumnElement[str],
-    where: ColumnElement[bool],
-    wanted: dict[str, tuple[ColumnElement[Any], dict[str, _Wanted]]],  # field: value, tiers
-    tiers: dict[str, TierCounts],
-) -> None:
-    """One scan: per field, percentile_disc over each tier's values in its range.
-
-    percentile_disc's direct argument may use the grouped column: each tier (group) gets its
-    own fractions, one sort per tier and field serves all its ranks."""
-    wanted = {name: item for name, item in wanted.items() if item[1]}
-    if not wanted:
-        return
-    aggregates, anywhere = [], []
-    for value, by_tier in wanted.values():
-        array: ARRAY[float] = ARRAY(Double())
-        fractions = case(*[(tier_column == tier, cast(literal(w.fractions(), array), array))
-                           for tier, w in by_tier.items()], else_=null())  # fmt: skip
-        ranges = [(tier_column == tier, w.in_range(value)) for tier, w in by_tier.items()]
-        anywhere += [and_(*pair) for pair in ranges]
-        ordered = func.percentile_disc(fractions).within_group(value)
-        aggregates.append(ordered.filter(case(*ranges, else_=false())))
-    statement = select(tier_column, *aggregates).where(where, or_(*anywhere)).group_by(tier_column)
-    # The rows in range are few: sorting them beats walking the tier index over the table.
-    connection.execute(text("SET LOCAL enable_sort = on"))
-    for tier_name, *arrays in connection.execute(statement):
-        for (name, (_, by_tier)), values in zip(wanted.items(), arrays, strict=True):
-            ranks = by_tier[tier_name].ranks if tier_name in by_tier else []
-            for rank, value in zip(ranks, values or [], strict=True):
-                tiers[tier_name].percentiles[(name, rank)] = float(value)
+# --- step 3: nearest-rank percentiles -----------------------------------------------------
 
 
 def _request_percentiles(
     connection: Connection,
     spec: SLOSpec,
     plan: CountPlan,
-    levels: _Levels,
+    since: float,
+    now: float,
+    bounds: dict[tuple[str, str], Bounds],
     tiers: dict[str, TierCounts],
 ) -> None:
-    wanted: dict[str, tuple[ColumnElement[Any], dict[str, _Wanted]]] = {}
+    items = []
     for name in plan.fields:
-        by_tier = {}
+        by_tier: dict[str, list[Wanted]] = {}
         for tier in spec.tiers:
             counts = tiers.get(tier.name)
             events = counts.total(events_key(name)) if counts else 0
             ranks = percentile_ranks(tier, name, events)
             if counts and ranks:
-                by_tier[tier.name] = _narrowed(ranks, events, counts.bins.get(name))
-        wanted[name] = (_value(name), by_tier)
-    where = and_(levels.where(), levels.judged())
-    _percentiles(connection, _C.tier, where, wanted, tiers)
+                cuts = bounds.get((tier.name, name), ())
+                by_tier[tier.name] = wanted_regions(ranks, events, cuts, counts.regions.get(name))
+        items += items_of(name, _value(name), by_tier)
+    percentiles(connection, _C.tier, _judged(since, now), items, tiers)
 
 
 # --- ITL: one event per gap, unnested in SQL ------------------------------------------------
@@ -387,14 +389,17 @@ def _gaps(
     if client_tiers:
         column = case((_C.tier.in_(client_tiers), _C.client_itl_s), else_=_C.itl_s)
     elements = func.json_array_elements_text(_json_array(column)).table_valued("value").lateral()
+    stamp = _C.timestamp
+    whens = [(stamp >= now - window, index) for index, window in enumerate(windows)]
+    bucket = case((stamp > now, FUTURE_BUCKET), *whens, else_=len(windows))
     return (
         select(
             _C.tier.label("tier"),
-            _bucket(since, now, windows).label("bucket"),
+            bucket.label("bucket"),
             cast(elements.c.value, Double()).label("gap"),
         )
         .select_from(TABLE.join(elements, true()))
-        .where(_C.timestamp >= since, _C.outcome == "ok", _C.tier.in_(plan.gap_tiers))
+        .where(stamp >= since, _C.outcome == "ok", _C.tier.in_(plan.gap_tiers))
         .subquery("gaps")
     )
 
@@ -421,12 +426,12 @@ def _count_gaps(
 def _gap_percentiles(
     connection: Connection, spec: SLOSpec, gaps: Subquery, tiers: dict[str, TierCounts]
 ) -> None:
-    by_tier: dict[str, _Wanted] = {}
+    by_tier: dict[str, list[Wanted]] = {}
     for tier in spec.tiers:
         events = tiers[tier.name].total(gap_key(None)) if tier.name in tiers else 0
         ranks = percentile_ranks(tier, ITL_FIELD, events)
         if ranks:
-            by_tier[tier.name] = _Wanted(ranks, events)  # every gap: no bins counted
+            by_tier[tier.name] = [Wanted(ranks, 0, events)]  # every gap: no regions counted
     g = gaps.c
     where = g.bucket != FUTURE_BUCKET
-    _percentiles(connection, g.tier, where, {ITL_FIELD: (g.gap, by_tier)}, tiers)
+    percentiles(connection, g.tier, where, items_of(ITL_FIELD, g.gap, by_tier), tiers)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -93,6 +94,11 @@ class CountPlan:
         return cls(tuple(fields), tuple(client_fields), tuple(conditions), tuple(goodputs),
                    tuple(gap_conditions), tuple(gap_tiers))  # fmt: skip
 
+    @cached_property
+    def chains(self) -> dict[str, list[Condition]]:
+        """Each field's chain of tests (`chain`), worked out once: `add_group` runs per group."""
+        return {name: chain(self.conditions, name) for name in self.fields}
+
 
 def chain(tests: Iterable[Condition], field_name: str) -> list[Condition]:
     """A field's tests, each implied by the one before ("< T" before "<= T" before "< T'",
@@ -132,7 +138,8 @@ class TierCounts:
     tokens: int = 0  # output tokens of ok requests
     client_gaps: bool = False  # the tier has client-side inter-token gaps (client ITL wins)
     percentiles: dict[tuple[str, int], float] = field(default_factory=dict)  # (field, rank)
-    bins: dict[str, dict[int, int]] = field(default_factory=dict)  # field: histogram bin: values
+    # field: value region: judged values (regions cut by sampled bounds, see slo.sql_ranks)
+    regions: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def add(self, key: str, bucket: int, value: int) -> None:
         if key not in self.counts:
@@ -212,7 +219,7 @@ def add_group(plan: CountPlan, group: Group, counts: TierCounts) -> int:
     counts.add("ok", bucket, n if ok else 0)
     counts.add("counted", bucket, 0 if outcome in OUTCOMES_EXCLUDED_FROM_AVAILABILITY else n)
     counts.add("client_gaps", bucket, n if group.client_gaps else 0)
-    chains = {name: chain(plan.conditions, name) for name in plan.fields}
+    chains = plan.chains
     for name in plan.fields:
         level = levels[name]
         counts.add(events_key(name), bucket, n if ok and level is not None else 0)

@@ -1,0 +1,213 @@
+"""Exact nearest-rank percentiles in PostgreSQL, sorting only the values near each rank.
+
+A percentile is one value at a known rank among a tier's judged values. Sorting every value
+to find it is the costly part; here:
+
+1. a small TABLESAMPLE SYSTEM sample (about `SAMPLE_ROWS` rows, a few hundred blocks) says
+   roughly where each rank's value lies: per tier and SLI, `bounds` a few sample standard
+   errors either side of each target fraction;
+2. the counting scan (`slo.sql_check`) also counts the judged values between consecutive
+   bounds (`TierCounts.regions`), exactly, at the cost of a wider width_bucket array;
+3. each rank then falls in one region, known exactly from those counts, and one scan sorts
+   only the regions that hold a rank (`percentiles`), each tier and region its own
+   `percentile_disc` at the rank within the region.
+
+The sample only decides how much is sorted, never the answer: a rank that falls outside its
+expected region (an unlucky sample, a table too small to sample) is found in whichever region
+holds it, a wider one. Exactness needs the counts and the sorted values read from the same
+rows: `slo.sql_check` runs every statement in one REPEATABLE READ transaction.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import (
+    ARRAY,
+    ColumnElement,
+    Connection,
+    Double,
+    and_,
+    case,
+    cast,
+    false,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    text,
+)
+
+from slo.spec import SLOSpec
+from slo.sql_counts import (
+    CLASSIFY_FIELDS,
+    CLASSIFY_TARGET,
+    TierCounts,
+    fraction_for_rank,
+    record_field,
+)
+
+SAMPLE_ROWS = 100_000  # rows sampled: 1% of 10M, read in a few tens of milliseconds
+SAMPLE_MIN_TABLE = 200_000  # below this a full sort is cheap: no sample, one region
+SAMPLE_MIN_VALUES = 1_000  # fewer sampled values of a tier and SLI say too little
+# Standard errors of the sample quantile on each side: the rank falls outside its region
+# about once in 15 000 (then a wider region is sorted, still exactly).
+MARGIN_Z = 4.0
+
+Bounds = tuple[float, ...]  # ascending: region i holds bounds[i-1] <= v < bounds[i]
+
+
+def targets(spec: SLOSpec, tier_name: str, field_name: str) -> list[float]:
+    """The fractions whose nearest rank a tier's report shows for `field_name`."""
+    tier = next(t for t in spec.tiers if t.name == tier_name)
+    found = [o.target for o in tier.latency_objectives if record_field(o) == field_name]
+    if field_name in CLASSIFY_FIELDS:
+        found.append(CLASSIFY_TARGET)
+    return found
+
+
+def bounds_around(values: np.ndarray, fractions: Iterable[float]) -> Bounds:
+    """Sampled values a few standard errors either side of each fraction (sorted `values`)."""
+    n = values.size
+    if n < SAMPLE_MIN_VALUES:
+        return ()
+    found: set[float] = set()
+    for q in fractions:
+        margin = MARGIN_Z * math.sqrt(q * (1 - q) / n) + 2 / n
+        if q - margin > 0:
+            found.add(float(values[min(n - 1, math.floor((q - margin) * n))]))
+        if q + margin < 1:
+            found.add(float(values[min(n - 1, math.ceil((q + margin) * n))]))
+    return tuple(sorted(found))
+
+
+def sample_bounds(
+    connection: Connection,
+    spec: SLOSpec,
+    fields: Sequence[str],
+    sampled: Any,  # the table with TABLESAMPLE
+    value: Any,  # (field name, table columns) -> the SLI's value expression
+    judged: Any,  # table columns -> the rows a percentile reads
+) -> dict[tuple[str, str], Bounds]:
+    """Per (tier, field), the bounds around the fractions its report needs."""
+    tiers = [tier.name for tier in spec.tiers]
+    columns = sampled.c
+    statement = select(columns.tier, *[value(name, columns) for name in fields]).where(
+        judged(columns), columns.tier.in_(tiers)
+    )
+    by_tier: dict[str, list[Sequence[Any]]] = {}
+    for tier, *values in connection.execute(statement):
+        by_tier.setdefault(tier, []).append(values)
+    found: dict[tuple[str, str], Bounds] = {}
+    for tier, rows in by_tier.items():
+        table = np.array(rows, dtype=np.float64)  # None reads as NaN
+        for index, name in enumerate(fields):
+            column = table[:, index]
+            column = np.sort(column[~np.isnan(column)])
+            bounds = bounds_around(column, targets(spec, tier, name))
+            if bounds:
+                found[(tier, name)] = bounds
+    return found
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """Ranks of one SLI in one tier, all in one region: [lower, upper) holds `count` judged
+    values and `below` values lie under it (None: unbounded)."""
+
+    ranks: list[int]  # 1-based nearest ranks among all the tier's values
+    below: int
+    count: int
+    lower: float | None = None
+    upper: float | None = None
+
+    def fractions(self) -> list[float]:
+        return [fraction_for_rank(rank - self.below, self.count) for rank in self.ranks]
+
+    def in_range(self, value: ColumnElement[Any]) -> ColumnElement[bool]:
+        tests: list[ColumnElement[bool]] = [value.is_not(None)]
+        if self.lower is not None:
+            tests.append(value >= literal(self.lower, Double()))
+        if self.upper is not None:
+            tests.append(value < literal(self.upper, Double()))
+        return and_(*tests)
+
+
+def wanted_regions(
+    ranks: Sequence[int], events: int, bounds: Bounds, regions: Mapping[int, int] | None
+) -> list[Wanted]:
+    """The regions holding `ranks`, from the exact per-region counts; every value in one
+    region when the counts do not add up to `events` (no bounds, or none counted)."""
+    counts = [(regions or {}).get(index, 0) for index in range(len(bounds) + 1)]
+    if sum(counts) != events:
+        return [Wanted(list(ranks), 0, events)]
+    by_region: dict[int, list[int]] = {}
+    cumulative = np.cumsum(counts)
+    for rank in ranks:
+        by_region.setdefault(bisect_left(cumulative.tolist(), rank), []).append(rank)
+    wanted = []
+    for index, region_ranks in sorted(by_region.items()):
+        below = int(cumulative[index] - counts[index])
+        lower = bounds[index - 1] if index > 0 else None
+        upper = bounds[index] if index < len(bounds) else None
+        wanted.append(Wanted(region_ranks, below, counts[index], lower, upper))
+    return wanted
+
+
+Item = tuple[str, ColumnElement[Any], dict[str, Wanted]]  # field, value, tier: its region
+
+
+def items_of(
+    field_name: str, value: ColumnElement[Any], by_tier: Mapping[str, list[Wanted]]
+) -> list[Item]:
+    """One item (one ordered-set aggregate) per region a tier needs: the j-th of each tier."""
+    depth = max((len(regions) for regions in by_tier.values()), default=0)
+    return [
+        (field_name, value, {t: regions[j] for t, regions in by_tier.items() if j < len(regions)})
+        for j in range(depth)
+    ]
+
+
+def percentiles(
+    connection: Connection,
+    tier_column: ColumnElement[str],
+    where: ColumnElement[bool],
+    items: Sequence[Item],
+    tiers: dict[str, TierCounts],
+) -> None:
+    """One scan: per item, percentile_disc over each tier's values in its region.
+
+    percentile_disc's direct argument may use the grouped column: each tier (group) gets its
+    own fractions, one sort per tier and region serves all its ranks."""
+    items = [item for item in items if item[2]]
+    if not items:
+        return
+    aggregates, anywhere = [], []
+    for _, value, by_tier in items:
+        array: ARRAY[float] = ARRAY(Double())
+        fractions = case(*[(tier_column == tier, cast(literal(w.fractions(), array), array))
+                           for tier, w in by_tier.items()], else_=null())  # fmt: skip
+        ranges = [(tier_column == tier, w.in_range(value)) for tier, w in by_tier.items()]
+        ordered = func.percentile_disc(fractions).within_group(value)
+        aggregates.append(ordered.filter(case(*ranges, else_=false())))
+        # The WHERE clause tests every row: the item's regions of all tiers as one range, a
+        # few comparisons, and the per-tier tests (the FILTER) on the few rows it keeps.
+        lowers = [w.lower for w in by_tier.values()]
+        uppers = [w.upper for w in by_tier.values()]
+        lower = None if None in lowers else min(x for x in lowers if x is not None)
+        upper = None if None in uppers else max(x for x in uppers if x is not None)
+        anywhere.append(Wanted([], 0, 0, lower, upper).in_range(value))
+    statement = select(tier_column, *aggregates).where(where, or_(*anywhere)).group_by(tier_column)
+    # The rows in range are few: sorting them beats walking the tier index over the table.
+    connection.execute(text("SET LOCAL enable_sort = on"))
+    for tier_name, *arrays in connection.execute(statement):
+        for (name, _, by_tier), values in zip(items, arrays, strict=True):
+            ranks = by_tier[tier_name].ranks if tier_name in by_tier else []
+            for rank, found in zip(ranks, values or [], strict=True):
+                tiers[tier_name].percentiles[(name, rank)] = float(found)
