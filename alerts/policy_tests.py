@@ -27,6 +27,7 @@ from decimal import Decimal
 
 from slo.alert_rules import AVAILABILITY, AlertRule
 from slo.arithmetic import burn_limit, burn_rule_fires
+from slo.promql import le_value
 from slo.sli import CATALOG
 
 REQUESTS = CATALOG["requests"].metric
@@ -70,6 +71,31 @@ def availability_series(tier: str, traffic: Traffic) -> list[dict[str, str]]:
         return {"series": REQUESTS + labels, "values": counter_values(increments)}
 
     return [series("ok", traffic.good), series("server_error", traffic.bad)]
+
+
+def histogram_series(
+    metric: str, tier: str, bounds: Sequence[float], values: Sequence[Sequence[float]]
+) -> list[dict[str, str]]:
+    """One tier's latency histogram as the middleware exports it, from the values observed in
+    each sample step: `_bucket` per bound (cumulative, `le` as prometheus_client writes it,
+    +Inf last) and `_count`. `_sum` is left out: no generated rule reads it."""
+    labels = f'tier="{tier}", model="{_MODEL}", route="{_ROUTE}"'
+    edges = [*(le_value(bound) for bound in bounds), "+Inf"]
+    limits = [*bounds, math.inf]
+    series = [
+        {
+            "series": f'{metric}_bucket{{{labels}, le="{edge}"}}',
+            "values": counter_values([sum(v <= limit for v in step) for step in values]),
+        }
+        for edge, limit in zip(edges, limits, strict=True)
+    ]
+    series.append(
+        {
+            "series": f"{metric}_count{{{labels}}}",
+            "values": counter_values([len(s) for s in values]),
+        }
+    )
+    return series
 
 
 def firing(
