@@ -1,6 +1,6 @@
 """The bundled PyTorch inference engine; this module re-exports its public names.
 
-A Llama-style model, a paged KV cache, continuous batching with priorities, streaming, and
+A Llama-style model, a paged KV cache, continuous batching with chunked prefill and tier-aware scheduling (fifo, priority, slo), streaming, and
 instrumentation hooks. It knows nothing of middleware or SLOs.
 """
 
@@ -14,6 +14,7 @@ from engine.outputs import (
     EngineStepFailed,
     EngineStopped,
     RequestOutput,
+    RequestShed,
     RequestTooLarge,
 )
 from engine.sampling import SamplingParams
@@ -31,6 +32,7 @@ __all__ = [
     "EngineStopped",
     "ModelConfig",
     "RequestOutput",
+    "RequestShed",
     "RequestStream",
     "RequestTooLarge",
     "SamplingParams",

@@ -121,7 +121,8 @@ class Policy:
             aged = 0
             if self.aging_s is not None:
                 aged = int((now_ns - sequence.arrival_ns) / 1e9 / self.aging_s)
-            return (float(sequence.priority - aged), sequence.priority, sequence.arrival)
+            # Equal levels: the older request first, so aging really lets it through.
+            return (float(sequence.priority - aged), 0, sequence.arrival)
         remaining = sequence.num_tokens - sequence.num_cached
         predicted_ns = self.prefill_time.predict_s(remaining, tokens_per_step) * 1e9
         slack_ns = self.ttft_deadline_ns(sequence) - now_ns - predicted_ns

@@ -175,38 +175,49 @@ class Scheduler:
     def _shed(self, now_ns: int, plan: StepPlan) -> None:
         """Drop waiting requests that can no longer meet their tier's TTFT objective.
 
-        A waiting request is out of reach when now + the predicted time to prefill everything
-        ordered before it, and itself, passes its deadline. The lowest tier among those out of
-        reach goes first; the rest are judged again without it (it may have been in their
-        way). Nothing is shed before the prefill-time model has seen enough steps, nor a
-        request that has already streamed tokens (preempted and waiting again).
+        First those out of reach whatever the order: even prefilled next (after the prompts
+        already being prefilled) they would miss. Then the queue's depth: a request misses
+        when now + the predicted time to prefill everything ordered before it, and itself,
+        passes its deadline; the lowest tier among those that miss goes first, and the rest
+        are judged again without it (it may have been in their way). Nothing is shed before
+        the prefill-time model has seen enough steps, nor a request that has already streamed
+        tokens (preempted and waiting again), nor one whose tier has no TTFT objective.
         """
-        model = self.policy.prefill_time
+        model, policy = self.policy.prefill_time, self.policy
         if not model.ready or not self._waiting:
             return
         per_step = self._tokens_per_step()
+
+        def misses(ahead_ns: float, sequence: Sequence) -> bool:
+            return now_ns + ahead_ns > policy.ttft_deadline_ns(sequence)
+
+        eligible = [s for s in self._waiting if not s.output_ids and policy.has_ttft_objective(s)]
+        in_progress = sum(s.num_tokens - s.num_cached for s in self.running if not s.prefilled)
+        for sequence in eligible:
+            alone = model.predict_s(in_progress + sequence.num_tokens, per_step) * 1e9
+            if misses(alone, sequence):
+                self._waiting.remove(sequence)
+                plan.shed.append((sequence, SHED_TTFT_OUT_OF_REACH))
+        candidates = {id(s) for s in eligible if s in self._waiting}
         order = self._prefill_order(now_ns)
-        gone: set[int] = set()
-        while True:
+        while candidates:
             ahead = 0
-            misses: list[Sequence] = []
+            missed: list[Sequence] = []
             for sequence in order:
-                if id(sequence) in gone:
-                    continue
-                ahead += sequence.num_tokens - sequence.num_cached
-                if sequence.prefilled or sequence.output_ids or sequence.block_table:
-                    continue  # running, or already answered: never shed
-                if not self.policy.has_ttft_objective(sequence):
-                    continue
-                finish_ns = now_ns + model.predict_s(ahead, per_step) * 1e9
-                if finish_ns > self.policy.ttft_deadline_ns(sequence):
-                    misses.append(sequence)
-            if not misses:
+                if sequence.finish_reason is None and (
+                    sequence in self.running or sequence in self._waiting
+                ):
+                    ahead += sequence.num_tokens - sequence.num_cached
+                    if id(sequence) in candidates and misses(
+                        model.predict_s(ahead, per_step) * 1e9, sequence
+                    ):
+                        missed.append(sequence)
+            if not missed:
                 return
-            lowest = max(s.priority for s in misses)
-            for sequence in misses:
+            lowest = max(s.priority for s in missed)
+            for sequence in missed:
                 if sequence.priority == lowest:
-                    gone.add(id(sequence))
+                    candidates.discard(id(sequence))
                     self._waiting.remove(sequence)
                     plan.shed.append((sequence, SHED_TTFT_OUT_OF_REACH))
 

@@ -1,0 +1,248 @@
+"""Tier isolation in the scheduler: preemption by priority, aging, and SLO shedding.
+
+The scheduler is driven step by step with an injected clock and no model: a planned chunk or
+decode is "computed" by moving the sequence's counters, so every decision is exact.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from engine.kv_cache import BlockAllocator
+from engine.policy import SHED_TTFT_OUT_OF_REACH, Policy, TierObjective
+from engine.sampling import SamplingParams
+from engine.scheduler import Scheduler, Sequence, StepPlan
+
+BLOCK = 4
+SECOND = 1_000_000_000
+
+
+def make_sequence(
+    name: str, priority: int, prompt_tokens: int, arrival: int, now_ns: int, max_tokens: int = 4
+) -> Sequence:
+    sequence = Sequence(
+        request_id=name,
+        prompt_ids=[1] * prompt_tokens,
+        params=SamplingParams(max_tokens=max_tokens, temperature=0),
+        priority=priority,
+        arrival=arrival,
+        detokenizer=None,  # type: ignore[arg-type]  # never detokenized here
+        deliver=lambda _: None,
+    )
+    sequence.arrival_ns = sequence.queued_ns = now_ns
+    return sequence
+
+
+def make_scheduler(
+    policy: str,
+    *,
+    max_batch_size: int = 8,
+    num_blocks: int = 64,
+    budget: int = 64,
+    aging_s: float | None = 2.0,
+    objectives: dict[int, TierObjective] | None = None,
+) -> Scheduler:
+    return Scheduler(
+        BlockAllocator(num_blocks),
+        BLOCK,
+        max_batch_size,
+        budget,
+        policy=Policy(policy, aging_s=aging_s, objectives=objectives),
+    )
+
+
+def run_plan(scheduler: Scheduler, plan: StepPlan) -> list[Sequence]:
+    """Apply a plan as the worker would; returns the sequences that finished."""
+    finished = []
+    for sequence, count in plan.chunks:
+        sequence.num_cached += count
+        if sequence.num_cached == sequence.num_tokens:
+            sequence.prefilled = True
+            sequence.output_ids.append(0)
+    for sequence in plan.decodes:
+        sequence.num_cached = sequence.num_tokens
+        sequence.output_ids.append(0)
+    for sequence in [s for s, _ in plan.chunks] + plan.decodes:
+        if sequence.prefilled and len(sequence.output_ids) >= sequence.params.max_tokens:
+            scheduler.finish(sequence)
+            finished.append(sequence)
+    return finished
+
+
+# ------------------------------------------------------------------------ chunked budget
+def test_decodes_go_first_and_prefill_chunks_fill_the_budget() -> None:
+    scheduler = make_scheduler("priority", budget=16)
+    decoding = make_sequence("decoding", 0, 4, 0, 0, max_tokens=100)
+    scheduler.add(decoding)
+    run_plan(scheduler, scheduler.schedule(0))
+    assert decoding.prefilled
+    long = make_sequence("long", 2, 40, 1, 0)
+    scheduler.add(long)
+    chunks = []
+    for step in range(1, 10):
+        plan = scheduler.schedule(step)
+        assert plan.decodes == [decoding]  # never stalled behind the long prompt
+        assert plan.prefill_tokens + len(plan.decodes) <= 16
+        chunks += [count for sequence, count in plan.chunks if sequence is long]
+        run_plan(scheduler, plan)
+        if long.prefilled:
+            break
+    assert chunks == [15, 15, 10]  # 40 tokens over three steps, one token a step for the decode
+
+
+# ----------------------------------------------------------------------------- preemption
+@pytest.mark.parametrize("policy", ["priority", "slo"])
+def test_a_waiting_higher_tier_preempts_the_lowest_running_one(policy: str) -> None:
+    scheduler = make_scheduler(policy, max_batch_size=2)
+    standard = make_sequence("standard", 1, 4, 0, 0, max_tokens=100)
+    batch = make_sequence("batch", 2, 4, 1, 0, max_tokens=100)
+    scheduler.add(standard)
+    scheduler.add(batch)
+    run_plan(scheduler, scheduler.schedule(0))
+    assert scheduler.running == [standard, batch]
+
+    premium = make_sequence("premium", 0, 4, 2, 1)
+    scheduler.add(premium)
+    plan = scheduler.schedule(1)
+    assert plan.preempted == [batch]  # the lowest tier, not the standard one
+    assert premium in plan.admitted and batch.num_preemptions == 1
+    assert batch not in plan.decodes and batch.block_table == []
+
+    # A request of the same tier as every running one preempts nobody.
+    run_plan(scheduler, plan)
+    other = make_sequence("standard-2", 1, 4, 3, 2)
+    scheduler.add(other)
+    plan = scheduler.schedule(2)
+    assert plan.preempted == [] and other not in plan.admitted
+
+
+def test_fifo_never_preempts_for_a_waiting_request() -> None:
+    scheduler = make_scheduler("fifo", max_batch_size=1)
+    batch = make_sequence("batch", 2, 4, 0, 0, max_tokens=100)
+    scheduler.add(batch)
+    run_plan(scheduler, scheduler.schedule(0))
+    premium = make_sequence("premium", 0, 4, 1, 0)
+    scheduler.add(premium)
+    plan = scheduler.schedule(1)
+    assert plan.preempted == [] and plan.decodes == [batch] and plan.admitted == []
+
+
+def test_out_of_blocks_preempts_in_priority_order() -> None:
+    # 6 blocks of 4 tokens: three 7-token prompts take 2 blocks each, then decodes need more.
+    scheduler = make_scheduler("priority", num_blocks=6)
+    sequences = [make_sequence(f"p{p}", p, 7, p, 0, max_tokens=100) for p in (2, 0, 1)]
+    for sequence in sequences:
+        scheduler.add(sequence)
+    run_plan(scheduler, scheduler.schedule(0))
+    preempted: list[str] = []
+    for step in range(1, 12):  # p0 reaches 19 tokens: it fits alone, never preempted
+        plan = scheduler.schedule(step)
+        preempted += [s.request_id for s in plan.preempted]
+        run_plan(scheduler, plan)
+    assert preempted[:2] == ["p2", "p1"]  # lowest tier first, the top tier never
+    assert "p0" not in preempted
+
+
+# ---------------------------------------------------------------------------------- aging
+def starved_steps(aging_s: float | None, steps: int = 60) -> int | None:
+    """One batch slot, a premium request arriving every step (0.1 s): the step at which the
+    batch request got its slot, or None if it never did."""
+    scheduler = make_scheduler("priority", max_batch_size=1, aging_s=aging_s)
+    batch = make_sequence("batch", 2, 4, 0, 0, max_tokens=1)
+    scheduler.add(batch)
+    scheduler.add(make_sequence("premium-0", 0, 4, 1, 0, max_tokens=1))
+    for step in range(steps):
+        now = step * SECOND // 10
+        plan = scheduler.schedule(now)
+        if batch in plan.admitted:
+            return step
+        run_plan(scheduler, plan)
+        scheduler.add(make_sequence(f"premium-{step + 1}", 0, 4, step + 2, now, max_tokens=1))
+    return None
+
+
+def test_aging_bounds_how_long_the_lowest_tier_waits() -> None:
+    assert starved_steps(aging_s=None) is None  # without aging the flood starves it
+    admitted_at = starved_steps(aging_s=1.0)
+    assert admitted_at is not None
+    # Two levels up at one level per second: admitted once it has waited 2 s (20 steps).
+    assert 20 <= admitted_at <= 22
+
+
+# -------------------------------------------------------------------------------- shedding
+OBJECTIVES = {0: TierObjective(ttft_s=0.1), 1: TierObjective(ttft_s=0.5), 2: TierObjective()}
+
+
+def trained_slo_scheduler(budget: int = 100) -> Scheduler:
+    scheduler = make_scheduler("slo", budget=budget, num_blocks=4096, objectives=OBJECTIVES)
+    model = scheduler.policy.prefill_time
+    for tokens in (0, 50, 100, 0, 100, 50, 100, 0):  # step = 5 ms + 0.1 ms per prefill token
+        model.observe(tokens, 0.005 + 0.0001 * tokens)
+    assert model.ready
+    return scheduler
+
+
+def predicted_first_token_ns(
+    scheduler: Scheduler, order: list[Sequence], now_ns: int
+) -> dict[str, float]:
+    """Independent of the scheduler's loop: prefill of everything ahead and itself."""
+    model, ahead, out = scheduler.policy.prefill_time, 0, {}
+    for sequence in order:
+        ahead += sequence.num_tokens
+        out[sequence.request_id] = now_ns + model.predict_s(ahead, 100) * 1e9
+    return out
+
+
+def test_nothing_is_shed_while_every_objective_is_in_reach() -> None:
+    scheduler = trained_slo_scheduler()
+    for index in range(4):
+        scheduler.add(make_sequence(f"premium-{index}", 0, 50, index, 0))
+    plan = scheduler.schedule(0)
+    assert plan.shed == []
+    assert len(plan.admitted) == 2  # 100 tokens of budget: two now, two next step
+
+
+def test_shed_only_what_is_out_of_reach_lowest_tier_first() -> None:
+    scheduler = trained_slo_scheduler()
+    queue: list[Sequence] = []
+    for index in range(10):  # standard requests, 100 tokens each: 15 ms of prefill apiece
+        queue.append(make_sequence(f"standard-{index}", 1, 100, index, 0))
+    for index in range(3):  # premium, arriving later but with a tighter objective
+        queue.append(make_sequence(f"premium-{index}", 0, 20, 10 + index, 0))
+    for sequence in queue:
+        scheduler.add(sequence)
+    now = SECOND // 100 * 37  # 370 ms after they all arrived
+    plan = scheduler.schedule(now)
+    shed = {s.request_id: reason for s, reason in plan.shed}
+    assert set(shed.values()) == {SHED_TTFT_OUT_OF_REACH}
+    # Premium's 100 ms deadline passed: out of reach whatever the order.
+    assert {f"premium-{i}" for i in range(3)} <= set(shed)
+    kept = [s for s in scheduler.all_sequences() if s.request_id not in shed]
+    kept.sort(key=lambda s: scheduler.policy.rank(s, now, 100))
+    predicted = predicted_first_token_ns(scheduler, kept, now)
+    for sequence in kept:  # every request kept can still make its 500 ms
+        assert predicted[sequence.request_id] <= scheduler.policy.ttft_deadline_ns(sequence)
+    # Standard ones are shed only from the back of the queue, where 500 ms is out of reach:
+    # 8 x 100 tokens fit in 130 ms (8 steps of 5 ms + 80 ms), a ninth does not.
+    standard_shed = sorted(int(name.split("-")[1]) for name in shed if name.startswith("standard"))
+    assert standard_shed == [8, 9]
+    first_shed = next(s for s in queue if s.request_id == "standard-8")
+    missed = predicted_first_token_ns(scheduler, [*kept, first_shed], now)["standard-8"]
+    assert missed > scheduler.policy.ttft_deadline_ns(first_shed)
+
+
+def test_a_tier_without_a_ttft_objective_is_never_shed() -> None:
+    scheduler = trained_slo_scheduler()
+    for index in range(50):
+        scheduler.add(make_sequence(f"batch-{index}", 2, 100, index, 0))
+    plan = scheduler.schedule(100 * SECOND)
+    assert plan.shed == []
+
+
+def test_nothing_is_shed_before_the_prefill_time_is_learned() -> None:
+    scheduler = make_scheduler("slo", objectives=OBJECTIVES)
+    for index in range(20):
+        scheduler.add(make_sequence(f"premium-{index}", 0, 8, index, 0))
+    assert scheduler.schedule(10 * SECOND).shed == []
