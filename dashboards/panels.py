@@ -292,6 +292,68 @@ def _engine_row() -> Row:
     )
 
 
+def _tier_isolation_row() -> Row:
+    """The engine scheduler's side of tier isolation: who was preempted, who waited, who was
+    shed and why, and how finely prefill was chunked."""
+    tiers = matcher("tier", "=~", "$tier")
+    wait = CATALOG["scheduler_queue_wait"].metric + "_bucket"
+    chunks = CATALOG["prefill_chunks"].metric
+    return Row(
+        "Tier isolation (engine scheduler)",
+        [
+            Panel(
+                "Preemptions per tier",
+                CATALOG["preemptions"].description,
+                "ops",
+                [
+                    Target(
+                        _rate(CATALOG["preemptions"].metric, "tier", tiers, *_engine_filter()),
+                        "{{tier}}",
+                    )
+                ],
+            ),
+            Panel(
+                "Scheduler queue wait per tier",
+                CATALOG["scheduler_queue_wait"].description,
+                "s",
+                [
+                    Target(
+                        f"histogram_quantile({q}, {_rate(wait, 'tier, le', tiers, *_engine_filter())})",
+                        f"{{{{tier}}}} p{float(q) * 100:g}",
+                    )
+                    for q in ("0.5", "0.95")
+                ],
+            ),
+            Panel(
+                "Shed requests per tier and reason",
+                CATALOG["shed"].description,
+                "reqps",
+                [
+                    Target(
+                        _rate(CATALOG["shed"].metric, "tier, reason", tiers, *_engine_filter()),
+                        "{{tier}}: {{reason}}",
+                    )
+                ],
+            ),
+            Panel(
+                "Prefill chunks per step",
+                CATALOG["prefill_chunks"].description,
+                "none",
+                [
+                    Target(
+                        f"{_rate(chunks + '_sum', '', *_engine_filter())}\n/\n{_rate(chunks + '_count', '', *_engine_filter())}",
+                        "mean",
+                    ),
+                    Target(
+                        f"histogram_quantile(0.95, {_rate(chunks + '_bucket', 'le', *_engine_filter())})",
+                        "p95",
+                    ),
+                ],
+            ),
+        ],
+    )
+
+
 def _optional_row() -> Row:
     def ratio(numerator: str, denominator: str) -> str:
         return f"{_rate(CATALOG[numerator].metric, '', *_engine_filter())}\n/\n{_rate(CATALOG[denominator].metric, '', *_engine_filter())}"
@@ -345,4 +407,11 @@ def _optional_row() -> Row:
 
 
 def rows(spec: SLOSpec) -> list[Row]:
-    return [_slo_row(spec), _latency_row(spec), _traffic_row(), _engine_row(), _optional_row()]
+    return [
+        _slo_row(spec),
+        _latency_row(spec),
+        _traffic_row(),
+        _engine_row(),
+        _tier_isolation_row(),
+        _optional_row(),
+    ]

@@ -81,10 +81,11 @@ class Engine:
         directory = resolve_checkpoint(name_or_path)
         device = resolve_device(config.device)
         dtype = resolve_dtype(config.dtype, device)
-        model, model_config = load_model(directory, device, dtype)
+        model, model_config = load_model(directory, device, dtype, config.quantization)
         draft = None
         if config.draft_model is not None:
-            draft, draft_config = load_model(resolve_checkpoint(config.draft_model), device, dtype)
+            draft_dir = resolve_checkpoint(config.draft_model)
+            draft, draft_config = load_model(draft_dir, device, dtype, config.quantization)
             if draft_config.vocab_size != model_config.vocab_size:
                 raise CheckpointError(
                     f"draft model '{config.draft_model}' has vocab_size "
@@ -282,6 +283,19 @@ class Engine:
     @property
     def num_active_requests(self) -> int:
         return self.worker.num_active_requests
+
+    def scheduling_settings(self) -> dict[str, Any]:
+        """The limits and policy the scheduler runs under (shown in /health and /v1/models)."""
+        config, scheduler = self.config, self.worker.scheduler
+        return {
+            "policy": config.scheduling,
+            "max_batch_size": scheduler.max_batch_size,
+            "max_num_batched_tokens": scheduler.max_num_batched_tokens,
+            "max_model_len": self.max_model_len,
+            "kv_cache_blocks": self.worker.cache.num_blocks,
+            "kv_cache_tokens": self.worker.kv_capacity_tokens,
+            "priority_aging_s": config.priority_aging_s,
+        }
 
     def gpu_stats(self) -> list[GpuStats]:
         return read_gpu_stats()

@@ -32,7 +32,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from middleware.histograms import BucketCounts, HistogramBatch, bucket_counts
 from middleware.timeline import Breakdown
-from slo.sli import CATALOG, OUTCOMES, buckets_for
+from slo.sli import CATALOG, OUTCOMES, SHED_REASONS, buckets_for
 from slo.spec import SLOSpec
 
 # Longest a request's observations wait before reaching the metrics while requests come in.
@@ -166,6 +166,7 @@ class MetricSet:
         self.engine_counters = {
             name: self._counter(name).labels(model=model) for name in ENGINE_COUNTERS
         }
+        self._bind_scheduler_metrics(spec, model)
         self.losses: dict[str, Any] = {}
         for name in LOSS_COUNTERS:
             self.losses[name] = self._counter(name).labels(model=model)
@@ -189,6 +190,29 @@ class MetricSet:
                 self._bound(tier.name, route)
                 for outcome in OUTCOMES:
                     self._outcome(tier.name, route, outcome)
+
+    def _bind_scheduler_metrics(self, spec: SLOSpec, model: str) -> None:
+        """Tier isolation: preemptions, queue waits and sheds per tier, chunks per step. Every
+        child is made now, at 0, keyed by the tier's priority (what the engine reports)."""
+        preemptions = self._counter("preemptions")
+        queue_wait = self._histogram(
+            "scheduler_queue_wait", CATALOG["scheduler_queue_wait"].default_buckets
+        )
+        shed = self._counter("shed")
+        self.prefill_chunks = self._histogram(
+            "prefill_chunks", CATALOG["prefill_chunks"].default_buckets
+        ).labels(model=model)
+        self._preemptions: dict[int, Any] = {}
+        self._queue_wait: dict[int, Any] = {}
+        self._shed: dict[tuple[int, str], Any] = {}
+        for tier in spec.tiers:
+            self._preemptions[tier.priority] = preemptions.labels(tier=tier.name, model=model)
+            self._preemptions[tier.priority].inc(0)
+            self._queue_wait[tier.priority] = queue_wait.labels(tier=tier.name, model=model)
+            for reason in SHED_REASONS:
+                child = shed.labels(tier=tier.name, model=model, reason=reason)
+                child.inc(0)
+                self._shed[(tier.priority, reason)] = child
 
     def _counter(self, name: str) -> Counter:
         """The catalog's counter `name` (prometheus_client adds the `_total` suffix itself)."""
@@ -343,6 +367,26 @@ class MetricSet:
             amount = getattr(stats, field, 0)
             if amount:
                 self.engine_counters[name].inc(amount)
+        self._observe_scheduler(stats)
+
+    def _observe_scheduler(self, stats: Any) -> None:
+        """Tier-isolation metrics from a step; engines whose StepStats predate them report
+        nothing here (getattr defaults). Priorities no tier has are not counted."""
+        chunks = getattr(stats, "prefill_chunks", 0)
+        if chunks or stats.prefill_tokens or stats.decode_tokens:  # steps that did work
+            self.prefill_chunks.observe(chunks)
+        for priority, count in getattr(stats, "preempted_by_priority", {}).items():
+            child = self._preemptions.get(priority)
+            if child is not None:
+                child.inc(count)
+        for priority, wait_s in getattr(stats, "queue_waits", ()):
+            child = self._queue_wait.get(priority)
+            if child is not None:
+                child.observe(wait_s)
+        for priority, reason in getattr(stats, "shed", ()):
+            child = self._shed.get((priority, reason))
+            if child is not None:
+                child.inc()
 
     def observe_gpus(self, gpus: Iterable[Any]) -> None:
         for gpu in gpus:

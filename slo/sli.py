@@ -82,6 +82,12 @@ PHASE_BUCKETS: tuple[float, ...] = (
     10.0, 30.0,
 )  # fmt: skip
 COLD_START_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300)
+# Prefill chunks in one scheduler step (chunked prefill under a token budget).
+CHUNK_BUCKETS: tuple[float, ...] = (0, 1, 2, 4, 8, 16, 32, 64)
+# Why the engine's scheduler shed a request (a 429, outcome "shed"): its tier's TTFT objective
+# was out of reach (the slo policy), or the waiting queue was full.
+SHED_REASONS: tuple[str, ...] = ("ttft_out_of_reach", "queue_full")
+_TIER_ENGINE_LABELS: tuple[str, ...] = ("tier", "model")
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +197,20 @@ _SLIS: tuple[SLI, ...] = (
              "Tokens proposed by the speculative-decoding draft."),
     _counter("spec_decode_accepted_tokens", "llm_slo_spec_decode_accepted_tokens_total", "tokens",
              None, "Draft tokens accepted by the target model."),
+    # Tier isolation in the engine's scheduler (fed by its per-step stats).
+    SLI("preemptions", "llm_slo_preemptions_total", "counter", "requests", _TIER_ENGINE_LABELS,
+        (), "Running sequences preempted (recompute) by a higher tier or a full KV cache.", None),
+    SLI("scheduler_queue_wait", "llm_slo_scheduler_queue_wait_seconds", "histogram", "seconds",
+        _TIER_ENGINE_LABELS, PHASE_BUCKETS,
+        "Each wait for a batch slot, from joining the queue (arrival or preemption) to being "
+        "scheduled.", None),
+    SLI("prefill_chunks", "llm_slo_prefill_chunks_per_step", "histogram", "chunks",
+        _ENGINE_LABELS, CHUNK_BUCKETS,
+        "Prefill chunks per scheduler step (a long prompt spans several steps).", None),
+    SLI("shed", "llm_slo_shed_requests_total", "counter", "requests",
+        (*_TIER_ENGINE_LABELS, "reason"), (),
+        "Requests the engine refused with a 429, by reason: " + ", ".join(SHED_REASONS) + ".",
+        None),
     # Losses of the observability layer itself: expected to stay 0 (alert when they move).
     _counter("records_dropped", "llm_slo_records_dropped_total", "records", None,
              "Request records lost: neither the record store nor its spool file took them."),

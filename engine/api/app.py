@@ -40,6 +40,7 @@ from engine.outputs import (
     EngineStepFailed,
     EngineStopped,
     RequestOutput,
+    RequestShed,
     RequestTooLarge,
 )
 from engine.stream import RequestStream
@@ -89,6 +90,7 @@ class OpenAIApi:
                         "created": self.created,
                         "owned_by": "llm-slo",
                         "max_model_len": self.engine.max_model_len,
+                        "scheduling": self.engine.scheduling_settings(),
                     }
                 ],
             }
@@ -108,6 +110,7 @@ class OpenAIApi:
                 "kv_blocks_free": self.engine.num_free_blocks,
                 "kv_blocks_total": self.engine.num_blocks,
                 "active_requests": self.engine.num_active_requests,
+                "scheduling": self.engine.scheduling_settings(),
             },
             status_code=200 if ready else 503,
         )
@@ -163,6 +166,20 @@ class OpenAIApi:
         deadline = Deadline(started, self.limits)
         try:
             first = await deadline.first_output(stream)
+        except RequestShed as error:
+            # The scheduler judged the tier's TTFT objective out of reach: said at once, with
+            # the reason, rather than served late.
+            state["outcome"] = "shed"
+            state["shed_reason"] = error.reason
+            return error_response(
+                ApiError(
+                    429,
+                    f"request shed: {error}",
+                    kind="rate_limit_error",
+                    code=error.reason,
+                    headers={"retry-after": str(max(1, math.ceil(error.retry_after_s)))},
+                )
+            )
         except TimeoutError as error:
             stream.cancel()
             state["outcome"] = "timeout"
