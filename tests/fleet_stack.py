@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from slo.bench.server import free_port, stop_process
+from slo.cli.bench.server import free_port, stop_process
 from tests.conftest import require_or_skip
 from tests.prometheus_process import binary, process
 from tests.servers import wait_until_ready

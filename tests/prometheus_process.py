@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from slo.bench.server import free_port, stop_process
+from slo.cli.bench.server import free_port, stop_process
 from tests.conftest import require_or_skip
 from tests.servers import wait_until_ready
 

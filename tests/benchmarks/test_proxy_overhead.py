@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from middleware.proxy_client import UpstreamPool
-from slo.bench.server import free_port, stop_process
+from slo.cli.bench.server import free_port, stop_process
 from tests.servers import wait_until_ready
 
 TOKENS = 32

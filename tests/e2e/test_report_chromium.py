@@ -23,10 +23,10 @@ from tests.servers import free_port
 
 pytest.importorskip("matplotlib")
 
+from slo.cli.report.charts import PALETTE, industry_figure, percentile_figure, value_scale
+from slo.cli.report.command import write_report
 from slo.columns import RecordColumns
 from slo.records import iter_jsonl_dicts
-from slo.report import write_report
-from slo.report_charts import PALETTE, industry_figure, percentile_figure, value_scale
 from slo.spec import SLOSpec
 from tests.e2e.screenshots import keep
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slo.compare import Measurement, format_matrix, impact, parse_variants
+from slo.cli.compare.matrix import Measurement, format_matrix, impact, parse_variants
 from slo.errors import UsageError
 
 

@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts import Links, Timing, write_alerts
 from alerts.alertmanager import receiver_name
 from dashboards import panel_queries, render_dashboard, substitute
-from slo.bench.server import stop_process
+from slo.cli.bench.server import stop_process
 from slo.sli import CATALOG
 from slo.spec import SLOSpec
 from tests.conftest import require_or_skip

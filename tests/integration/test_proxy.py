@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from slo.bench.server import free_port, stop_process
+from slo.cli.bench.server import free_port, stop_process
 from tests.proxy_upstream import OpenAIUpstream
 from tests.servers import uvicorn_thread, wait_until_ready
 

@@ -53,12 +53,12 @@ def test_the_new_commands_import_nothing_heavy() -> None:
     # matplotlib only when a report is drawn; engine, middleware and generators never from slo/.
     code = (
         "import sys, importlib\n"
-        "for m in ('slo.bench', 'slo.bench.command', 'slo.bench.server', 'slo.report', 'slo.demo'):\n"
+        "for m in ('slo.cli.bench', 'slo.cli.bench.command', 'slo.cli.bench.server', 'slo.cli.report.command', 'slo.cli.demo'):\n"
         "    importlib.import_module(m)\n"
         "from slo.cli import build_parser; build_parser()\n"
         "heavy = ('torch', 'engine', 'middleware', 'alerts', 'dashboards', 'matplotlib')\n"
         "print(sorted(h for h in heavy if h in sys.modules))\n"
-        "import slo.report_charts\n"
+        "import slo.cli.report.charts\n"
         "print(sorted(h for h in heavy if h in sys.modules))\n"
     )
     result = subprocess.run(

@@ -15,9 +15,9 @@ import pytest
 
 from middleware.reporting import server_timing_value, timings_comment
 from middleware.timeline import Breakdown
-from slo.bench.client import RequestSettings, measure, request_body
-from slo.bench.profiles import PlannedRequest
-from slo.bench.timings import parse_server_timing, parse_timings_comment
+from slo.cli.bench.client import RequestSettings, measure, request_body
+from slo.cli.bench.profiles import PlannedRequest
+from slo.cli.bench.timings import parse_server_timing, parse_timings_comment
 from slo.records import validate_record
 from slo.sli import outcome_for_status
 

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from slo.bench.profiles import (
+from slo.cli.bench.profiles import (
     PROFILES,
     TEMPLATE_MARGIN_TOKENS,
     get_profile,

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from slo.cli import main
+from slo.cli.report.command import render_report
 from slo.records import iter_jsonl_dicts
-from slo.report import render_report
 from slo.spec import SLOSpec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "slo" / "examples" / "run.jsonl"

@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 
-from slo.bench.client import RequestSettings
-from slo.bench.profiles import get_profile, plan_requests
-from slo.bench.runner import run_plan
+from slo.cli.bench.client import RequestSettings
+from slo.cli.bench.profiles import get_profile, plan_requests
+from slo.cli.bench.runner import run_plan
 
 SETTINGS = RequestSettings("m", "completions")
 

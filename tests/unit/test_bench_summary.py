@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from slo.bench.summary import columns_of, good_requests, render_summary, summarize
+from slo.cli.bench.summary import render_summary
 from slo.spec import SLOSpec
+from slo.summary import columns_of, good_requests, summarize
 
 SPEC = SLOSpec.from_yaml(
     """

@@ -7,7 +7,7 @@ import sys
 
 CORE = (
     "slo", "slo.sli", "slo.spec", "slo.records", "slo.store", "slo.evaluate", "slo.columns",
-    "slo.check", "slo.lint", "slo.openslo", "slo.report_format", "slo.prometheus_source",
+    "slo.cli.check", "slo.cli.lint", "slo.openslo", "slo.cli.report.formats", "slo.cli.prometheus_source",
     "slo.performance", "slo.cli",
 )  # fmt: skip
 

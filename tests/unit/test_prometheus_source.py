@@ -7,8 +7,8 @@ import re
 import httpx
 import pytest
 
+from slo.cli.prometheus_source import PrometheusReader, bucket_quantile, evaluate_prometheus
 from slo.errors import UsageError
-from slo.prometheus_source import PrometheusReader, bucket_quantile, evaluate_prometheus
 from slo.spec import SLOSpec
 
 SPEC = SLOSpec.from_yaml(

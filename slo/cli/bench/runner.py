@@ -22,8 +22,8 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from slo.bench.client import Measurement, RequestSettings, measure
-from slo.bench.profiles import PlannedRequest
+from slo.cli.bench.client import Measurement, RequestSettings, measure
+from slo.cli.bench.profiles import PlannedRequest
 from slo.errors import UsageError
 
 

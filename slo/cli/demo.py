@@ -12,7 +12,6 @@ import argparse
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -22,7 +21,12 @@ from slo.errors import UsageError
 # premium lane should look premium. Raise --rate to watch the tiers pull apart.
 DEMO_TIER_MIX = "premium=0.2,standard=0.6,batch=0.2"
 
-Generate = Callable[[str, str], int]
+HELP = "the one-command tour: serve, benchmark, judge, report, generate (under a minute)"
+DESCRIPTION = (
+    "Start the bundled engine behind the latency middleware on 127.0.0.1, run a "
+    "short mixed-tier benchmark, print the per-tier breakdown and SLO verdicts, and write "
+    "the records, report.html and everything `slo generate` writes into --out."
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -35,15 +39,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def run(args: argparse.Namespace, generate: Generate) -> int:
+def run(args: argparse.Namespace) -> int:
     import httpx
 
-    from slo.bench.command import BenchOptions, describe_stop, execute
-    from slo.bench.server import embedded_server
-    from slo.bench.summary import columns_of, render_summary
+    from slo.cli.bench.command import BenchOptions, describe_stop, execute
+    from slo.cli.bench.server import embedded_server
+    from slo.cli.bench.summary import render_summary
+    from slo.cli.generate import Targets, generate
+    from slo.cli.report.formats import render_text
     from slo.evaluate import evaluate
-    from slo.report_format import render_text
     from slo.spec import SLOSpec
+    from slo.summary import columns_of
 
     began = time.perf_counter()
     out = Path(args.out)
@@ -95,7 +101,7 @@ def run(args: argparse.Namespace, generate: Generate) -> int:
 
     _step("drawing the report")
     try:
-        from slo.report import write_report
+        from slo.cli.report.command import write_report
 
         report = write_report(spec, result.records, out / "report.html", "slo demo")
         written.append((report, "charts and verdicts in one offline HTML page"))
@@ -103,8 +109,7 @@ def run(args: argparse.Namespace, generate: Generate) -> int:
         print(f"  skipped report.html: {error}")
 
     _step("generating dashboards, alert rules and runbooks for the same spec (slo generate)")
-    if generate(str(spec_path), str(out)) != 0:
-        raise UsageError("`slo generate` failed; see the message above")
+    generate(str(spec_path), out, Targets())
     for folder, description in (("grafana", "Grafana dashboards + provisioning"),
                                 ("prometheus", "recording and alerting rules + promtool tests"),
                                 ("alertmanager", "Alertmanager routing per tier and severity"),

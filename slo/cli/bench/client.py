@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from slo.bench.profiles import PlannedRequest
-from slo.bench.timings import PHASES, parse_server_timing, parse_timings_comment
+from slo.cli.bench.profiles import PlannedRequest
+from slo.cli.bench.timings import PHASES, parse_server_timing, parse_timings_comment
 from slo.sli import outcome_for_status
 
 if TYPE_CHECKING:

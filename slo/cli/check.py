@@ -19,6 +19,12 @@ if TYPE_CHECKING:
     from slo.evaluate import EvaluationReport
     from slo.spec import SLOSpec
 
+HELP = "judge records or Prometheus against the SLO spec; exit 1 on a violation"
+DESCRIPTION = (
+    "Evaluate every tier's objectives over a run's records (--results), a record "
+    "store (--db) or Prometheus (--prometheus). Exit 0 when all are met, 1 when any is "
+    "violated (or lacks data, with --strict), 2 on bad input."
+)
 FORMATS = ("text", "json", "junit", "markdown")
 
 
@@ -82,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             store.close()
     else:
-        from slo.prometheus_source import PrometheusReader, evaluate_prometheus
+        from slo.cli.prometheus_source import PrometheusReader, evaluate_prometheus
 
         reader = PrometheusReader(args.prometheus)
         try:
@@ -110,17 +116,17 @@ def _judge_jsonl(spec: SLOSpec, path: str) -> EvaluationReport:
 
 
 def _render(report: object, format_name: str, strict: bool) -> str:
-    from slo import report_format
+    from slo.cli.report import formats
     from slo.evaluate import EvaluationReport
 
     assert isinstance(report, EvaluationReport)
     if format_name == "json":
-        return report_format.render_json(report)
+        return formats.render_json(report)
     if format_name == "junit":
-        return report_format.render_junit(report, strict=strict)
+        return formats.render_junit(report, strict=strict)
     if format_name == "markdown":
-        return report_format.render_markdown(report)
-    return report_format.render_text(report)
+        return formats.render_markdown(report)
+    return formats.render_text(report)
 
 
 def _write(text: str, output: str | None) -> None:

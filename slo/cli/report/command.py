@@ -18,6 +18,12 @@ import numpy as np
 
 from slo.errors import UsageError
 
+HELP = "draw a run's records as one self-contained HTML report"
+DESCRIPTION = (
+    "Verdicts per tier, percentiles against the SLO lines, where the time went, "
+    "CDFs, TTFT against input length, latency over the run and the industry performance "
+    "tier, in one HTML file that works offline. Needs `pip install 'llm-slo[report]'`."
+)
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
        max-width: 1180px; color: #222; padding: 0 1em; }
@@ -71,9 +77,9 @@ def render_report(spec: Any, rows: Sequence[Mapping[str, Any]], title: str) -> s
         raise UsageError(
             "slo report draws its charts with matplotlib: pip install 'llm-slo[report]'"
         ) from None
+    from slo.cli.report.charts import all_charts
     from slo.columns import RecordColumns
     from slo.evaluate import evaluate
-    from slo.report_charts import all_charts
 
     if not rows:
         raise UsageError("the results hold no records; nothing to report")
@@ -95,7 +101,7 @@ def render_report(spec: Any, rows: Sequence[Mapping[str, Any]], title: str) -> s
 
 
 def _meta(report: Any, columns: Any) -> str:
-    from slo.report_format import view_line
+    from slo.cli.report.formats import view_line
 
     starts = columns.number("timestamp")
     ends = starts + columns.number("e2e_s")
@@ -119,7 +125,7 @@ def _percent(value: float | None) -> str:
 
 
 def _verdicts(report: Any) -> str:
-    from slo.report_format import observed_text
+    from slo.cli.report.formats import observed_text
 
     parts = []
     for tier in report.tiers:
@@ -146,7 +152,7 @@ def _ms(value: float | None) -> str:
 
 
 def _tier_table(spec: Any, columns: Any) -> str:
-    from slo.bench.summary import summarize
+    from slo.summary import summarize
 
     span = float(np.nanmax(columns.number("timestamp") + columns.number("e2e_s"))
                  - np.nanmin(columns.number("timestamp")))  # fmt: skip
@@ -168,9 +174,9 @@ def _tier_table(spec: Any, columns: Any) -> str:
 
 
 def _industry(report: Any, spec: Any, columns: Any) -> str:
-    from slo.bench.summary import sli_values
     from slo.evaluate import nearest_rank
     from slo.performance import industry_position
+    from slo.summary import sli_values
 
     rows = []
     for tier in report.tiers:

@@ -11,12 +11,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from slo.bench.profiles import PROFILES, get_profile, parse_tier_mix, plan_requests
+from slo.cli.bench.profiles import PROFILES, get_profile, parse_tier_mix, plan_requests
 from slo.errors import UsageError
 
 if TYPE_CHECKING:  # httpx and rich load when a run starts, not when the CLI parser is built
-    from slo.bench.runner import RunResult
+    from slo.cli.bench.runner import RunResult
 
+HELP = "load-test an OpenAI-compatible endpoint; client and server timings per request"
+DESCRIPTION = (
+    "Send a seeded, profiled stream of requests (Poisson arrivals or a fixed "
+    "concurrency, tiers mixed by header) to any OpenAI-compatible server and write one JSONL "
+    "record per request: the client's TTFT, ITL, TPOT and e2e next to the server's own "
+    "timings. `slo check --results` and `slo report` read the file."
+)
 FALLBACK_CONTEXT = 4096
 
 
@@ -96,8 +103,8 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
 
 def execute(options: BenchOptions, base_url: str, out: Path) -> RunResult:
     """Plan and run one benchmark against `base_url`, writing records to `out` as they finish."""
-    from slo.bench.client import RequestSettings
-    from slo.bench.runner import fetch_model_info, open_output, run_plan
+    from slo.cli.bench.client import RequestSettings
+    from slo.cli.bench.runner import fetch_model_info, open_output, run_plan
 
     options.check()
     profile = get_profile(options.profile)
@@ -137,7 +144,7 @@ def target(url: str | None, embedded: bool, model: str | None, spec: str | None)
     if url is not None:
         yield url
         return
-    from slo.bench.server import embedded_server
+    from slo.cli.bench.server import embedded_server
 
     print(
         f"slo bench: starting `slo serve --model {model or 'bundled:tiny'}` on 127.0.0.1 ...",
@@ -148,8 +155,9 @@ def target(url: str | None, embedded: bool, model: str | None, spec: str | None)
 
 
 def run(args: argparse.Namespace) -> int:
-    from slo.bench.summary import columns_of, render_summary
+    from slo.cli.bench.summary import render_summary
     from slo.spec import SLOSpec
+    from slo.summary import columns_of
 
     options = options_from_args(args)
     options.check()

@@ -1,0 +1,85 @@
+"""`slo generate`: dashboards, alert rules and their tests, Alertmanager config and runbooks from one spec."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from slo.errors import UsageError
+
+HELP = "write Grafana dashboards, Prometheus rules and tests, Alertmanager config, runbooks"
+DESCRIPTION = (
+    "Render, from one SLO spec, grafana/*.json (+ provisioning), "
+    "prometheus/rules.yml and its promtool tests prometheus/rules_test.yml, "
+    "alertmanager/alertmanager.yml and runbooks/*.md under --out."
+)
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Where the generated files point: the services they link to or post to."""
+
+    webhook_url: str = "http://127.0.0.1:5001/llm-slo/alerts"
+    runbook_url: str = "https://runbooks.example.com/llm-slo"
+    grafana_url: str = "http://localhost:3000"
+    prometheus_url: str = "http://localhost:9090"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    defaults = Targets()
+    parser.add_argument("--spec", help="SLO spec (default: the packaged example)")
+    parser.add_argument("--out", required=True, help="directory to write into (created)")
+    parser.add_argument(
+        "--webhook-url",
+        default=defaults.webhook_url,
+        help="URL every Alertmanager receiver posts to (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--runbook-url",
+        default=defaults.runbook_url,
+        help="base URL of the published runbooks/ (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--grafana-url",
+        default=defaults.grafana_url,
+        help="Grafana base URL for the alerts' dashboard links (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--prometheus-url",
+        default=defaults.prometheus_url,
+        help="Prometheus URL for the Grafana datasource (default: %(default)s)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    targets = Targets(args.webhook_url, args.runbook_url, args.grafana_url, args.prometheus_url)
+    generate(args.spec, Path(args.out), targets)
+    return 0
+
+
+def generate(spec_path: str | None, out: Path, targets: Targets) -> list[Path]:
+    """Write everything under `out` and list it on stdout; the paths written."""
+    from alerts import Links, write_alerts
+    from dashboards import OVERVIEW_UID, write_dashboards
+    from slo.alert_rules import unbucketed_thresholds, unreachable
+    from slo.spec import SLOSpec
+
+    spec = SLOSpec.load(spec_path) if spec_path else SLOSpec.default()
+    problems = unbucketed_thresholds(spec)
+    if problems:
+        raise UsageError(problems[0])
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"--out {out}: cannot create the directory ({error})") from None
+    links = Links(targets.runbook_url, f"{targets.grafana_url.rstrip('/')}/d/{OVERVIEW_UID}")
+    written = write_alerts(spec, out, links, targets.webhook_url)
+    written += write_dashboards(spec, out, targets.prometheus_url)
+    for note in unreachable(spec):
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {len(written)} files under {out}")
+    for path in sorted(written):
+        print(f"  {path.relative_to(out)}")
+    return written

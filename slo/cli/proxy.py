@@ -1,0 +1,135 @@
+"""`slo proxy`: the latency middleware in front of any OpenAI-compatible server (a sidecar)."""
+
+from __future__ import annotations
+
+import argparse
+
+from slo.cli.serving import check_positive_seconds, run_until_stopped
+from slo.errors import UsageError
+
+HELP = "measure any OpenAI-compatible server: a streaming reverse proxy with the middleware"
+DESCRIPTION = (
+    "Forward every request to --upstream (any OpenAI-compatible server, in any "
+    "language) with the latency middleware in front: records, /metrics and /slo as with "
+    "`slo serve`, no change to the engine. Run it beside the engine (a sidecar)."
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--upstream", required=True, help="the engine's base URL, e.g. http://127.0.0.1:8080"
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=8000, help="port to bind (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--model",
+        default="upstream",
+        help="model label on metrics and records (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--spec", default=None, help="SLO spec YAML (default: the packaged example spec)"
+    )
+    parser.add_argument(
+        "--store",
+        default="sqlite:///slo-records.db",
+        help="where request records go: sqlite:///FILE or postgresql://... (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--alertmanager-url",
+        default=None,
+        help="push alerts the live SLO evaluator fires to this Alertmanager",
+    )
+    parser.add_argument(
+        "--api-keys", default=None, metavar="FILE", help="require API keys from this YAML file"
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=256,
+        help="most connections open to the upstream at once; more requests wait (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="give up reaching the upstream (or waiting for a free connection): 504 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--read-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="give up when the upstream sends nothing for this long: 504 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, give in-flight requests this long to finish (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--inject-usage",
+        action="store_true",
+        help="ask streamed requests for usage (stream_options.include_usage) so token counts "
+        "are exact on engines that report it; clients that did not ask never see it",
+    )
+    parser.add_argument(
+        "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    max_connections: int = args.max_connections
+    connect_timeout_s: float = args.connect_timeout
+    read_timeout_s: float = args.read_timeout
+    shutdown_timeout_s: float = args.shutdown_timeout
+    if max_connections < 1:
+        raise UsageError(f"--max-connections must be at least 1, got {max_connections}")
+    check_positive_seconds(
+        {
+            "--connect-timeout": connect_timeout_s,
+            "--read-timeout": read_timeout_s,
+            "--shutdown-timeout": shutdown_timeout_s,
+        }
+    )
+    from middleware import LatencyMiddleware
+    from middleware.proxy import ProxyApp
+
+    try:
+        proxy = ProxyApp(
+            args.upstream,
+            max_connections=max_connections,
+            connect_timeout_s=connect_timeout_s,
+            read_timeout_s=read_timeout_s,
+        )
+    except ValueError as error:
+        raise UsageError(f"--upstream: {error}") from error
+    model: str = args.model
+    middleware = LatencyMiddleware(
+        proxy,
+        spec=args.spec,
+        store=args.store,
+        model=model,
+        alertmanager_url=args.alertmanager_url,
+        auth=args.api_keys,
+        inject_usage=args.inject_usage,
+    )
+    host: str = args.host
+    port: int = args.port
+    print(f"proxying http://{host}:{port} -> {proxy.upstream_url} (model {model})")
+    run_until_stopped(
+        middleware,
+        middleware.close,
+        host=host,
+        port=port,
+        log_level=args.log_level,
+        shutdown_timeout_s=shutdown_timeout_s,
+        pass_through_headers=True,
+    )
+    return 0

@@ -1,0 +1,207 @@
+"""`slo serve`: the bundled engine (or a checkpoint) behind the OpenAI-compatible API and the middleware."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from slo.cli.serving import check_positive_seconds, run_until_stopped
+from slo.errors import UsageError
+
+if TYPE_CHECKING:
+    from engine import Engine
+    from middleware.types import ASGIApp
+
+HELP = "serve a model over an OpenAI-compatible API"
+DESCRIPTION = (
+    "Start the bundled engine (or a Hugging Face-format checkpoint) behind an "
+    "OpenAI-compatible HTTP API with uvicorn."
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=8000, help="port to bind (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--model",
+        default="bundled:tiny",
+        help="'bundled:tiny' or a directory with config.json, *.safetensors and tokenizer.json",
+    )
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda (default: %(default)s)")
+    parser.add_argument(
+        "--dtype", default="auto", help="auto, float32 or bfloat16 (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-waiting",
+        type=int,
+        default=256,
+        help="requests allowed to wait for a batch slot before new ones get 429 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--spec", default=None, help="SLO spec YAML (default: the packaged example spec)"
+    )
+    parser.add_argument(
+        "--store",
+        default="sqlite:///slo-records.db",
+        help="where request records go: sqlite:///FILE or postgresql://... (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--alertmanager-url",
+        default=None,
+        help="push alerts the live SLO evaluator fires to this Alertmanager (e.g. http://127.0.0.1:9093)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="give up a request after this long: 504, outcome timeout (default: no limit)",
+    )
+    parser.add_argument(
+        "--first-token-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="give up a request still waiting for its first token (queue wait + prefill) after this long",
+    )
+    parser.add_argument(
+        "--api-keys",
+        default=None,
+        metavar="FILE",
+        help="require API keys from this YAML file (hashed; per-key tier and rate limits); "
+        "`slo keys new` writes it",
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, stop accepting and give in-flight requests this long to finish before "
+        "they are cut; every record is flushed either way (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-middleware",
+        action="store_true",
+        help="serve the bare engine API, without latency middleware, /metrics or /slo",
+    )
+    parser.add_argument(
+        "--enable-prefix-caching",
+        action="store_true",
+        help="share the KV blocks of common prompt prefixes between requests",
+    )
+    parser.add_argument(
+        "--draft-model",
+        default=None,
+        help="speculative decoding with this draft model (e.g. bundled:small-draft)",
+    )
+    parser.add_argument(
+        "--speculative-tokens",
+        type=int,
+        default=4,
+        help="draft tokens proposed per step (default: 4)",
+    )
+    parser.add_argument(
+        "--quantization", choices=["int8"], default=None, help="INT8 weight-only linear layers"
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decode forward during warm-up: faster decode steps after a "
+        "one-time compile (tens of seconds on a CPU, then cached on disk)",
+    )
+    parser.add_argument(
+        "--step-delay-ms",
+        type=float,
+        default=0.0,
+        help="slow every engine step down by this much, to drill latency alerts (default: 0)",
+    )
+    parser.add_argument(
+        "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    step_delay_ms: float = args.step_delay_ms
+    speculative_tokens: int = args.speculative_tokens
+    if step_delay_ms < 0:
+        raise UsageError(f"--step-delay-ms must be >= 0, got {step_delay_ms}")
+    if speculative_tokens < 1:
+        raise UsageError(f"--speculative-tokens must be at least 1, got {speculative_tokens}")
+    request_timeout_s: float | None = args.request_timeout
+    first_token_timeout_s: float | None = args.first_token_timeout
+    shutdown_timeout_s: float = args.shutdown_timeout
+    check_positive_seconds(
+        {
+            "--request-timeout": request_timeout_s,
+            "--first-token-timeout": first_token_timeout_s,
+            "--shutdown-timeout": shutdown_timeout_s,
+        }
+    )
+    from engine.api import Limits, create_app
+
+    engine = _load_engine(args)
+    engine.start_sync()  # load and warm up before accepting traffic; the cold start is reported
+    limits = Limits(
+        first_token_timeout_s=first_token_timeout_s, request_timeout_s=request_timeout_s
+    )
+    app: ASGIApp = create_app(engine, limits=limits)
+    close = _no_records
+    if not args.no_middleware:
+        from middleware import LatencyMiddleware
+
+        middleware = LatencyMiddleware(
+            app,
+            spec=args.spec,
+            store=args.store,
+            model=engine.name,
+            gpu_stats=engine.gpu_stats,
+            alertmanager_url=args.alertmanager_url,
+            auth=args.api_keys,
+        )
+        engine.add_hooks(middleware.engine_hooks())
+        if engine.cold_start is not None:
+            middleware.observe_cold_start(engine.cold_start.total_s)
+        app, close = middleware, middleware.close
+    host: str = args.host
+    port: int = args.port
+    print(f"serving {engine.name} on http://{host}:{port} (OpenAI-compatible: /v1/...)")
+    run_until_stopped(
+        app,
+        close,
+        host=host,
+        port=port,
+        log_level=args.log_level,
+        shutdown_timeout_s=shutdown_timeout_s,
+    )
+    return 0
+
+
+def _load_engine(args: argparse.Namespace) -> Engine:
+    from engine import CheckpointError, Engine, EngineConfig
+
+    config = EngineConfig(
+        device=args.device,
+        dtype=args.dtype,
+        max_waiting=args.max_waiting,
+        step_delay_s=args.step_delay_ms / 1000,
+        enable_prefix_caching=args.enable_prefix_caching,
+        draft_model=args.draft_model,
+        num_speculative_tokens=args.speculative_tokens,
+        quantization=args.quantization,
+        compile=args.compile,
+    )
+    model: str = args.model
+    draft_model: str | None = args.draft_model
+    try:
+        return Engine.from_pretrained(model, config)
+    except (CheckpointError, ValueError) as error:
+        which = f"--model {model}" + (f" --draft-model {draft_model}" if draft_model else "")
+        raise UsageError(f"{which}: {error}") from error
+
+
+def _no_records() -> None:
+    """Without the middleware there is nothing to flush."""
