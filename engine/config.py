@@ -33,6 +33,12 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     torch_dtype: str = "float32"
+    # Checkpoint families (engine/architectures.py) and generation_config.json defaults.
+    o_proj_bias: bool = False  # Llama's attention_bias; Qwen2 biases q/k/v only
+    sliding_window: int | None = None  # Mistral: each query sees this many latest keys
+    default_temperature: float = 1.0  # for requests that do not set it
+    default_top_p: float = 1.0
+    default_top_k: int = 0
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config.json") -> ModelConfig:
@@ -49,14 +55,9 @@ class ModelConfig:
                 f"{source}: missing {', '.join(missing)}; a Llama-style config.json needs "
                 f"{', '.join(required)}"
             )
-        model_type = raw.get("model_type", "llama")
-        if model_type not in ("llama", "mistral", "qwen2"):
-            raise CheckpointError(
-                f"{source}: model_type '{model_type}' is not supported; use a Llama-architecture "
-                "checkpoint (model_type 'llama')"
-            )
-        if raw.get("hidden_act", "silu") != "silu":
-            raise CheckpointError(f"{source}: hidden_act must be 'silu' (SwiGLU)")
+        from engine.architectures import architecture_fields  # it imports CheckpointError
+
+        family = architecture_fields(raw, source)
         heads = int(raw["num_attention_heads"])
         kv_heads = int(raw.get("num_key_value_heads") or heads)
         if heads % kv_heads:
@@ -86,8 +87,7 @@ class ModelConfig:
             rope_theta=float(rope_theta if rope_theta is not None else 10000.0),
             rope_scaling=rope_scaling,
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-            attention_bias=bool(raw.get("attention_bias", False)),
-            mlp_bias=bool(raw.get("mlp_bias", False)),
+            **family,
             bos_token_id=raw.get("bos_token_id"),
             eos_token_ids=eos_ids,
             torch_dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
@@ -135,7 +135,7 @@ class EngineConfig:
     # `num_speculative_tokens` tokens per step; the target verifies them in one forward.
     draft_model: str | None = None  # "bundled:small-draft" or a checkpoint directory
     num_speculative_tokens: int = 4
-    quantization: str | None = None  # "int8": weight-only int8 linear layers (target and draft)
+    quantization: str | None = None  # "int8"/"int4": weight-only linear layers (target and draft)
     # torch.compile the decode forward (engine/compiled.py): faster decode steps for a one-time
     # compile during warm-up (tens of seconds on a CPU, cached on disk by inductor after that).
     compile: bool = False
@@ -151,9 +151,9 @@ class EngineConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.quantization not in (None, "int8"):
+        if self.quantization not in (None, "int8", "int4"):
             raise ValueError(
-                f"EngineConfig.quantization is {self.quantization!r}; use None or 'int8'"
+                f"EngineConfig.quantization is {self.quantization!r}; use None, 'int8' or 'int4'"
             )
         if self.scheduling not in ("fifo", "priority", "slo"):
             raise ValueError(

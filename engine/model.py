@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.config import CheckpointError, ModelConfig
-from engine.quantize import Weight, linear, linear_add
+from engine.quantize import Weight, linear, linear_add, weight_packer
+from engine.weights import pack_full_precision, prepacks
 
 
 class RMSNorm(nn.Module):
@@ -92,11 +93,13 @@ class Attention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
-        bias = config.attention_bias
+        bias = config.attention_bias  # q, k and v (Qwen2 has these without an o_proj bias)
         self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+        self.o_proj = nn.Linear(
+            self.num_heads * self.head_dim, config.hidden_size, bias=config.o_proj_bias
+        )
 
 
 class MLP(nn.Module):
@@ -141,31 +144,49 @@ class FusedLayer:
     down_bias: torch.Tensor | None
 
 
-def _pack(linears: tuple[nn.Linear, ...]) -> torch.Tensor:
-    """The linears' weights stacked as one [out, in] matrix, stored input-major on a CPU.
+def _pack(linears: tuple[nn.Linear, ...], pack: Callable[[torch.Tensor], Weight]) -> Weight:
+    """The linears' weights stacked as one [out, in] matrix, in the form `pack` stores.
 
-    `F.linear` multiplies by the transpose; with the transpose contiguous, a one-row product
-    reads the matrix in order, about twice as fast on a CPU once the weights are out of the
-    core's own cache (a decode step reads every weight once).
-
-    The modules' own weights become views into the packed matrix, so the model holds each
-    weight once.
+    When that form is a plain tensor, the modules' own weights become views into it, so the
+    model holds each weight once. Any other form (prepacked bf16, int8, int4) replaces them:
+    the modules keep placeholders on the meta device and the full-precision copy is freed.
     """
     weight = torch.cat([module.weight for module in linears]).detach()
-    if weight.device.type == "cpu":
-        weight = weight.t().contiguous().t()
+    stored = pack(weight)
+    del weight
     offset = 0
     for module in linears:
         rows = module.weight.shape[0]
-        module.weight.data = weight[offset : offset + rows]
+        if isinstance(stored, torch.Tensor):
+            module.weight.data = stored[offset : offset + rows]
+        else:
+            module.weight = _placeholder(module.weight)
         offset += rows
-    return weight
+    return stored
+
+
+def _placeholder(weight: torch.Tensor) -> nn.Parameter:
+    """A weight's shape and dtype without its memory (on the meta device)."""
+    return nn.Parameter(torch.empty_like(weight, device="meta"), requires_grad=False)
 
 
 def _cat_bias(*linears: nn.Linear) -> torch.Tensor | None:
     if linears[0].bias is None:
         return None
     return torch.cat([linear.bias for linear in linears])
+
+
+def _sliding_window_mask(
+    positions: torch.Tensor, length: int, window: int, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """`mask` narrowed to Mistral's window: a query at position p sees keys p-window+1..p.
+
+    Built only once a context outgrows the window. The cache still holds every key (no memory
+    saved), but each query attends to exactly the keys the checkpoint was trained with.
+    """
+    keys = torch.arange(length, device=positions.device)
+    visible = (positions.view(positions.shape[0], -1, 1) - keys < window).unsqueeze(1)
+    return visible if mask is None else mask & visible
 
 
 class LlamaForCausalLM(nn.Module):
@@ -185,6 +206,7 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
         self.fused: list[FusedLayer] = []
+        self.quantization: str | None = None  # the format `fuse` stored the weights in
         self._rope_tables: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
         self.norm_floor = torch.empty(0)  # sqrt(eps * hidden_size) for `_norm`, set by fuse()
         self.final_norm: torch.Tensor = self.model.norm.weight.detach()  # set again by fuse()
@@ -197,8 +219,18 @@ class LlamaForCausalLM(nn.Module):
         """The decoder layers, typed (iterating an nn.ModuleList yields plain Modules)."""
         return [cast(DecoderLayer, layer) for layer in self.model.layers]
 
-    def fuse(self) -> None:
-        """Pack the weights for inference; call again after changing any weight."""
+    def fuse(self, quantization: str | None = None) -> None:
+        """Pack the weights for inference; call again after changing any weight.
+
+        `quantization` ("int8", "int4") stores the linear layers and the LM head in that
+        format and frees their full-precision copies: the model cannot be fused again after.
+        """
+        if any(p.is_meta for p in self.parameters()):
+            raise RuntimeError(
+                f"the weights are stored as {self.quantization or 'prepacked bfloat16'} and their "
+                "full-precision copies were freed; load the checkpoint again to repack them"
+            )
+        pack = weight_packer(quantization)
         fused = []
         for layer in self.decoder_layers:
             attn, mlp = layer.self_attn, layer.mlp
@@ -207,14 +239,14 @@ class LlamaForCausalLM(nn.Module):
             fused.append(
                 FusedLayer(
                     input_norm=self._norm_weight(layer.input_layernorm.weight),
-                    qkv_weight=_pack(qkv),
+                    qkv_weight=_pack(qkv, pack),
                     qkv_bias=_cat_bias(*qkv),
-                    o_weight=_pack((attn.o_proj,)),
+                    o_weight=_pack((attn.o_proj,), pack),
                     o_bias=attn.o_proj.bias,
                     post_norm=self._norm_weight(layer.post_attention_layernorm.weight),
-                    gate_up_weight=_pack(gate_up),
+                    gate_up_weight=_pack(gate_up, pack),
                     gate_up_bias=_cat_bias(*gate_up),
-                    down_weight=_pack((mlp.down_proj,)),
+                    down_weight=_pack((mlp.down_proj,), pack),
                     down_bias=mlp.down_proj.bias,
                 )
             )
@@ -223,8 +255,18 @@ class LlamaForCausalLM(nn.Module):
         floor = math.sqrt(self.config.rms_norm_eps * self.config.hidden_size)
         self.norm_floor = torch.tensor([floor], device=self.final_norm.device)
         self._rope_tables = {}  # rebuilt lazily on the weights' device and dtype
-        self.lm_head_weight = self.lm_head.weight.detach()
+        self.lm_head_weight = self._pack_lm_head(pack)
+        self.quantization = quantization
         self.compiled_forward = None  # frozen on the old weights: compile again if wanted
+
+    def _pack_lm_head(self, pack: Callable[[torch.Tensor], Weight]) -> Weight:
+        head = self.lm_head.weight.detach()
+        if pack is pack_full_precision and not prepacks(head):
+            return head  # [vocab, hidden] row-major as it is: no copy of a tied embedding
+        stored = pack(head)
+        if not self.config.tie_word_embeddings:  # a tied head is the embedding: it stays
+            self.lm_head.weight = _placeholder(head)
+        return stored
 
     def _norm_weight(self, weight: torch.Tensor) -> torch.Tensor:
         """An RMSNorm weight as `_norm` takes it: in float32, times sqrt(width)."""
@@ -297,6 +339,10 @@ class LlamaForCausalLM(nn.Module):
         cos, sin = self.rope(positions, hidden.dtype, batch.context_slots.shape[1] - 1)
         slots = batch.context_slots.view(-1)
         context = (bsz, batch.context_slots.shape[1], kv_heads, head_dim)
+        mask = batch.mask
+        window = config.sliding_window
+        if window is not None and context[1] > window:
+            mask = _sliding_window_mask(positions, context[1], window, mask)
         for layer, key_cache, value_cache in zip(self.fused, key_caches, value_caches, strict=True):
             qkv = linear(self._norm(hidden, layer.input_norm), layer.qkv_weight, layer.qkv_bias)
             # q and k are adjacent in the packed projection: rotate both in one go.
@@ -313,7 +359,7 @@ class LlamaForCausalLM(nn.Module):
             keys = key_cache.index_select(0, slots).view(context).transpose(1, 2)
             values = value_cache.index_select(0, slots).view(context).transpose(1, 2)
             attn = F.scaled_dot_product_attention(
-                q.transpose(1, 2), keys, values, attn_mask=batch.mask, enable_gqa=gqa
+                q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=gqa
             )
             attn = attn.transpose(1, 2).reshape(tokens, q_size)
             hidden = linear_add(hidden, attn, layer.o_weight, layer.o_bias)
