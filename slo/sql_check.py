@@ -33,6 +33,7 @@ from typing import Any
 
 from sqlalchemy import (
     ARRAY,
+    BigInteger,
     ColumnElement,
     Connection,
     Double,
@@ -86,15 +87,9 @@ _SETTINGS = ("SET LOCAL work_mem = '64MB'",)  # the percentile sorts stay in mem
 # optimised) expressions and tuple deforming run them in about 60% of the time, for about a
 # tenth of a second of compiling per process.
 JIT_MIN_TABLE = 2_000_000
+INT4_KEYS = 2**31 - 1  # packed keys up to this many fit an integer
 _JIT = ("jit = on", "jit_above_cost = 0", "jit_inline_above_cost = 0",
         "jit_optimize_above_cost = 0")  # fmt: skip
-# The counting scan joins its packed key with generate_series(0, keys - 1): the planner then
-# takes the key for at most 200 groups (a function's column has no statistics) and
-# aggregates in parallel workers, each hashing a few thousand groups. Without the join it
-# takes every expression over a timestamp or a latency for as many groups as rows, and would
-# sort ten million rows or hash them on one core. Above this many keys, one core it is.
-JOIN_KEYS = 1_000_000
-_SCAN_PLAN = ("enable_sort", "enable_mergejoin", "enable_nestloop")
 
 
 def evaluate_sql(spec: SLOSpec, engine: Engine, now: float) -> EvaluationReport:
@@ -234,39 +229,34 @@ class _Scan:
 
     def count(self, connection: Connection, tiers: dict[str, TierCounts]) -> int:
         """Every count, into `tiers`; returns the records with a client view."""
-        aggregates = (func.count(), func.sum(_C.output_tokens), func.min(_C.timestamp),
-                      func.max(_C.timestamp + _C.e2e_s))  # fmt: skip
-        where = _C.timestamp >= self.since
-        for setting in _SCAN_PLAN:
-            connection.execute(text(f"SET LOCAL {setting} = off"))
-        if self.keys <= JOIN_KEYS:
-            packed, radix = self.digits[0][0], self.digits[0][1]
-            for digit, size in self.digits[1:]:
-                packed, radix = packed + digit * literal(radix, Integer), radix * size
-            keys = func.generate_series(0, self.keys - 1).table_valued("k")
-            keys = keys.render_derived(name="keys")
-            statement = (
-                select(_C.tier, _C.outcome, keys.c.k, *aggregates)
-                .select_from(TABLE.join(keys, keys.c.k == packed))
-                .where(where)
-                .group_by(_C.tier, _C.outcome, keys.c.k)
-            )
-            rows = [(tier, outcome, self._unpack(k), rest)
-                    for tier, outcome, k, *rest in connection.execute(statement)]  # fmt: skip
-        else:  # grouped through a subquery: GROUP BY names its columns, matched in SELECT
-            names = [f"d{index}" for index in range(len(self.digits))]
-            sub = select(_C.tier, _C.outcome,
-                         *[digit.label(name) for (digit, _), name in zip(self.digits, names, strict=True)],
-                         _C.output_tokens, _C.timestamp, _C.e2e_s).where(where).subquery("requests")  # fmt: skip
-            s = sub.c
-            group = [s.tier, s.outcome, *[s[name] for name in names]]
-            statement = select(*group, func.count(), func.sum(s.output_tokens),
-                               func.min(s.timestamp), func.max(s.timestamp + s.e2e_s)).group_by(*group)  # fmt: skip
-            rows = [(row[0], row[1], tuple(row[2 : 2 + len(names)]), row[2 + len(names) :])
-                    for row in connection.execute(statement)]  # fmt: skip
-        for setting in _SCAN_PLAN:
-            connection.execute(text(f"SET LOCAL {setting} = on"))
-        return self._add(rows, tiers)
+        wide = self.keys > INT4_KEYS  # int4 arithmetic would overflow: pack in bigint
+        packed, radix = None, 1
+        for digit, size in self.digits:
+            term = cast(digit, BigInteger) if wide else digit
+            term = term * literal(radix, BigInteger if wide else Integer) if radix > 1 else term
+            packed = term if packed is None else packed + term
+            radix *= size
+        assert packed is not None
+        # OFFSET NULL keeps the subquery a subquery (not merged into the outer query) and
+        # still parallel: the planner has no statistics on its column k, takes it for at
+        # most 200 values, and aggregates in each worker. Merged, the key is an expression
+        # over a timestamp and latencies, taken for as many groups as rows: the planner
+        # would sort ten million rows, or hash them on one core.
+        rows = (
+            select(_C.tier, _C.outcome, packed.label("k"), _C.output_tokens, _C.timestamp,
+                   (_C.timestamp + _C.e2e_s).label("end"))
+            .where(_C.timestamp >= self.since)
+            .offset(null())
+            .subquery("requests")
+        )  # fmt: skip
+        r = rows.c
+        statement = select(
+            r.tier, r.outcome, r.k, func.count(), func.sum(r.output_tokens),
+            func.min(r.timestamp), func.max(r.end),
+        ).group_by(r.tier, r.outcome, r.k)  # fmt: skip
+        found = [(tier, outcome, self._unpack(k), rest)
+                 for tier, outcome, k, *rest in connection.execute(statement)]  # fmt: skip
+        return self._add(found, tiers)
 
     def _unpack(self, key: int) -> tuple[int, ...]:
         digits = []

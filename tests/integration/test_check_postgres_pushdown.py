@@ -3,6 +3,8 @@
 Each test writes records to a real PostgreSQL (`.ci/run` starts one and sets the URL), in a
 schema of its own (other tests empty the default table), then compares `evaluate_sql` with
 `evaluate` over the store's columns: every count, percentile, burn rate, alert and note.
+Whatever bounds the sample gives (it only decides how many values are sorted), the report is
+the same: tests hand the check crafted bounds, and take the large-table path on a small table.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
+from slo import sql_check, sql_ranks
 from slo.errors import UsageError
 from slo.evaluate import columns_needed, evaluate
 from slo.records import validate_record
@@ -142,3 +145,85 @@ def test_empty_store_and_bad_url(schema_url: str) -> None:
             evaluate_sql(SLOSpec.default(), broken, now=START)
     finally:
         store.close()
+
+
+# --- the sampled bounds decide the work, never the answer ----------------------------------
+
+VALUE_FIELDS = ("ttft_s", "tpot_s", "e2e_s")
+CLIENT_OF = {"ttft_s": "client_ttft_s", "e2e_s": "client_e2e_s", "tpot_s": "client_tpot_s"}
+
+
+def judged_values(records: list[dict[str, Any]], tier: str, name: str) -> list[float]:
+    """A tier's ok values of one SLI, client view first, sorted (as a percentile reads them)."""
+    values = []
+    for record in records:
+        if record["tier"] == tier and record["outcome"] == "ok":
+            value = record.get(CLIENT_OF[name], record.get(name))
+            if value is not None:
+                values.append(value)
+    return sorted(values)
+
+
+def crafted_bounds(records: list[dict[str, Any]], style: str) -> dict[tuple[str, str], tuple]:
+    """Bounds as a sample could give them: around the ranks, far off them (the rank falls in
+    an outer region), on repeated values, or outside every value."""
+    found = {}
+    for tier in ("premium", "standard", "batch"):
+        for name in VALUE_FIELDS:
+            values = judged_values(records, tier, name)
+            n = len(values)
+            if style == "around":
+                picks = [values[int(n * q)] for q in (0.44, 0.52, 0.88, 0.91, 0.94, 0.96, 0.985)]
+            elif style == "off":
+                picks = [values[int(n * 0.2)], values[int(n * 0.3)]]  # every rank above both
+            elif style == "many":
+                picks = values[::7]  # ties: sample values are rounded to the microsecond
+            else:
+                picks = [values[0] / 2, values[-1] * 2]
+            found[(tier, name)] = tuple(sorted(set(picks)))
+    return found
+
+
+@pytest.mark.parametrize("style", ["around", "off", "many", "outside"])
+def test_any_bounds_give_the_same_report(
+    schema_url: str, monkeypatch: pytest.MonkeyPatch, style: str
+) -> None:
+    records = sample_records(3000, seed=5)
+    store_records(schema_url, records)
+    ttft = judged_values(records, "premium", "ttft_s")[500]
+    spec = SLOSpec.from_yaml(SPEC.format(ttft=f"{ttft * 1000}ms"))
+    bounds = crafted_bounds(records, style)
+    monkeypatch.setattr(sql_check, "_bounds", lambda *args: bounds)
+    pushed, pulled = both(schema_url, spec, now=START + 3)
+    assert pushed == pulled
+    assert all(tier["objectives"][0]["observed_s"] is not None for tier in pulled["tiers"])
+
+
+def test_sampled_bounds_jit_and_wide_keys(schema_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path a large table takes (sample, JIT, bigint keys), on a small one."""
+    records = sample_records(6000, seed=7)
+    store_records(schema_url, records)
+    store = RecordStore(schema_url)
+    try:
+        with store.engine.connect() as connection:
+            connection.execution_options(isolation_level="AUTOCOMMIT").execute(
+                text("ANALYZE llm_slo_request_records")
+            )
+    finally:
+        store.close()
+    monkeypatch.setattr(sql_check, "SAMPLE_MIN_TABLE", 0)
+    monkeypatch.setattr(sql_check, "JIT_MIN_TABLE", 0)
+    monkeypatch.setattr(sql_check, "INT4_KEYS", 0)
+    monkeypatch.setattr(sql_ranks, "SAMPLE_MIN_VALUES", 50)
+    seen: list[dict[tuple[str, str], tuple]] = []
+    real = sql_ranks.sample_bounds
+
+    def spy(*args: Any) -> dict[tuple[str, str], tuple]:
+        seen.append(real(*args))
+        return seen[-1]
+
+    monkeypatch.setattr(sql_check, "sample_bounds", spy)
+    spec = SLOSpec.from_yaml(SPEC.format(ttft="150ms"))
+    pushed, pulled = both(schema_url, spec, now=START + 7)
+    assert pushed == pulled
+    assert seen and len(seen[0]) >= 6, "the sample gave no bounds: the test took another path"
