@@ -33,7 +33,10 @@ class Tokenizer:
         except Exception as error:  # the Rust loader raises a plain Exception
             raise CheckpointError(f"{path}: cannot be read as a tokenizer: {error}") from error
         config = _read_json(directory / "tokenizer_config.json")
-        self.chat_template: str = _chat_template(config) or DEFAULT_CHAT_TEMPLATE
+        # transformers saves the template to its own file since 4.43; that file wins, as there.
+        template_file = directory / "chat_template.jinja"
+        file_template = template_file.read_text() if template_file.is_file() else None
+        self.chat_template: str = file_template or _chat_template(config) or DEFAULT_CHAT_TEMPLATE
         self.bos_token: str = _token_text(config.get("bos_token")) or ""
         self.eos_token: str = _token_text(config.get("eos_token")) or ""
         eos_ids = set(eos_token_ids)
