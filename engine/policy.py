@@ -8,7 +8,9 @@
   priority only, so an aged request never evicts a better tier and nothing ping-pongs).
 - `slo`: prefill ordered by slack = TTFT deadline - now - predicted prefill time, the time
   learned from recent steps (`PrefillTimeModel`); preempts like `priority`; sheds a waiting
-  request, lowest tier first, once its TTFT objective is out of reach.
+  request, lowest tier first, once its TTFT objective is out of reach; and while a tier with
+  a TPOT objective is decoding, shrinks the step's prefill chunks until the steps fit that
+  objective (the decodes never wait behind a chunk they cannot afford).
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ SCHEDULING_POLICIES: tuple[str, ...] = ("fifo", "priority", "slo")
 SHED_TTFT_OUT_OF_REACH = "ttft_out_of_reach"
 SHED_QUEUE_FULL = "queue_full"
 SHED_REASONS: tuple[str, ...] = (SHED_TTFT_OUT_OF_REACH, SHED_QUEUE_FULL)
+# A step may take this share of the tightest TPOT objective among the decoding sequences (the
+# rest is slack for the noise around a step), and prefill always gets at least this many tokens.
+TPOT_HEADROOM = 0.8
+MIN_CHUNK_TOKENS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +100,7 @@ class Policy:
         self.objectives = dict(objectives or {})
         self.default_ttft_s = default_ttft_s
         self.prefill_time = PrefillTimeModel()
+        self.chunk_cap: int | None = None  # slo: prefill tokens per step while TPOT-bound
 
     @property
     def preempts(self) -> bool:
@@ -127,6 +134,37 @@ class Policy:
         predicted_ns = self.prefill_time.predict_s(remaining, tokens_per_step) * 1e9
         slack_ns = self.ttft_deadline_ns(sequence) - now_ns - predicted_ns
         return (slack_ns, sequence.priority, sequence.arrival)
+
+    def tightest_tpot_s(self, decoding: list[Sequence]) -> float | None:
+        tpots = [
+            objective.tpot_s
+            for sequence in decoding
+            if (objective := self.objectives.get(sequence.priority)) and objective.tpot_s
+        ]
+        return min(tpots) if tpots else None
+
+    def prefill_cap(self, decoding: list[Sequence]) -> int | None:
+        """Prefill tokens a step may add beside `decoding` while a tier with a TPOT objective
+        is among them (slo policy only; None: no cap)."""
+        if self.name != "slo" or self.tightest_tpot_s(decoding) is None:
+            return None
+        return self.chunk_cap
+
+    def after_step(self, step_s: float, decoding: list[Sequence], budget: int) -> None:
+        """Adjust the chunk cap from what a step with TPOT-bound decodes really took: halve it
+        when the step overran the objective's share, grow it a block at a time when not
+        (additive increase, multiplicative decrease). Feedback rather than the prefill-time
+        model: a step's cost also grows with the chunk's context and with whatever else runs
+        on the machine, which a per-token rate does not see."""
+        tpot_s = self.tightest_tpot_s(decoding) if self.name == "slo" else None
+        if tpot_s is None:
+            return
+        if self.chunk_cap is None:
+            self.chunk_cap = budget
+        if step_s > tpot_s * TPOT_HEADROOM:
+            self.chunk_cap = max(MIN_CHUNK_TOKENS, self.chunk_cap // 2)
+        else:
+            self.chunk_cap = min(budget, self.chunk_cap + MIN_CHUNK_TOKENS)
 
     def victim_key(self, sequence: Sequence) -> tuple[int, int]:
         """The running sequence with the largest key is preempted first."""

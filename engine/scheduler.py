@@ -159,6 +159,9 @@ class Scheduler:
         self._reserve_decode_slots(now_ns, plan)
         plan.decodes = [s for s in self.running if s.prefilled]
         plan.budget -= sum(1 + s.lookahead(self.num_speculative) for s in plan.decodes)
+        cap = self.policy.prefill_cap(plan.decodes)
+        if cap is not None:
+            plan.budget = min(plan.budget, cap)
         self._fill_prefill(now_ns, plan)
         return plan
 
@@ -175,8 +178,7 @@ class Scheduler:
     def _shed(self, now_ns: int, plan: StepPlan) -> None:
         """Drop waiting requests that can no longer meet their tier's TTFT objective.
 
-        First those out of reach whatever the order: even prefilled next (after the prompts
-        already being prefilled) they would miss. Then the queue's depth: a request misses
+        First those out of reach whatever the order: even prefilled next they would miss. Then the queue's depth: a request misses
         when now + the predicted time to prefill everything ordered before it, and itself,
         passes its deadline; the lowest tier among those that miss goes first, and the rest
         are judged again without it (it may have been in their way). Nothing is shed before
@@ -192,9 +194,8 @@ class Scheduler:
             return now_ns + ahead_ns > policy.ttft_deadline_ns(sequence)
 
         eligible = [s for s in self._waiting if not s.output_ids and policy.has_ttft_objective(s)]
-        in_progress = sum(s.num_tokens - s.num_cached for s in self.running if not s.prefilled)
         for sequence in eligible:
-            alone = model.predict_s(in_progress + sequence.num_tokens, per_step) * 1e9
+            alone = model.predict_s(sequence.num_tokens, per_step) * 1e9
             if misses(alone, sequence):
                 self._waiting.remove(sequence)
                 plan.shed.append((sequence, SHED_TTFT_OUT_OF_REACH))

@@ -285,8 +285,10 @@ class EngineWorker:
 
         self._step_count += 1
         finished_ns = time.perf_counter_ns()
-        if plan.chunks or decoding:  # the slo policy's prefill-time model learns from work
-            self.policy.prefill_time.observe(prefill_tokens, (finished_ns - started_ns) / 1e9)
+        if plan.chunks or decoding:  # the slo policy learns from steps that did work
+            step_s = (finished_ns - started_ns) / 1e9
+            self.policy.prefill_time.observe(prefill_tokens, step_s)
+            self.policy.after_step(step_s, decoding, self.scheduler.max_num_batched_tokens)
         if by_event["on_step"]:
             preempted: dict[int, int] = {}
             for sequence in plan.preempted:
