@@ -332,3 +332,12 @@ def test_report_ratios() -> None:
             indent=2,
         )
     )
+    # The goals of the module docstring: a benchmark run by hand must fail loudly on a miss.
+    goals = {
+        "batch1_tokens_per_s_engine_over_transformers (goal >= 2)": lambda r: r >= 2.0,
+        "batch1_tokens_per_s_compiled_engine_over_transformers (goal >= 2)": lambda r: r >= 2.0,
+        "16_concurrent_over_16_sequential_transformers (goal >= 5)": lambda r: r >= 5.0,
+        "hooks_on_over_hooks_off_step_time (goal <= 1.01)": lambda r: r <= 1.01,
+    }
+    missed = {name: round(ratios[name], 3) for name, met in goals.items() if not met(ratios[name])}
+    assert not missed, f"goals missed: {missed}"
