@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -11,12 +11,25 @@ schemathesis = pytest.importorskip("schemathesis")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from engine import Engine, EngineConfig  # noqa: E402
-from engine.api import create_app  # noqa: E402
+if TYPE_CHECKING:
+    from schemathesis.schemas import BaseSchema
 
-# Small max_tokens cap and context keep each generated request cheap on a CPU.
-ENGINE = Engine.from_pretrained("bundled:tiny", EngineConfig(max_tokens_cap=8, max_model_len=256))
-schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(ENGINE))
+
+@pytest.fixture(scope="module")
+def api_schema() -> BaseSchema:
+    """The API's own OpenAPI document, on an engine loaded when the test runs, not at import
+    (collecting the suite must not load a model)."""
+    from engine import Engine, EngineConfig
+    from engine.api import create_app
+
+    # Small max_tokens cap and context keep each generated request cheap on a CPU.
+    engine = Engine.from_pretrained(
+        "bundled:tiny", EngineConfig(max_tokens_cap=8, max_model_len=256)
+    )
+    return schemathesis.openapi.from_asgi("/openapi.json", create_app(engine))
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 @schema.parametrize()
