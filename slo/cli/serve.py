@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from slo.cli.engine_flags import add_engine_flags, engine_overrides
 from slo.cli.serving import check_positive_seconds, run_until_stopped
 from slo.errors import UsageError
 
@@ -44,6 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--spec", default=None, help="SLO spec YAML (default: the packaged example spec)"
     )
+    add_engine_flags(parser)
     parser.add_argument(
         "--store",
         default="sqlite:///slo-records.db",
@@ -193,6 +195,7 @@ def _load_engine(args: argparse.Namespace) -> Engine:
         num_speculative_tokens=args.speculative_tokens,
         quantization=args.quantization,
         compile=args.compile,
+        **engine_overrides(args, args.spec),
     )
     model: str = args.model
     draft_model: str | None = args.draft_model

@@ -1,0 +1,119 @@
+"""The engine's capacity and scheduling flags, shared by `slo serve` and the demo.
+
+--max-batch-size, --max-model-len, --kv-cache-memory or --kv-cache-blocks,
+--max-num-batched-tokens and --scheduling fifo|priority|slo (the names vLLM users know).
+With `--scheduling slo` the engine schedules by each tier's TTFT and TPOT objectives, read
+from the same spec the middleware judges with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from slo.errors import UsageError
+
+SCHEDULING = ("fifo", "priority", "slo")
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,
+          "gib": 2**30}  # fmt: skip
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b|b)?\s*$", re.IGNORECASE)
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=64,
+        help="sequences decoded together in one step (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="context length: prompt plus output tokens (default: the model's)",
+    )
+    kv = parser.add_mutually_exclusive_group()
+    kv.add_argument(
+        "--kv-cache-memory",
+        default=None,
+        metavar="SIZE",
+        help="memory for the KV cache, e.g. 512MiB or 2GiB (default: 256MiB)",
+    )
+    kv.add_argument(
+        "--kv-cache-blocks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="KV-cache blocks of 16 tokens, instead of --kv-cache-memory",
+    )
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="tokens one engine step computes: running decodes first, prefill chunks fill the "
+        "rest, so a long prompt spans several steps instead of stalling the decodes "
+        "(default: 4096; smaller keeps inter-token latency low under long prompts)",
+    )
+    parser.add_argument(
+        "--scheduling",
+        choices=SCHEDULING,
+        default="priority",
+        help="fifo: arrival order; priority: tiers in priority order, a waiting higher tier "
+        "preempts a lower one, aging keeps the lowest moving; slo: by slack to each tier's "
+        "TTFT objective in --spec, chunks sized to its TPOT objective, requests that can no "
+        "longer meet their TTFT objective shed with 429 (default: %(default)s)",
+    )
+
+
+def parse_size(text: str, flag: str) -> int:
+    match = _SIZE.match(text)
+    if match is None:
+        raise UsageError(f"{flag} {text!r}: give a size such as 512MiB, 2GiB or 1000000 (bytes)")
+    number, unit = float(match.group(1)), (match.group(2) or "").lower()
+    size = int(number * _UNITS[unit])
+    if size <= 0:
+        raise UsageError(f"{flag} must be more than 0 bytes, got {text!r}")
+    return size
+
+
+def engine_overrides(args: argparse.Namespace, spec_path: str | None) -> dict[str, Any]:
+    """EngineConfig fields from the flags; one line naming the flag on a bad value."""
+    for flag, value in (
+        ("--max-batch-size", args.max_batch_size),
+        ("--max-model-len", args.max_model_len),
+        ("--kv-cache-blocks", args.kv_cache_blocks),
+        ("--max-num-batched-tokens", args.max_num_batched_tokens),
+    ):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1, got {value}")
+    overrides: dict[str, Any] = {
+        "max_batch_size": args.max_batch_size,
+        "max_model_len": args.max_model_len,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "scheduling": args.scheduling,
+    }
+    if args.kv_cache_blocks is not None:
+        overrides["num_kv_blocks"] = args.kv_cache_blocks
+    if args.kv_cache_memory is not None:
+        overrides["kv_cache_bytes"] = parse_size(args.kv_cache_memory, "--kv-cache-memory")
+    if args.scheduling == "slo":
+        from slo.errors import SpecError
+        from slo.isolation import tier_objectives
+        from slo.spec import SLOSpec
+
+        try:
+            spec = SLOSpec.load(spec_path) if spec_path else SLOSpec.default()
+        except (SpecError, OSError) as error:
+            raise UsageError(
+                f"--scheduling slo reads the tiers' objectives from --spec: {error}"
+            ) from None
+        overrides["tier_objectives"] = tier_objectives(spec)
+        if not overrides["tier_objectives"]:
+            raise UsageError(
+                f"--scheduling slo: the spec {spec_path or '(packaged example)'} sets no TTFT or "
+                "TPOT objective on any tier; add one (e.g. 'p95 ttft <= 200ms') or use "
+                "--scheduling priority"
+            )
+    return overrides
