@@ -14,12 +14,17 @@ from slo.errors import UsageError
 if TYPE_CHECKING:
     from engine.compare import VariantRun
 
-HELP = "measure what INT8, prefix caching, speculative decoding and batching buy"
+HELP = (
+    "measure what INT8, prefix caching, speculative decoding and batching buy, or what each "
+    "scheduling policy does under a batch flood (--variants fifo,priority,slo)"
+)
 DESCRIPTION = (
     "Run the same seeded workload against the embedded engine once per "
     "variant and print TTFT, TPOT, throughput, CPU cost per 1k tokens and greedy agreement "
     "as ratios to the baseline, next to the industry comparison matrix's claimed ranges. "
-    "Writes an HTML report with a chart."
+    "Writes an HTML report with a chart. With --variants fifo,priority,slo: the mixed-tier "
+    "overload (premium requests beside a batch flood) once per scheduling policy, premium "
+    "latency relative to premium alone, batch tokens/s relative to fifo, and goodput."
 )
 
 
@@ -28,7 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--variants",
         default=",".join(VARIANTS),
-        help="comma-separated, from " + ",".join(VARIANTS) + " (default: all)",
+        help="comma-separated, from " + ",".join(VARIANTS) + " (default: all); or "
+        "scheduling policies, from fifo,priority,slo",
     )
     parser.add_argument("--requests", type=int, default=16, help="requests per variant")
     parser.add_argument("--seed", type=int, default=0, help="workload seed (default: 0)")
@@ -76,6 +82,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="torch CPU threads; 1 keeps runs steady on a shared machine (default: %(default)s)",
     )
     parser.add_argument(
+        "--spec",
+        default=None,
+        help="scheduling variants: the SLO spec whose premium and batch tiers are judged and "
+        "scheduled by (default: the packaged example)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=6.0,
+        help="scheduling variants: seconds of traffic per run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=256,
+        help="scheduling variants: the engine's per-step token budget (default: %(default)s)",
+    )
+    parser.add_argument(
         "--report",
         default="slo-compare.html",
         help="HTML report with the matrix and chart (default: %(default)s)",
@@ -85,7 +109,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from slo.cli.bench.profiles import get_profile, plan_requests
     from slo.cli.compare.matrix import format_matrix, parse_variants, render_html, shared_prefix
+    from slo.cli.compare.scheduling import is_scheduling
 
+    if is_scheduling(args.variants):
+        from slo.cli.compare.scheduling import run as run_scheduling
+
+        return run_scheduling(args)
     variants = parse_variants(args.variants)
     requests: int = args.requests
     repeats: int = args.repeats

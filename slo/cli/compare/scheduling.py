@@ -1,0 +1,111 @@
+"""`slo compare --variants fifo,priority,slo`: the mixed-tier overload once per policy.
+
+Premium requests alone first, then beside a batch flood under each scheduling policy (the
+workload of `engine.overload`, the benchmark's), judged by `slo.isolation` against the spec's
+tiers: premium p95 TTFT and p99 ITL relative to premium alone, batch tokens/s relative to
+fifo, goodput. `--repeats` rounds, interleaved; each figure the median over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from slo.errors import SpecError, UsageError
+
+if TYPE_CHECKING:
+    from slo.spec import SLOSpec
+
+POLICIES = ("fifo", "priority", "slo")
+
+
+def is_scheduling(variants_text: str) -> bool:
+    """Whether --variants names scheduling policies (and nothing else)."""
+    names = [part.strip() for part in variants_text.split(",") if part.strip()]
+    if not names or not any(name in POLICIES for name in names):
+        return False
+    mixed = [name for name in names if name not in POLICIES]
+    if mixed:
+        raise UsageError(
+            f"--variants: {', '.join(mixed)} cannot be compared in the same run as scheduling "
+            f"policies; give either {','.join(POLICIES)} or the serving techniques"
+        )
+    return True
+
+
+def _spec(path: str | None) -> SLOSpec:
+    from slo.spec import SLOSpec
+
+    try:
+        return SLOSpec.load(path) if path else SLOSpec.default()
+    except (SpecError, OSError) as error:
+        raise UsageError(f"--spec: {error}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from slo.isolation import format_table, goals_missed, median_rows, summarize, tier_objectives
+
+    names = [part.strip() for part in args.variants.split(",") if part.strip()]
+    policies = ["fifo"] + [
+        p for p in POLICIES if p in names and p != "fifo"
+    ]  # fifo: the ratio base
+    spec = _spec(args.spec)
+    tiers = {tier.name: tier for tier in spec.tiers}
+    for needed in ("premium", "batch"):
+        if needed not in tiers:
+            raise UsageError(
+                f"--spec: the overload needs a '{needed}' tier (tiers: {', '.join(tiers)}); "
+                "name your interactive tier premium and your offline tier batch"
+            )
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.duration <= 0:
+        raise UsageError(f"--duration must be a positive number of seconds, got {args.duration}")
+    try:
+        from engine.overload import OverloadRun, OverloadWorkload, run_overload
+    except ImportError as error:
+        raise UsageError(
+            f"slo compare runs the bundled engine: pip install 'llm-slo[engine]' ({error})"
+        ) from None
+    workload = OverloadWorkload(
+        duration_s=args.duration,
+        premium_priority=tiers["premium"].priority,
+        batch_priority=tiers["batch"].priority,
+    )
+    model = args.model if args.model != "bundled:small" else "bundled:tiny"
+    print(
+        f"slo compare: mixed-tier overload on {model}, {args.duration:g}s per run, policies "
+        f"{','.join(policies)}, {args.repeats} round(s); premium alone first in each",
+        flush=True,
+    )
+    objectives = tier_objectives(spec)
+
+    def overload(label: str, policy: str, flood: bool = True) -> OverloadRun:
+        result = run_overload(
+            model,
+            policy,
+            workload,
+            flood=flood,
+            tier_objectives=objectives,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            device=args.device,
+            cpu_threads=args.threads,
+        )
+        print(f"  {label} {policy if flood else 'alone':<9} {result.wall_s:5.1f}s", flush=True)
+        return result
+
+    rounds = []
+    for index in range(args.repeats):
+        label = f"round {index + 1}/{args.repeats}"
+        alone = overload(label, "fifo", flood=False)
+        rounds.append(summarize(alone, [overload(label, p) for p in policies], spec))
+    rows = median_rows(rounds)
+    print()
+    print(format_table(rows))
+    fifo = rows[0]
+    for row in rows[1:]:
+        missed = goals_missed(row, fifo)
+        print(
+            f"{row.policy}: " + ("every goal met" if not missed else "missed " + "; ".join(missed))
+        )
+    return 0
