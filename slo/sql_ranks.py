@@ -72,48 +72,64 @@ def targets(spec: SLOSpec, tier_name: str, field_name: str) -> list[float]:
     return found
 
 
-def bounds_around(values: np.ndarray, fractions: Iterable[float]) -> Bounds:
-    """Sampled values a few standard errors either side of each fraction (sorted `values`)."""
-    n = values.size
+def positions_around(n: int, fractions: Iterable[float]) -> list[int]:
+    """0-based positions among `n` sorted sample values a few standard errors either side
+    of each fraction (none past either end: the region there is unbounded)."""
     if n < SAMPLE_MIN_VALUES:
-        return ()
-    found: set[float] = set()
+        return []
+    found: set[int] = set()
     for q in fractions:
         margin = MARGIN_Z * math.sqrt(q * (1 - q) / n) + 2 / n
         if q - margin > 0:
-            found.add(float(values[min(n - 1, math.floor((q - margin) * n))]))
+            found.add(min(n - 1, math.floor((q - margin) * n)))
         if q + margin < 1:
-            found.add(float(values[min(n - 1, math.ceil((q + margin) * n))]))
-    return tuple(sorted(found))
+            found.add(min(n - 1, math.ceil((q + margin) * n)))
+    return sorted(found)
 
 
 def sample_bounds(
     connection: Connection,
     spec: SLOSpec,
     fields: Sequence[str],
-    sampled: Any,  # the table with TABLESAMPLE
+    sampled: Any,  # the table with TABLESAMPLE ... REPEATABLE: the same rows twice
     value: Any,  # (field name, table columns) -> the SLI's value expression
     judged: Any,  # table columns -> the rows a percentile reads
 ) -> dict[tuple[str, str], Bounds]:
-    """Per (tier, field), the bounds around the fractions its report needs."""
-    tiers = [tier.name for tier in spec.tiers]
+    """Per (tier, field), the bounds around the fractions its report needs.
+
+    Two statements over the same sampled blocks, no value leaves the database: how many
+    values each tier and SLI has, then percentile_disc at the positions that says."""
     columns = sampled.c
-    statement = select(columns.tier, *[value(name, columns) for name in fields]).where(
-        judged(columns), columns.tier.in_(tiers)
+    where = and_(judged(columns), columns.tier.in_([tier.name for tier in spec.tiers]))
+    values = [value(name, columns) for name in fields]
+    sizes = select(columns.tier, *[func.count(v) for v in values]).where(where)
+    positions: dict[tuple[str, str], list[int]] = {}
+    for tier, *counts in connection.execute(sizes.group_by(columns.tier)):
+        for name, n in zip(fields, counts, strict=True):
+            found = positions_around(n, targets(spec, tier, name))
+            if found:
+                positions[(tier, name)] = [n, *found]
+    if not positions:
+        return {}
+    aggregates = []
+    array: ARRAY[float] = ARRAY(Double())
+    for name, v in zip(fields, values, strict=True):
+        whens = [(columns.tier == tier, cast(literal([fraction_for_rank(p + 1, at[0])
+                                                      for p in at[1:]], array), array))
+                 for (tier, f), at in positions.items() if f == name]  # fmt: skip
+        if whens:
+            aggregates.append(
+                (name, func.percentile_disc(case(*whens, else_=null())).within_group(v))
+            )
+    statement = (
+        select(columns.tier, *[a for _, a in aggregates]).where(where).group_by(columns.tier)
     )
-    by_tier: dict[str, list[Sequence[Any]]] = {}
-    for tier, *values in connection.execute(statement):
-        by_tier.setdefault(tier, []).append(values)
-    found: dict[tuple[str, str], Bounds] = {}
-    for tier, rows in by_tier.items():
-        table = np.array(rows, dtype=np.float64)  # None reads as NaN
-        for index, name in enumerate(fields):
-            column = table[:, index]
-            column = np.sort(column[~np.isnan(column)])
-            bounds = bounds_around(column, targets(spec, tier, name))
-            if bounds:
-                found[(tier, name)] = bounds
-    return found
+    bounds: dict[tuple[str, str], Bounds] = {}
+    for tier, *found in connection.execute(statement):
+        for (name, _), cuts in zip(aggregates, found, strict=True):
+            if cuts:
+                bounds[(tier, name)] = tuple(sorted({float(cut) for cut in cuts}))
+    return bounds
 
 
 @dataclass(frozen=True)
