@@ -85,9 +85,9 @@ _C = TABLE.c
 _SETTINGS = ("SET LOCAL work_mem = '64MB'",)  # the percentile sorts stay in memory
 # On a large table the scans are CPU-bound on evaluating expressions: JIT-compiled and
 # optimised expressions and tuple deforming take about a third off, for a few hundred
-# milliseconds of compiling per process. Inlining PostgreSQL's functions doubles that
-# compiling for no measurable gain.
-JIT_MIN_TABLE = 2_000_000
+# milliseconds of compiling per process (a loss at 1M rows, measured). Inlining
+# PostgreSQL's functions doubles that compiling for no measurable gain.
+JIT_MIN_TABLE = 4_000_000
 INT4_KEYS = 2**31 - 1  # packed keys up to this many fit an integer
 _JIT = ("jit = on", "jit_above_cost = 0", "jit_inline_above_cost = -1",
         "jit_optimize_above_cost = 0")  # fmt: skip

@@ -5,6 +5,7 @@ command runs) and the row path it replaced (`RecordStore.columns` + `evaluate`),
 records generated inside PostgreSQL (`pg_records.py`; loaded once into their own schemas and
 reused: ten million take a few minutes). Each round checks that both reports are equal, so the
 speed is never bought with a different answer. Goal: the pushdown at least 10x faster at 10M.
+Both are timed on the same rounds, alternating, and each keeps its best round.
 
     LLM_SLO_POSTGRES_URL=postgresql+psycopg://... python -m pytest \
         tests/benchmarks/test_check_postgres_speed.py -p no:cacheprovider \
@@ -62,7 +63,7 @@ def row_path(url: str) -> dict[str, object]:
 @pytest.mark.parametrize("size", SIZES)
 def test_check_postgres_speed(benchmark, base_url: str, size: int) -> None:  # type: ignore[no-untyped-def]
     url = ensure_records(base_url, size)
-    rounds = 3 if size <= 1_000_000 else 1
+    rounds = 3 if size <= 1_000_000 else 2  # the best of each: two cores shared with others
     rows_times: list[float] = []
     reports: list[dict[str, object]] = []
 
@@ -76,6 +77,7 @@ def test_check_postgres_speed(benchmark, base_url: str, size: int) -> None:  # t
         pushdown, args=(url,), setup=run_row_path, rounds=rounds, iterations=1, warmup_rounds=0
     )
     assert ours == reports[-1], "the pushdown's report differs from the row path's"
+    assert all(report == reports[0] for report in reports), "the row path's reports differ"
     ours_s, rows_s = benchmark.stats.stats.min, min(rows_times)
     benchmark.extra_info.update(row_path_s=rows_s, speedup=rows_s / ours_s)
     RESULTS[size] = {"pushdown": ours_s, "rows": rows_s}
