@@ -4,28 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from slo.cli.bench.server import free_port, stop_process
-from tests.conftest import require_or_skip
-from tests.servers import wait_until_ready
-
-
-def binary(*names: str) -> str:
-    """The first of `names` on PATH; skips (fails under LLM_SLO_REQUIRE_INTEGRATION) if none."""
-    for name in names:
-        if path := shutil.which(name):
-            return path
-    require_or_skip(
-        f"{' or '.join(names)} not installed (Debian: prometheus, prometheus-alertmanager)"
-    )
+from tests.helpers.binaries import binary
+from tests.helpers.polling import wait_until_ready
 
 
 @contextlib.contextmanager
@@ -75,12 +63,3 @@ def query(prometheus_url: str, expr: str, at: float | None = None) -> list[dict[
     payload = response.json()
     assert payload["status"] == "success", (expr, payload)
     return list(payload["data"]["result"])
-
-
-def poll(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")

@@ -61,15 +61,12 @@ def sample_records(count: int, seed: int = 0) -> list[dict[str, Any]]:
     return records
 
 
-def write_jsonl(records: list[dict[str, Any]], path: Path) -> Path:
+def write_sample_file(records: list[dict[str, Any]], path: Path) -> Path:
+    """The sample dicts as a JSONL run file (not `slo.records.write_jsonl`, which takes records)."""
     with path.open("w", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps(record, separators=(",", ":")) + "\n")
     return path
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 def phase_parts(record: Any) -> list[float]:

@@ -7,27 +7,11 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
-
 from slo.cli.bench.server import free_port, stop_process
-
-
-def wait_until_ready(
-    url: str, timeout_s: float = 60.0, process: subprocess.Popen[Any] | None = None
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode} before it was ready")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} not ready after {timeout_s} s")
+from tests.helpers.polling import wait_until_ready
 
 
 @contextlib.contextmanager

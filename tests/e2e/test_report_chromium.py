@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import require_or_skip
+from tests.helpers.binaries import binary
 from tests.servers import free_port
 
 pytest.importorskip("matplotlib")
@@ -34,18 +33,11 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "slo" / "examples" / "run.jsonl"
 WIDTH, HEIGHT = 1280, 4400
 
 
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if found := shutil.which(name):
-            return found
-    require_or_skip("headless Chromium (Debian package `chromium`) is not installed")
-
-
 def render(page: Path, tmp_path: Path) -> tuple[Path, list[str]]:
     """Screenshot `page`; return the PNG and the URLs the page itself requested."""
     shot, netlog = tmp_path / f"{page.stem}.png", tmp_path / f"{page.stem}.netlog.json"
     command = [
-        chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        binary("chromium", "chromium-browser", "google-chrome"), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
         "--no-first-run", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
         f"--window-size={WIDTH},{HEIGHT}", f"--screenshot={shot}", f"--log-net-log={netlog}",

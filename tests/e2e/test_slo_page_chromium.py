@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -26,8 +25,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import require_or_skip
 from tests.e2e.screenshots import keep
+from tests.helpers.binaries import binary
 from tests.servers import slo_serve
 
 pytest.importorskip("torch")
@@ -57,13 +56,6 @@ alert_policy:
   thresholds: []
 """
 LAPTOP, PHONE = (1280, 900), (390, 844)
-
-
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if found := shutil.which(name):
-            return found
-    require_or_skip("headless Chromium (Debian package `chromium`) is not installed")
 
 
 class DevTools:
@@ -115,7 +107,7 @@ class DevTools:
 def browser(tmp_path: Path) -> Iterator[Callable[[], DevTools]]:
     profile = tmp_path / "profile"
     command = [
-        chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        binary("chromium", "chromium-browser", "google-chrome"), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         "--hide-scrollbars", "--remote-debugging-port=0", f"--user-data-dir={profile}",
         "about:blank",

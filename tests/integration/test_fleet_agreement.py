@@ -55,7 +55,8 @@ from tests.fleet_stack import (
     replicas,
     webhook,
 )
-from tests.prometheus_process import poll, query
+from tests.helpers.polling import wait_until
+from tests.prometheus_process import query
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -261,7 +262,7 @@ def test_records_prometheus_and_live_slo_agree(tmp_path: Path) -> None:
         ):
             fast, slow = urls
             # Two scrapes of each replica before the first request: increase() starts at 0.
-            poll(
+            wait_until(
                 lambda: len(query(prom, "count_over_time(up[1m]) >= 2")) == 2,
                 60,
                 "two scrapes of both replicas",
@@ -269,9 +270,9 @@ def test_records_prometheus_and_live_slo_agree(tmp_path: Path) -> None:
             scraped_since = time.monotonic()
             run_traffic(fast, slow)
             total = len(FAST_TRAFFIC) + len(SLOW_TRAFFIC)
-            poll(lambda: record_count(store) == total, 30, f"{total} records in PostgreSQL")
+            wait_until(lambda: record_count(store) == total, 30, f"{total} records in PostgreSQL")
             requests = f"sum({CATALOG['requests'].metric})"
-            poll(
+            wait_until(
                 lambda: [float(r["value"][1]) for r in query(prom, requests)] == [float(total)],
                 30,
                 f"{requests} == {total}",
@@ -279,7 +280,7 @@ def test_records_prometheus_and_live_slo_agree(tmp_path: Path) -> None:
 
             db = slo_check(spec_path, "--db", store)
             expected_alerts = evaluator_alerts(db, spec)
-            poll(
+            wait_until(
                 lambda: {label_key(a) for a in prometheus_firing(prom)} == expected_alerts,
                 30,
                 f"Prometheus firing the evaluator's alerts {sorted(expected_alerts)}",
@@ -289,7 +290,7 @@ def test_records_prometheus_and_live_slo_agree(tmp_path: Path) -> None:
             statuses = [httpx.get(f"{url}/slo", timeout=10).json() for url in urls]
             fleet = fleet_live(statuses)
             firing = prometheus_firing(prom)
-            poll(
+            wait_until(
                 lambda: delivered(received) == uninhibited(firing),
                 30,
                 f"the webhook receiving {sorted(uninhibited(firing))}",

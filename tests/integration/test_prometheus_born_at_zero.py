@@ -15,7 +15,8 @@ from starlette.routing import Route
 
 from middleware import LatencyMiddleware
 from slo.sli import CATALOG
-from tests.prometheus_process import poll, prometheus, query
+from tests.helpers.polling import wait_until
+from tests.prometheus_process import prometheus, query
 from tests.servers import uvicorn_thread
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -75,7 +76,7 @@ def test_increase_counts_every_request_from_the_first_scrape(tmp_path: Path) -> 
         prometheus(tmp_path, [base_url.removeprefix("http://")]) as prom,
     ):
         # Scraped (at least twice) before the first request: the window starts before it.
-        poll(
+        wait_until(
             lambda: bool(query(prom, "count_over_time(up[1m]) >= 2")),
             60,
             "two scrapes of the server",
@@ -99,7 +100,7 @@ def test_increase_counts_every_request_from_the_first_scrape(tmp_path: Path) -> 
             result = query(prom, f"sum({requests})")
             return bool(result) and float(result[0]["value"][1]) == total
 
-        poll(scraped_all, 30, f"sum({requests}) == {total}")
+        wait_until(scraped_all, 30, f"sum({requests}) == {total}")
         # At the last scrape's time, increase() does not extrapolate past the newest sample,
         # and a first sample of 0 stops it extrapolating before the oldest: exact counts.
         at = float(query(prom, "timestamp(up)")[0]["value"][1])

@@ -9,11 +9,9 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
-import shutil
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -31,8 +29,9 @@ from dashboards import panel_queries, render_dashboard, substitute
 from slo.cli.bench.server import stop_process
 from slo.sli import CATALOG
 from slo.spec import SLOSpec
-from tests.conftest import require_or_skip
-from tests.servers import free_port, slo_serve, wait_until_ready
+from tests.helpers.binaries import binary
+from tests.helpers.polling import wait_until, wait_until_ready
+from tests.servers import free_port, slo_serve
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -58,15 +57,6 @@ alert_policy:
 SLOW_STEP_MS = "300"
 RATE_INTERVAL = "15s"  # Grafana's $__rate_interval for a 1s scrape interval, with margin
 ALERT = "LLMSLOTTFTBudgetBurn"
-
-
-def _binary(*names: str) -> str:
-    for name in names:
-        if path := shutil.which(name):
-            return path
-    require_or_skip(
-        f"{' or '.join(names)} not installed (Debian: prometheus, prometheus-alertmanager)"
-    )
 
 
 @contextlib.contextmanager
@@ -111,15 +101,6 @@ def _query(prometheus: str, expr: str) -> list[dict[str, Any]]:
     return list(payload["data"]["result"])
 
 
-def _poll(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 class Load:
     """A few client threads sending small completions until stopped."""
 
@@ -160,8 +141,8 @@ def _requests_total(base_url: str) -> float:
 
 
 def test_generated_stack_end_to_end(tmp_path: Path) -> None:
-    prometheus_bin = _binary("prometheus")
-    alertmanager_bin = _binary("prometheus-alertmanager", "alertmanager")
+    prometheus_bin = binary("prometheus")
+    alertmanager_bin = binary("prometheus-alertmanager", "alertmanager")
     spec_path = tmp_path / "slo.yaml"
     spec_path.write_text(SPEC)
     spec = SLOSpec.load(spec_path)
@@ -228,7 +209,7 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
             def every_panel_has_data() -> bool:
                 return all(_query(prometheus, substitute(q.expr, RATE_INTERVAL)) for q in queries)
 
-            _poll(every_panel_has_data, 120, "data in every dashboard panel")
+            wait_until(every_panel_has_data, 120, "data in every dashboard panel", interval_s=1.0)
             load.halt()
 
             # Two replicas add up: Prometheus' total equals the sum of both /metrics.
@@ -239,7 +220,7 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
                 result = _query(prometheus, f"sum({requests})")
                 return bool(result) and float(result[0]["value"][1]) == expected
 
-            _poll(totals_match, 30, f"sum({requests}) == {expected}")
+            wait_until(totals_match, 30, f"sum({requests}) == {expected}", interval_s=1.0)
             instances = _query(prometheus, f"count(sum by (instance) ({requests}) > 0)")
             assert float(instances[0]["value"][1]) == 2  # the idle slow replica has no requests
             p95 = next(q for q in queries if q.panel.startswith("TTFT") and "0.95" in q.expr)
@@ -254,7 +235,9 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
             load.run(slow, "premium", threads=4)
             try:
                 firing = f'ALERTS{{alertname="{ALERT}", alertstate="firing", tier="premium"}}'
-                _poll(lambda: bool(_query(prometheus, firing)), 150, f"{ALERT} firing")
+                wait_until(
+                    lambda: bool(_query(prometheus, firing)), 150, f"{ALERT} firing", interval_s=1.0
+                )
 
                 def delivered() -> bool:
                     return any(
@@ -263,7 +246,7 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
                         for alert in payload["alerts"]
                     )
 
-                _poll(delivered, 60, f"{ALERT} at the webhook")
+                wait_until(delivered, 60, f"{ALERT} at the webhook", interval_s=1.0)
 
                 # The slowed replica's in-process evaluator (same rules, same buckets) fires
                 # the same alerts as Prometheus for the tier it serves alone.
@@ -278,7 +261,12 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
                     }
                     return (ALERT, "premium") in local and local == remote
 
-                _poll(same_alerts, 60, "the same premium alerts in Prometheus and in /slo")
+                wait_until(
+                    same_alerts,
+                    60,
+                    "the same premium alerts in Prometheus and in /slo",
+                    interval_s=1.0,
+                )
             finally:
                 load.halt()
     payload = next(

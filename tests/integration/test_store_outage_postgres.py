@@ -19,9 +19,9 @@ from sqlalchemy import make_url, text
 
 from slo.store import TABLE, RecordStore
 from tests.conftest import require_or_skip
+from tests.helpers.polling import wait_until
 from tests.record_samples import sample_records
 from tests.servers import free_port
-from tests.unit.test_store_faults import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -115,7 +115,7 @@ def test_postgres_outage_spools_then_replays(tmp_path: Path) -> None:
         assert store.written == 30 and store.dropped == 0 and store.spooled == 200
 
         proxy.start()
-        wait_for(lambda: store.replayed == 200, "the spool to be replayed")
+        wait_until(lambda: store.replayed == 200, 30.0, "the spool to be replayed")
     finally:
         store.close()
         proxy.stop()

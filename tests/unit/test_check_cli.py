@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slo.store import RecordStore
-from tests.record_samples import sample_records, write_jsonl
+from tests.record_samples import sample_records, write_sample_file
 
 REPO = Path(__file__).resolve().parents[2]
 LENIENT = "tiers:\n- name: {tier}\n  default: true\n  objectives: [p50 ttft <= 10s, availability >= 90%]\n"
@@ -31,7 +31,7 @@ def slo(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
 @pytest.fixture(scope="module")
 def run_jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     records = [r | {"tier": "premium"} for r in sample_records(600)]
-    return write_jsonl(records, tmp_path_factory.mktemp("run") / "run.jsonl")
+    return write_sample_file(records, tmp_path_factory.mktemp("run") / "run.jsonl")
 
 
 def spec_file(tmp_path: Path, text: str) -> str:
@@ -82,7 +82,7 @@ def test_exit_2_on_bad_input_with_one_line(args: list[str], message: str, tmp_pa
 
 
 def test_bad_record_line_is_exit_2(tmp_path: Path) -> None:
-    path = write_jsonl(sample_records(3), tmp_path / "run.jsonl")
+    path = write_sample_file(sample_records(3), tmp_path / "run.jsonl")
     path.write_text(path.read_text() + '{"request_id": "x"}\n')
     result = slo("check", "--results", str(path))
     assert result.returncode == 2
@@ -149,7 +149,7 @@ def test_check_reads_a_record_store(tmp_path: Path) -> None:
 
 def test_openslo_example_imports_and_checks(tmp_path: Path) -> None:
     records = [r | {"tier": "default"} for r in sample_records(400)]
-    run = write_jsonl(records, tmp_path / "run.jsonl")
+    run = write_sample_file(records, tmp_path / "run.jsonl")
     result = slo("check", "--spec", "slo/examples/openslo.yaml", "--results", str(run),
                  "--format", "json")  # fmt: skip
     assert result.returncode in (0, 1), result.stderr

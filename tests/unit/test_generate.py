@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from slo.alert_rules import alert_rules
 from slo.cli import main
 from slo.sli import CATALOG
 from slo.spec import SLOSpec
-from tests.conftest import require_or_skip
+from tests.helpers.binaries import binary
 
 WEEK = """
 version: 1
@@ -51,15 +50,6 @@ SPECS = {"example": None, "week": WEEK, "short": SHORT}
 _FLOAT_ARTIFACT = re.compile(r"\d\.\d*(?:0{6,}|9{6,})\d")
 
 
-def _tool(*names: str) -> str:
-    for name in names:
-        if path := shutil.which(name):
-            return path
-    require_or_skip(
-        f"{' or '.join(names)} not installed (Debian: prometheus, prometheus-alertmanager)"
-    )
-
-
 def _run(*command: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         command, cwd=cwd, capture_output=True, text=True, timeout=240, check=False
@@ -82,7 +72,7 @@ def generated(
 
 
 def test_rules_pass_promtool_lint(generated: tuple[SLOSpec, Path]) -> None:
-    promtool = _tool("promtool")
+    promtool = binary("promtool")
     _, out = generated
     result = _run(
         promtool, "check", "rules", "--lint=all", "--lint-fatal", str(out / "prometheus/rules.yml")
@@ -91,7 +81,7 @@ def test_rules_pass_promtool_lint(generated: tuple[SLOSpec, Path]) -> None:
 
 
 def test_generated_promtool_tests_pass(generated: tuple[SLOSpec, Path]) -> None:
-    promtool = _tool("promtool")
+    promtool = binary("promtool")
     _, out = generated
     result = _run(promtool, "test", "rules", "rules_test.yml", cwd=out / "prometheus")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -141,7 +131,7 @@ def test_rules_numbers_are_exact_and_annotated(generated: tuple[SLOSpec, Path]) 
 def test_alertmanager_config_checks_and_routes_by_severity_and_tier(
     generated: tuple[SLOSpec, Path],
 ) -> None:
-    amtool = _tool("amtool")
+    amtool = binary("amtool")
     spec, out = generated
     config = out / "alertmanager/alertmanager.yml"
     result = _run(amtool, "check-config", str(config))
@@ -190,7 +180,7 @@ def test_dashboard_is_import_ready(generated: tuple[SLOSpec, Path]) -> None:
 
 
 def test_every_panel_query_is_valid_promql(generated: tuple[SLOSpec, Path], tmp_path: Path) -> None:
-    promtool = _tool("promtool")
+    promtool = binary("promtool")
     _, out = generated
     model = json.loads((out / f"grafana/{OVERVIEW_UID}.json").read_text())
     rules = [

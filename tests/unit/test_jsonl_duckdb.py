@@ -18,7 +18,7 @@ from slo.columns import load_jsonl_columns
 from slo.evaluate import columns_needed, evaluate
 from slo.jsonl_duckdb import REQUIRED_NUMBERS, WHOLE_NUMBERS, evaluate_jsonl
 from slo.spec import SLOSpec
-from tests.record_samples import START, sample_records, write_jsonl
+from tests.record_samples import START, sample_records, write_sample_file
 
 pytest.importorskip("duckdb")
 
@@ -86,7 +86,7 @@ def boundary_records(count: int, seed: int) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_same_report_as_the_reference_reader(tmp_path: Path, seed: int) -> None:
     spec = _spec(tmp_path)
-    path = write_jsonl(boundary_records(3000, seed), tmp_path / "run.jsonl")
+    path = write_sample_file(boundary_records(3000, seed), tmp_path / "run.jsonl")
     assert counted(spec, path) == reference(spec, path)
 
 
@@ -98,7 +98,7 @@ def test_same_report_on_the_default_spec_and_exact_doubles(tmp_path: Path) -> No
     for row, noise in zip(rows, rng.random(len(rows)), strict=True):
         row["ttft_s"] = float(noise) / 3
         row["timestamp"] = START + float(noise) * 86400.0
-    path = write_jsonl(rows, tmp_path / "run.jsonl")
+    path = write_sample_file(rows, tmp_path / "run.jsonl")
     spec = SLOSpec.default()
     assert counted(spec, path) == reference(spec, path)
 
@@ -110,7 +110,7 @@ def test_a_good_count_exactly_on_the_target(tmp_path: Path) -> None:
          "ttft_s": 0.2 if i else 0.2000000001}
         for i in range(1000)
     ]  # fmt: skip
-    path = write_jsonl(rows, tmp_path / "run.jsonl")
+    path = write_sample_file(rows, tmp_path / "run.jsonl")
     spec = _spec(
         tmp_path, "tiers:\n- name: premium\n  objectives: [99.9% of requests ttft <= 200ms]\n"
     )
@@ -155,7 +155,7 @@ def test_a_bad_line_is_left_to_the_reference_reader(tmp_path: Path, name: str) -
 
 
 def test_a_path_with_glob_characters_is_read_as_named(tmp_path: Path) -> None:
-    path = write_jsonl(sample_records(50), tmp_path / "run[1].jsonl")
+    path = write_sample_file(sample_records(50), tmp_path / "run[1].jsonl")
     assert evaluate_jsonl(SLOSpec.default(), path) is None  # the reference reader reads it
     assert _slo("check", "--results", str(path)).returncode in (0, 1)
 
@@ -166,7 +166,7 @@ def test_the_record_format_lists_match_slo_records() -> None:
 
 
 def test_check_results_loads_no_sqlalchemy(tmp_path: Path) -> None:
-    path = write_jsonl(sample_records(50), tmp_path / "run.jsonl")
+    path = write_sample_file(sample_records(50), tmp_path / "run.jsonl")
     code = (
         "import sys, os\nfrom slo.cli import main\n"
         f"main(['check', '--results', {str(path)!r}, '-o', os.devnull])\n"

@@ -15,7 +15,7 @@ from slo.records import RecordError, iter_jsonl_dicts, read_jsonl, record_from_d
 from slo.spec import SLOSpec
 from slo.store import RecordStore, normalize_url
 from slo.store_read import coded_columns
-from tests.record_samples import START, sample_records, write_jsonl
+from tests.record_samples import START, sample_records, write_sample_file
 
 NEEDED = columns_needed(SLOSpec.default())
 
@@ -35,7 +35,7 @@ def assert_same_columns(got: RecordColumns, expected: RecordColumns) -> None:
 def check_round_trip(store: RecordStore, tmp_path: Path, count: int) -> None:
     """Import JSONL, export it back unchanged; query by tier and window; columns agree."""
     records = sample_records(count)
-    source = write_jsonl(records, tmp_path / "in.jsonl")
+    source = write_sample_file(records, tmp_path / "in.jsonl")
     assert store.import_jsonl(source) == count
     exported = tmp_path / "out.jsonl"
     assert store.export_jsonl(exported) == count
@@ -100,7 +100,7 @@ def test_add_spools_instead_of_blocking_when_the_queue_is_full(tmp_path: Path) -
 
 def test_bad_jsonl_line_is_named(tmp_path: Path) -> None:
     records = sample_records(5)
-    path = write_jsonl(records, tmp_path / "run.jsonl")
+    path = write_sample_file(records, tmp_path / "run.jsonl")
     lines = path.read_text().splitlines()
     lines[3] = lines[3].replace('"e2e_s":', '"e2e_s":"slow","x":')
     path.write_text("\n".join(lines) + "\n")
@@ -117,7 +117,7 @@ def test_bad_jsonl_line_is_named(tmp_path: Path) -> None:
 def test_jsonl_columns_match_the_validating_reader(
     layout: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    text = write_jsonl(sample_records(2000), tmp_path / "run.jsonl").read_text()
+    text = write_sample_file(sample_records(2000), tmp_path / "run.jsonl").read_text()
     text = {
         "compact": text,
         "blank lines": "\n" + text.replace("\n", "\n\n \t\n", 40),
@@ -138,7 +138,7 @@ def test_jsonl_columns_match_the_validating_reader(
 
 
 def test_two_records_on_one_line_are_named(tmp_path: Path) -> None:
-    lines = write_jsonl(sample_records(5), tmp_path / "run.jsonl").read_text().splitlines()
+    lines = write_sample_file(sample_records(5), tmp_path / "run.jsonl").read_text().splitlines()
     path = tmp_path / "run.jsonl"
     path.write_text("\n".join([*lines[:2], lines[2] + " " + lines[3], lines[4]]) + "\n")
     with pytest.raises(RecordError, match=r"run\.jsonl:3: not valid JSON \(Extra data"):

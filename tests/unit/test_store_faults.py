@@ -7,25 +7,17 @@ backup or a migration would; the store's connections time out after 0.2 s instea
 from __future__ import annotations
 
 import sqlite3
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from slo.records import read_jsonl
 from slo.store import RecordStore
+from tests.helpers.polling import wait_until
 from tests.record_samples import sample_records
 
 BUSY_TIMEOUT = "?timeout=0.2"
-
-
-def wait_for(condition: Callable[[], bool], what: str, limit_s: float = 30.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.02)
 
 
 def stored_ids(path: Path) -> list[str]:
@@ -77,7 +69,7 @@ def test_locked_database_spools_then_replays_every_record(
     assert len(spool_files(db.parent)) == 1
 
     lock.execute("COMMIT")  # the database is back
-    wait_for(lambda: store.replayed == 300, "the spool to be replayed")
+    wait_until(lambda: store.replayed == 300, 30.0, "the spool to be replayed")
     store.close()
 
     assert (store.written, store.spooled, store.replayed, store.dropped) == (300, 300, 300, 0)
@@ -89,9 +81,9 @@ def test_short_outage_is_held_in_memory(db: Path, lock: sqlite3.Connection) -> N
     store = open_store(db, queue_size=1000)
     for record in sample_records(100):
         store.add(record)
-    wait_for(lambda: not store.writer.healthy, "the writer to notice the lock")
+    wait_until(lambda: not store.writer.healthy, 30.0, "the writer to notice the lock")
     lock.execute("COMMIT")
-    wait_for(lambda: store.written == 100, "the buffered records to be written")
+    wait_until(lambda: store.written == 100, 30.0, "the buffered records to be written")
     store.close()
     # Only the batch whose write failed went to the spool; the rest waited in memory.
     assert 0 < store.spooled <= 20 and store.replayed == store.spooled and store.dropped == 0
@@ -118,7 +110,7 @@ def test_close_during_outage_keeps_records_for_the_next_store(
         assert other.replayed == 0
     assert spool_files(db.parent) == [left]  # a spool is only ever replayed into its own
     with open_store(db) as next_store:  # adopts the orphaned file and replays it
-        wait_for(lambda: next_store.replayed == 120, "the orphaned spool to be replayed")
+        wait_until(lambda: next_store.replayed == 120, 30.0, "the orphaned spool to be replayed")
     assert sorted(stored_ids(db)) == sorted(r["request_id"] for r in records)
     assert spool_files(db.parent) == []
 
