@@ -109,47 +109,6 @@ def test_errors_burn_availability_and_windows_slide() -> None:
     assert names(live) == set()
 
 
-def test_firing_alerts_are_pushed_to_alertmanager_v2_api() -> None:
-    import http.server
-    import json
-    import threading
-    import time
-
-    received: list[list[dict[str, object]]] = []
-
-    class Receiver(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers["content-length"])
-            if self.path == "/api/v2/alerts":
-                received.append(json.loads(self.rfile.read(length)))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            return None
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    clock = ScriptedClock()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    live = LiveSLO(
-        SLOSpec.from_yaml(SPEC), clock=clock, alertmanager_url=url, evaluation_interval_s=0.05
-    )
-    try:
-        feed(live, clock, "premium", 100, 0.9)
-        deadline = time.monotonic() + 10
-        while not received and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        live.close()
-        server.shutdown()
-        server.server_close()
-    alerts = received[0]
-    names = {a["labels"]["alertname"] for a in alerts}  # type: ignore[index]
-    assert "LLMSLOTTFTBudgetBurn" in names
-    assert all(a["endsAt"] > a["startsAt"] for a in alerts)  # type: ignore[operator]
-
-
 ITL_SPEC = """
 version: 1
 window: 1h
