@@ -106,9 +106,9 @@ def sample_bounds(
     positions: dict[tuple[str, str], list[int]] = {}
     for tier, *counts in connection.execute(sizes.group_by(columns.tier)):
         for name, n in zip(fields, counts, strict=True):
-            found = positions_around(n, targets(spec, tier, name))
-            if found:
-                positions[(tier, name)] = [n, *found]
+            around = positions_around(n, targets(spec, tier, name))
+            if around:
+                positions[(tier, name)] = [n, *around]
     if not positions:
         return {}
     aggregates = []
@@ -125,10 +125,11 @@ def sample_bounds(
         select(columns.tier, *[a for _, a in aggregates]).where(where).group_by(columns.tier)
     )
     bounds: dict[tuple[str, str], Bounds] = {}
-    for tier, *found in connection.execute(statement):
-        for (name, _), cuts in zip(aggregates, found, strict=True):
+    for row in connection.execute(statement):
+        arrays: Sequence[Any] = row[1:]  # per aggregate: the sampled values, or None
+        for (name, _), cuts in zip(aggregates, arrays, strict=True):
             if cuts:
-                bounds[(tier, name)] = tuple(sorted({float(cut) for cut in cuts}))
+                bounds[(row[0], name)] = tuple(sorted({float(cut) for cut in cuts}))
     return bounds
 
 
