@@ -22,8 +22,11 @@ exactly on its required count, or one below, at the last check (explicit example
 objective; hypothesis draws more). Timing as in test_judges_agree: events mid-step, checks on
 whole minutes, so every judge's window holds the same events.
 
-Goodput is judged from whole requests (records, live windows); Prometheus has no goodput series,
-so promtool checks availability, TTFT and e2e. One promtool run checks every example.
+Alerts: the burn-rate alerts of `slo check` and the live windows must be the same; the live
+ones, threshold alerts included (p95 above 2x, p50 above 1x the threshold, over 5m: a
+`histogram_quantile` that only the live windows and Prometheus compute), are what promtool must
+see fire. Goodput is judged from whole requests (records, live windows): Prometheus has no
+goodput series, so promtool checks availability, TTFT and e2e. One promtool run, every example.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
 from middleware.timeline import Breakdown
 from slo.alert_rules import AVAILABILITY as AVAILABILITY_SLI
-from slo.alert_rules import alert_rules
+from slo.alert_rules import AlertRule, alert_rules
 from slo.arithmetic import meets, required_good, verdict, within
 from slo.evaluate import evaluate
 from slo.objectives import Objective
@@ -78,14 +81,23 @@ alert_policy:
     - {severity: page, long: 30m, short: 5m, factor: 5}
     - {severity: page, long: 20m, short: 10m, factor: 2}
     - {severity: ticket, long: 30m, short: 10m, factor: 1}
-  thresholds: []
+  thresholds:
+    - {percentile: 95, factor: 2}
+    - {percentile: 50, factor: 1}
 """
 ORIGIN_S = 1_800_000_000 - 1_800_000_000 % 3600  # slot edges on whole seconds (see sibling)
 SPEC_OBJ = SLOSpec.from_yaml(SPEC)
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in SPEC_OBJ.tiers[0].objectives}
 AVAILABILITY, TTFT, E2E, GOODPUT = OBJECTIVES
 LATENCY = (TTFT, E2E)
-RULES = [r for r in alert_rules(SPEC_OBJ) if r.kind == "burn_rate"]
+RULES = [r for r in alert_rules(SPEC_OBJ) if r.kind != "absent"]  # absent: Prometheus only
+AlertKey = tuple[tuple[str, str], ...]  # an alert's labels, alertname included, sorted
+
+
+def _key(rule: AlertRule) -> AlertKey:
+    return tuple(sorted({"alertname": rule.name, **rule.labels}.items()))
+
+
 LINKS = Links()
 
 # Request kinds, the index of their count in a step: ok with (ttft, e2e) good or bad; errors.
@@ -193,15 +205,25 @@ def _steady(per_step: tuple[int, ...]) -> Steps:
 BOUNDARY_EXAMPLES = [
     _steady((7, 1, 1, 1, 1)).tuned(name, offset) for name in OBJECTIVES for offset in (0, -1)
 ]
+# The low-traffic guard at its edge: every 5m window at a check holds exactly min_events (10)
+# latency events, or one fewer (a step of 1 instead of 2 in each five).
+BOUNDARY_EXAMPLES += [
+    _steady((1, 0, 0, 1, 1)),
+    Steps(tuple((0, 0, 0, 1 if k % 5 == 4 else 2, 0) for k in range(STEPS))),
+]
 
 
-def _alert_keys(rules: list[Any], names: list[str] | tuple[str, ...]) -> set[tuple[str, str]]:
+def _burn_alerts(objective: str, names: tuple[str, ...]) -> set[AlertKey]:
+    """The rules behind the evaluator's alert names ("page 30m/5m x5") of one objective."""
     by_name = {
-        f"{r.severity} {format_duration(r.long_window_s)}/{format_duration(r.short_window_s)}"
-        f" x{r.factor:g}": (prom_duration(r.long_window_s), prom_duration(r.short_window_s))
-        for r in rules
+        f"{format_duration(r.long_window_s or 0)}/{format_duration(r.short_window_s or 0)}"
+        f" x{r.factor:g}": _key(r)
+        for r in RULES
+        if r.kind == "burn_rate" and r.objective is not None and r.objective.name == objective
     }
-    return {by_name[name] for name in names}
+    if objective == GOODPUT:  # `slo check` reports goodput's burn; no rule alerts on it
+        return set()
+    return {by_name[name.split(" ", 1)[1]] for name in names}
 
 
 def _evaluator(records: list[RequestRecord], step: int) -> dict[str, tuple[Any, ...]]:
@@ -210,7 +232,7 @@ def _evaluator(records: list[RequestRecord], step: int) -> dict[str, tuple[Any, 
     judged = {}
     for result in report.tiers[0].objectives:
         burns = {format_duration(b.window_s): b.burn_rate for b in result.burn}
-        alerts = _alert_keys(list(SPEC_OBJ.alert_policy.burn_rates), result.alerts)
+        alerts = _burn_alerts(result.objective.name, result.alerts)
         judged[result.objective.name] = (
             result.verdict, alerts, result.good, result.events, burns, result.observed_s
         )  # fmt: skip
@@ -254,10 +276,9 @@ def _live(t: Steps) -> dict[int, dict[str, tuple[Any, ...]]]:
             clock.advance_ms(STEP_S * 500)
             if k + 1 not in CHECKS:
                 continue
-            alerts: dict[str, set[tuple[str, str]]] = {name: set() for name in OBJECTIVES}
+            alerts: dict[str, set[AlertKey]] = {name: set() for name in OBJECTIVES}
             for alert in live.firing_alerts():
-                labels = alert["labels"]
-                alerts[labels["objective"]].add((labels["long_window"], labels["short_window"]))
+                alerts[alert["labels"]["objective"]].add(tuple(sorted(alert["labels"].items())))
             seen[k + 1] = {
                 o["objective"]: (
                     o["verdict"],
@@ -284,7 +305,8 @@ def test_evaluator_and_live_windows_agree(t: Steps) -> None:
     checks = []
     for step in CHECKS:
         judged = _evaluator(records, step)
-        expected: dict[str, tuple[set[tuple[str, str]], int, int]] = {}
+        expected: dict[str, tuple[int, int]] = {}
+        firing: set[AlertKey] = set()
         for name, objective in OBJECTIVES.items():
             verdict_, alerts, good, events, burns, observed = judged[name]
             model_good, model_events = t.totals(name, 0, step)
@@ -304,10 +326,14 @@ def test_evaluator_and_live_windows_agree(t: Steps) -> None:
                 threshold, inclusive = objective.threshold_s or 0.0, objective.inclusive
                 assert within(observed, threshold, inclusive) == met, (step, name, observed)
                 assert within(live_observed, threshold, inclusive) == met, (step, name)
-            if name != GOODPUT:  # goodput has no alert rule (`slo.alert_rules.budget_objectives`)
-                assert live_alerts == alerts, (step, name)
-            expected[name] = (alerts, good, events)
-        checks.append((step, expected))
+            # Burn-rate alerts: the evaluator's and the live ones. Threshold alerts (a histogram
+            # percentile over 5m) are the live windows' and Prometheus' only; goodput has no
+            # alert rule (`slo.alert_rules.budget_objectives`).
+            if name != GOODPUT:
+                assert {a for a in live_alerts if "long_window" in dict(a)} == alerts, (step, name)
+            firing |= live_alerts
+            expected[name] = (good, events)
+        checks.append((step, expected, firing))
     collected.append({"traffic": t, "checks": checks})
 
 
@@ -358,17 +384,10 @@ def _expr_tests(eval_time: str, name: str, good: int, events: int) -> list[dict[
 
 def _group(index: int, example_: dict[str, Any]) -> dict[str, Any]:
     alert_tests, expr_tests = [], []
-    for step, expected in example_["checks"]:
+    for step, expected, firing_keys in example_["checks"]:
         eval_time = prom_duration(step * STEP_S)
         for alertname in dict.fromkeys(r.name for r in RULES):
-            firing = [
-                r
-                for r in RULES
-                if r.name == alertname
-                and r.objective is not None
-                and (r.labels["long_window"], r.labels["short_window"])
-                in expected[r.objective.name][0]
-            ]
+            firing = [r for r in RULES if r.name == alertname and _key(r) in firing_keys]
             alert_tests.append(
                 {
                     "eval_time": eval_time,
@@ -383,7 +402,7 @@ def _group(index: int, example_: dict[str, Any]) -> dict[str, Any]:
                 }
             )
         for name in (AVAILABILITY, TTFT, E2E):
-            _, good, events = expected[name]
+            good, events = expected[name]
             expr_tests += _expr_tests(eval_time, name, good, events)
     return {
         "name": f"example {index}",
