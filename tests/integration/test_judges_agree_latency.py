@@ -35,7 +35,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -143,6 +143,12 @@ def _check_table() -> None:
 _check_table()
 
 
+class Request(NamedTuple):
+    outcome: str
+    ttft_s: float | None  # None: no token reached the client (a server error)
+    e2e_s: float
+
+
 @dataclass(frozen=True)
 class Steps:
     """Counts per kind (GG, GB, BG, BB, ERR) in each one-minute step."""
@@ -155,15 +161,20 @@ class Steps:
         good = sum(step[k] for step in steps for k in _good_kinds(name))
         return good, sum(step[k] for step in steps for k in _event_kinds(name))
 
-    def requests(self, step: int) -> list[tuple[str, float | None, float | None]]:
-        """(outcome, ttft_s, e2e_s) of every request of one step, in a fixed order."""
-        found: list[tuple[str, float | None, float | None]] = []
+    def requests(self, step: int) -> list[Request]:
+        """Every request of one step, in a fixed order."""
+        found: list[Request] = []
         for kind in OK_KINDS:
             pairs = VALUES[kind]
             found += [
-                ("ok", *pairs[(step + i) % len(pairs)]) for i in range(self.counts[step][kind])
+                Request("ok", *pairs[(step + i) % len(pairs)])
+                for i in range(self.counts[step][kind])
             ]
-        return found + [("server_error", None, 0.05)] * self.counts[step][ERR]
+        return found + [Request("server_error", None, 0.05)] * self.counts[step][ERR]
+
+    def ok_values(self, step: int, field: str) -> list[float]:
+        """The `ttft_s` or `e2e_s` values of one step's ok requests: what the histograms see."""
+        return [getattr(r, field) for r in self.requests(step) if r.outcome == "ok"]
 
     def tuned(self, name: str, offset: int) -> Steps:
         """The good count of `name` over the whole window moved to the required count + offset
@@ -346,9 +357,10 @@ for _boundary in BOUNDARY_EXAMPLES:
 def _series(t: Steps) -> list[dict[str, str]]:
     ok = tuple(sum(step[k] for k in OK_KINDS) for step in t.counts)
     series = availability_series(TIER, Traffic(ok, tuple(step[ERR] for step in t.counts)))
-    for index, objective in ((1, TTFT), (2, E2E)):
+    for objective in LATENCY:
         sli = OBJECTIVES[objective].sli or ""
-        values = [[r[index] for r in t.requests(k) if r[0] == "ok"] for k in range(STEPS)]
+        field = CATALOG[sli].record_field or ""
+        values = [t.ok_values(k, field) for k in range(STEPS)]
         series += histogram_series(CATALOG[sli].metric, TIER, buckets_for(sli, SPEC_OBJ), values)
     return series
 
@@ -360,7 +372,9 @@ def _expr_tests(eval_time: str, name: str, good: int, events: int) -> list[dict[
     record_labels = {"tier": TIER, "sli": objective.sli or AVAILABILITY_SLI, "objective": name}
     window_s = SPEC_OBJ.window_s
     events_record = record_events(window_s)
-    tests = [(selector(events_record, **labels), selector(events_record, **record_labels), events)]
+    tests: list[tuple[str, str, float]] = [
+        (selector(events_record, **labels), selector(events_record, **record_labels), events)
+    ]
     if events:  # with no events the ratio is NaN, which promtool cannot expect
         ratio_record = record_error_ratio(window_s)
         ratio = (events - good) / events  # the one division the rule does, on exact counts
