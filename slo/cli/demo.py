@@ -37,9 +37,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="benchmark seed (default: %(default)s)")
     parser.add_argument("--duration-limit", type=float, default=60.0, metavar="S", help="stop the benchmark after S seconds (default: %(default)s)")  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--scenario", choices=("tour", "overload"), default="tour",
+                        help="tour: the whole product on light traffic; overload: a batch "
+                        "flood under fifo, then under slo scheduling, side by side "
+                        "(default: %(default)s)")  # fmt: skip
+    parser.add_argument("--calm", type=float, default=4.0, metavar="S", help="overload: seconds of premium traffic alone (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--flood", type=float, default=15.0, metavar="S", help="overload: seconds of the batch flood (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--flood-clients", type=int, default=24, help="overload: batch clients (default: %(default)s)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.scenario == "overload":
+        from slo.cli.demo_overload import run_overload
+
+        return run_overload(args)
     import httpx
 
     from slo.cli.bench.command import BenchOptions, describe_stop, execute

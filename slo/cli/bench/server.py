@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -47,6 +47,7 @@ def embedded_server(
     spec: str | None = None,
     store: str | None = None,
     startup_timeout_s: float = 180.0,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[str]:
     """Yield the base URL of a running `slo serve`; stop it on exit.
 
@@ -61,6 +62,7 @@ def embedded_server(
                    "--store", store or f"sqlite:///{Path(scratch) / 'records.db'}"]  # fmt: skip
         if spec:
             command += ["--spec", spec]
+        command += list(extra_args)  # more `slo serve` flags (the overload demo's --scheduling)
         with log_path.open("w") as log:
             process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ}

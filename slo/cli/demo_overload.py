@@ -1,0 +1,213 @@
+"""`slo demo --scenario overload`: a batch flood hits, once under fifo and once under slo.
+
+Each act starts `slo serve` (bundled:tiny, the overload spec, the policy under test) and sends
+premium requests (short, streamed, five a second) alone for a few seconds, then beside a batch
+flood (closed-loop clients with ~900-token prompts). The live evaluator's /slo is polled every
+second: with fifo the premium burn-rate alert fires, with slo scheduling it should not. The
+report puts both acts side by side (client-side TTFT and ITL, batch tokens/s, sheds, alerts)
+with where the premium requests' time went, from the server's own records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import html
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from slo.errors import UsageError
+
+POLICIES = ("fifo", "slo")
+PHASES_SHOWN = ("queue", "prefill", "decode", "detokenize", "network", "other")
+# ~880 tokens with the bundled byte-level tokenizer: with 64 output tokens it fits the 1024.
+BATCH_PROMPT = "".join(f"line {i} status ok latency {i * 37 % 997} ms; " for i in range(45))[:880]
+
+
+@dataclass
+class Act:
+    policy: str
+    premium_ttft_s: list[float] = field(default_factory=list)
+    premium_itl_s: list[float] = field(default_factory=list)
+    batch_tokens: int = 0
+    flood_s: float = 0.0
+    shed: dict[str, int] = field(default_factory=dict)  # tier -> 429s
+    alert_fired_at_s: float | None = None  # seconds into the flood
+    alert_names: list[str] = field(default_factory=list)
+    phases_ms: dict[str, float] = field(default_factory=dict)  # premium mean per phase
+    errors: dict[str, int] = field(default_factory=dict)  # batch responses by status / error
+
+
+async def _premium(client: Any, base_url: str, act: Act, stop_at: float, index: int) -> None:
+    body = {"model": "bundled:tiny", "prompt": f"Premium question {index}: status?",
+            "max_tokens": 16, "stream": True}  # fmt: skip
+    sent = last = time.perf_counter()
+    first = True
+    async with client.stream(
+        "POST", base_url + "/v1/completions", json=body, headers={"x-llm-tier": "premium"}
+    ) as response:
+        if response.status_code == 429:
+            act.shed["premium"] = act.shed.get("premium", 0) + 1
+            return
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            now = time.perf_counter()
+            if first:
+                act.premium_ttft_s.append(now - sent)
+                first = False
+            else:
+                act.premium_itl_s.append(now - last)
+            last = now
+
+
+async def _batch(client: Any, base_url: str, act: Act, stop_at: float, index: int) -> None:
+    body = {"model": "bundled:tiny", "prompt": f"job {index}: " + BATCH_PROMPT, "max_tokens": 64}
+    while time.perf_counter() < stop_at:
+        try:
+            response = await client.post(
+                base_url + "/v1/completions", json=body, headers={"x-llm-tier": "batch"}
+            )
+        except Exception as error:  # a demo reports failures, it does not stop
+            act.errors[type(error).__name__] = act.errors.get(type(error).__name__, 0) + 1
+            await asyncio.sleep(0.5)
+            continue
+        act.errors[str(response.status_code)] = act.errors.get(str(response.status_code), 0) + 1
+        if response.status_code == 429:
+            act.shed["batch"] = act.shed.get("batch", 0) + 1
+            await asyncio.sleep(1.0)
+        elif response.status_code == 200:
+            act.batch_tokens += response.json()["usage"]["completion_tokens"]
+
+
+async def _watch_alerts(
+    client: Any, base_url: str, act: Act, flood_at: float, stop_at: float
+) -> None:
+    while time.perf_counter() < stop_at + 2:
+        slo = (await client.get(base_url + "/slo")).json()
+        premium = [a for a in slo.get("alerts", []) if "premium" in str(a)]
+        if premium and act.alert_fired_at_s is None:
+            act.alert_fired_at_s = max(0.0, time.perf_counter() - flood_at)
+            act.alert_names = sorted({str(a.get("name") or a.get("alertname")) for a in premium})
+        await asyncio.sleep(1.0)
+
+
+async def _traffic(base_url: str, act: Act, calm_s: float, flood_s: float, clients: int) -> None:
+    import httpx
+
+    limits = httpx.Limits(max_connections=clients + 64)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        began = time.perf_counter()
+        flood_at, stop_at = began + calm_s, began + calm_s + flood_s
+        premium_tasks = []
+        watcher = asyncio.ensure_future(_watch_alerts(client, base_url, act, flood_at, stop_at))
+        batch_tasks: list[asyncio.Future[None]] = []
+        index = 0
+        while time.perf_counter() < stop_at:
+            if not batch_tasks and time.perf_counter() >= flood_at:
+                batch_tasks = [
+                    asyncio.ensure_future(_batch(client, base_url, act, stop_at, c))
+                    for c in range(clients)
+                ]
+            premium_tasks.append(
+                asyncio.ensure_future(_premium(client, base_url, act, stop_at, index))
+            )
+            index += 1
+            await asyncio.sleep(0.2)
+        await asyncio.gather(*premium_tasks, *batch_tasks)
+        act.flood_s = time.perf_counter() - flood_at
+        await watcher
+
+
+def _premium_phases(store_url: str) -> dict[str, float]:
+    from slo.store import RecordStore
+
+    store = RecordStore(store_url)
+    try:
+        rows = [r for r in store.iter_dicts(tier="premium") if r.get("outcome") == "ok"]
+    finally:
+        store.close()
+    if not rows:
+        return {}
+    return {
+        phase: 1000 * sum(r.get(f"{phase}_s") or 0.0 for r in rows) / len(rows)
+        for phase in PHASES_SHOWN
+    }
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
+
+
+def render(acts: list[Act]) -> str:
+    lines = [f"{'':<28}" + "".join(f"{act.policy:>16}" for act in acts)]
+
+    def row(label: str, values: list[str]) -> None:
+        lines.append(f"{label:<28}" + "".join(f"{value:>16}" for value in values))
+
+    row("premium p95 TTFT", [f"{_p(a.premium_ttft_s, 0.95):.0f} ms" for a in acts])
+    row("premium p99 ITL", [f"{_p(a.premium_itl_s, 0.99):.0f} ms" for a in acts])
+    row("batch tokens/s", [f"{a.batch_tokens / a.flood_s:.0f}" if a.flood_s else "-" for a in acts])
+    row("shed (429) premium/batch", [f"{a.shed.get('premium', 0)}/{a.shed.get('batch', 0)}" for a in acts])  # fmt: skip
+    row("batch failures", [
+        str(sum(n for k, n in a.errors.items() if k not in ("200", "429"))) for a in acts
+    ])  # fmt: skip
+    row("premium burn-rate alert", [
+        "fired" + (f" at +{a.alert_fired_at_s:.0f}s" if a.alert_fired_at_s is not None else "")
+        if a.alert_fired_at_s is not None else "quiet" for a in acts
+    ])  # fmt: skip
+    lines.append("where a premium request's time went (server records, mean):")
+    for phase in PHASES_SHOWN:
+        row(f"  {phase}", [f"{a.phases_ms.get(phase, float('nan')):.1f} ms" for a in acts])
+    return "\n".join(lines)
+
+
+def render_html(acts: list[Act]) -> str:
+    body = html.escape(render(acts))
+    return (
+        "<!doctype html><meta charset=utf-8><title>slo demo: overload</title>"
+        "<h1>Batch flood: fifo against slo scheduling</h1>"
+        f"<pre style='font-size:15px'>{body}</pre>"
+    )
+
+
+def run_overload(args: argparse.Namespace) -> int:
+    from slo.cli.bench.server import embedded_server
+
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"--out {out}: cannot create the directory ({error.strerror})") from None
+    spec_path = out / "overload.yaml"
+    if args.spec:
+        spec_path = Path(args.spec)
+        if not spec_path.is_file():
+            raise UsageError(f"--spec {spec_path}: no such file")
+    else:
+        spec_path.write_text(
+            resources.files("slo").joinpath("examples/overload.yaml").read_text("utf-8"), "utf-8"
+        )
+    acts = []
+    for policy in POLICIES:
+        store = out / f"overload-{policy}.db"
+        store.unlink(missing_ok=True)
+        print(f"slo demo: act {policy}: premium alone {args.calm:g}s, then a batch flood "
+              f"({args.flood_clients} clients) for {args.flood:g}s ...", flush=True)  # fmt: skip
+        act = Act(policy)
+        extra = ["--scheduling", policy, "--max-num-batched-tokens", "256"]
+        with embedded_server(
+            spec=str(spec_path), store=f"sqlite:///{store}", extra_args=extra
+        ) as base_url:
+            asyncio.run(_traffic(base_url, act, args.calm, args.flood, args.flood_clients))
+        act.phases_ms = _premium_phases(f"sqlite:///{store}")
+        acts.append(act)
+    report = render(acts)
+    print("\n" + report)
+    (out / "overload.html").write_text(render_html(acts), "utf-8")
+    print(f"\nslo demo: report {out / 'overload.html'}; records {out}/overload-*.db")
+    return 0
