@@ -97,3 +97,95 @@ def write_tiny_llama(path: Path, seed: int = 0) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def _rope_permute(weight: np.ndarray, heads: int) -> np.ndarray:
+    """q/k rows reordered from HF's rotate-half RoPE to llama.cpp's adjacent pairs.
+
+    The same permutation llama.cpp's convert_hf_to_gguf.py applies: with it, both engines
+    compute the same attention from the same weights.
+    """
+    rows = weight.shape[0]
+    return (
+        weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weight.shape)
+    )
+
+
+def write_gguf_from_hf(checkpoint: Path, path: Path, f16: bool = True) -> Path:
+    """The HF Llama checkpoint in `checkpoint` as a GGUF at `path`: the SAME weights.
+
+    Its vocabulary is this module's SentencePiece byte layout (259 tokens), so the checkpoint
+    must have `vocab_size` 259; both engines are then fed token ids, never text. Matrices are
+    stored in float16 (llama.cpp's usual full precision) or float32; norms stay float32.
+    """
+    import json
+
+    import gguf
+    from safetensors.numpy import load_file
+
+    config = json.loads((checkpoint / "config.json").read_text())
+    if config["vocab_size"] != VOCAB_SIZE:
+        raise ValueError(f"{checkpoint}: vocab_size must be {VOCAB_SIZE} to share this vocabulary")
+    state: dict[str, np.ndarray] = {}
+    for file in sorted(checkpoint.glob("*.safetensors")):
+        state.update(load_file(str(file)))
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    hidden = config["hidden_size"]
+    head_dim = config.get("head_dim") or hidden // heads
+    matrix_type = np.float16 if f16 else np.float32
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("llm-slo random llama (same weights as the HF checkpoint)")
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
+    writer.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
+    writer.add_vocab_size(VOCAB_SIZE)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{byte:02X}>" for byte in range(256)]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * VOCAB_SIZE)
+    writer.add_token_types(types + [gguf.TokenType.BYTE] * 256)
+    writer.add_bos_token_id(BOS_ID)
+    writer.add_eos_token_id(EOS_ID)
+
+    def matrix(name: str) -> np.ndarray:
+        return state[name].astype(np.float32).astype(matrix_type)
+
+    def vector(name: str) -> np.ndarray:
+        return state[name].astype(np.float32)
+
+    writer.add_tensor("token_embd.weight", matrix("model.embed_tokens.weight"))
+    writer.add_tensor("output_norm.weight", vector("model.norm.weight"))
+    head = "model.embed_tokens.weight" if config.get("tie_word_embeddings") else "lm_head.weight"
+    writer.add_tensor("output.weight", matrix(head))
+    for layer in range(config["num_hidden_layers"]):
+        hf, blk = f"model.layers.{layer}", f"blk.{layer}"
+        writer.add_tensor(f"{blk}.attn_norm.weight", vector(f"{hf}.input_layernorm.weight"))
+        q = _rope_permute(state[f"{hf}.self_attn.q_proj.weight"], heads)
+        k = _rope_permute(state[f"{hf}.self_attn.k_proj.weight"], kv_heads)
+        writer.add_tensor(f"{blk}.attn_q.weight", q.astype(np.float32).astype(matrix_type))
+        writer.add_tensor(f"{blk}.attn_k.weight", k.astype(np.float32).astype(matrix_type))
+        writer.add_tensor(f"{blk}.attn_v.weight", matrix(f"{hf}.self_attn.v_proj.weight"))
+        writer.add_tensor(f"{blk}.attn_output.weight", matrix(f"{hf}.self_attn.o_proj.weight"))
+        writer.add_tensor(f"{blk}.ffn_norm.weight", vector(f"{hf}.post_attention_layernorm.weight"))
+        writer.add_tensor(f"{blk}.ffn_gate.weight", matrix(f"{hf}.mlp.gate_proj.weight"))
+        writer.add_tensor(f"{blk}.ffn_up.weight", matrix(f"{hf}.mlp.up_proj.weight"))
+        writer.add_tensor(f"{blk}.ffn_down.weight", matrix(f"{hf}.mlp.down_proj.weight"))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
