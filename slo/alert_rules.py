@@ -51,7 +51,7 @@ from decimal import Decimal
 from typing import Literal
 
 from slo.alert_policy import BurnRateRule, ThresholdAlert
-from slo.arithmetic import as_decimal, burn_limit
+from slo.arithmetic import alerts_on_budget, as_decimal, burn_limit
 from slo.arithmetic import error_budget as arithmetic_error_budget
 from slo.objectives import Objective
 from slo.promql import exact, number, prom_duration
@@ -155,7 +155,7 @@ def budget_objectives(tier: Tier) -> tuple[Objective, ...]:
     Goodput needs every latency of one request at once and throughput has no error budget;
     both are judged from records (`slo check`) and the live `/slo` endpoint instead.
     """
-    return tuple(o for o in tier.objectives if o.kind in ("latency", AVAILABILITY))
+    return tuple(o for o in tier.objectives if alerts_on_budget(o))
 
 
 def threshold_window_s(spec: SLOSpec) -> float:

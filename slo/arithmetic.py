@@ -83,6 +83,14 @@ def meets(good: Count, events: Count, target: Exact) -> bool:
     return Fraction(good) * fraction.denominator >= fraction.numerator * Fraction(events)
 
 
+def alerts_on_budget(objective: Objective) -> bool:
+    """Whether burn-rate (and threshold) alerts judge this objective: latency and availability,
+    the objectives Prometheus can count from the exported metrics. Goodput needs every latency
+    of one request at once and throughput has no error budget: every judge (`slo check`, the
+    live windows, the generated rules) leaves their alerts out alike."""
+    return objective.kind in ("latency", "availability")
+
+
 def verdict(good: Count, events: Count, target: Exact, min_events: int) -> Verdict:
     """met / violated by count; insufficient_data below `min_events` (or with no events)."""
     if events <= 0 or events < min_events:

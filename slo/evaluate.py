@@ -349,9 +349,9 @@ def burn_rates(
         window_s: WindowBurn(window_s, events, bad, arithmetic.burn_rate(bad, events, target))
         for window_s, (events, bad) in counts.items()
     }
-    alerts = []
+    alerts: list[str] = []
     policy = spec.alert_policy
-    for rule in policy.burn_rates:
+    for rule in policy.burn_rates if arithmetic.alerts_on_budget(objective) else ():
         windows = [(counts[w][1], counts[w][0]) for w in (rule.long_window_s, rule.short_window_s)]
         if burn_rule_fires(windows, target, rule.factor, policy.min_events):
             alerts.append(
