@@ -9,8 +9,11 @@
 - `slo`: prefill ordered by slack = TTFT deadline - now - predicted prefill time, the time
   learned from recent steps (`PrefillTimeModel`); preempts like `priority`; sheds a waiting
   request, lowest tier first, once its TTFT objective is out of reach; and while a tier with
-  a TPOT objective is decoding, shrinks the step's prefill chunks until the steps fit that
-  objective (the decodes never wait behind a chunk they cannot afford).
+  a TPOT objective is decoding, keeps the steps within that objective: it shrinks the prefill
+  chunks and decodes the lower tiers' sequences in turns, as many per step as fit. A decode's
+  cost grows with its context (its keys and values are read every step), so 24 long batch
+  decodes make one step 50x slower than a short premium one; taking turns costs the batch
+  little throughput (the same keys are read, over more steps) and bounds premium's ITL.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ SHED_REASONS: tuple[str, ...] = (SHED_TTFT_OUT_OF_REACH, SHED_QUEUE_FULL)
 # rest is slack for the noise around a step), and prefill always gets at least this many tokens.
 TPOT_HEADROOM = 0.8
 MIN_CHUNK_TOKENS = 16
+# Context tokens of lower-tier decodes added back per step that kept to its time (AIMD).
+DECODE_CONTEXT_STEP = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +106,7 @@ class Policy:
         self.default_ttft_s = default_ttft_s
         self.prefill_time = PrefillTimeModel()
         self.chunk_cap: int | None = None  # slo: prefill tokens per step while TPOT-bound
+        self.decode_context_cap: int | None = None  # slo: lower-tier decode context per step
 
     @property
     def preempts(self) -> bool:
@@ -150,21 +156,56 @@ class Policy:
             return None
         return self.chunk_cap
 
-    def after_step(self, step_s: float, decoding: list[Sequence], budget: int) -> None:
-        """Adjust the chunk cap from what a step with TPOT-bound decodes really took: halve it
-        when the step overran the objective's share, grow it a block at a time when not
-        (additive increase, multiplicative decrease). Feedback rather than the prefill-time
-        model: a step's cost also grows with the chunk's context and with whatever else runs
-        on the machine, which a per-token rate does not see."""
+    def select_decodes(self, decoding: list[Sequence], step: int) -> list[Sequence]:
+        """The decodes of this step: every one, except under the slo policy while a tier with
+        a TPOT objective decodes. Then all of that tier's, and of the others, the longest
+        waiting first, as many as `decode_context_cap` allows (at least one: no sequence
+        stops for good). `step` stamps those chosen, so the others go first next time."""
+        cap = self.decode_context_cap
+        if self.name != "slo" or cap is None:
+            return decoding
+        bound = [s for s in decoding if self._tpot_bound(s)]
+        if not bound:
+            return decoding
+        chosen = list(bound)
+        others = sorted((s for s in decoding if not self._tpot_bound(s)), key=_last_decoded)
+        context = 0
+        for sequence in others:
+            if context and context + sequence.num_tokens > cap:
+                break
+            chosen.append(sequence)
+            context += sequence.num_tokens
+        for sequence in chosen:
+            sequence.last_decode_step = step
+        return chosen
+
+    def _tpot_bound(self, sequence: Sequence) -> bool:
+        objective = self.objectives.get(sequence.priority)
+        return objective is not None and objective.tpot_s is not None
+
+    def after_step(
+        self, step_s: float, decoding: list[Sequence], budget: int, waiting_decodes: int
+    ) -> None:
+        """Adjust the caps from what a step with TPOT-bound decodes really took: halve them
+        when the step overran the objective's share, grow them when not (additive increase,
+        multiplicative decrease). Feedback rather than the prefill-time model: a step's cost
+        grows with context lengths and with whatever else runs on the machine, which a
+        per-token rate does not see. `waiting_decodes`: lower-tier decodes left out."""
         tpot_s = self.tightest_tpot_s(decoding) if self.name == "slo" else None
         if tpot_s is None:
             return
-        if self.chunk_cap is None:
-            self.chunk_cap = budget
+        context = sum(s.num_tokens for s in decoding if not self._tpot_bound(s))
+        if self.chunk_cap is None or self.decode_context_cap is None:
+            self.chunk_cap, self.decode_context_cap = budget, max(context, DECODE_CONTEXT_STEP)
         if step_s > tpot_s * TPOT_HEADROOM:
             self.chunk_cap = max(MIN_CHUNK_TOKENS, self.chunk_cap // 2)
+            self.decode_context_cap = max(
+                DECODE_CONTEXT_STEP, min(context, self.decode_context_cap) // 2
+            )
         else:
             self.chunk_cap = min(budget, self.chunk_cap + MIN_CHUNK_TOKENS)
+            if waiting_decodes:  # growing a cap nothing presses on would only hide a burst
+                self.decode_context_cap += DECODE_CONTEXT_STEP
 
     def victim_key(self, sequence: Sequence) -> tuple[int, int]:
         """The running sequence with the largest key is preempted first."""
@@ -174,3 +215,7 @@ class Policy:
 
     def may_preempt(self, waiting: Sequence, running: Sequence) -> bool:
         return self.preempts and running.priority > waiting.priority
+
+
+def _last_decoded(sequence: Sequence) -> int:
+    return sequence.last_decode_step

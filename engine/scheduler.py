@@ -60,6 +60,7 @@ class Sequence:
     queued_ns: int = 0  # when it last joined the waiting queue (arrival, or its preemption)
     prefilled: bool = False  # every token up to the newest is in the cache: it decodes
     prefill_started: bool = False  # its first chunk since (re)admission has run
+    last_decode_step: int = 0  # the scheduler step that last decoded it (slo: turns)
 
     @property
     def all_ids(self) -> list[int]:
@@ -89,6 +90,7 @@ class StepPlan:
     admitted: list[Sequence] = field(default_factory=list)  # given blocks this step
     preempted: list[Sequence] = field(default_factory=list)
     shed: list[tuple[Sequence, str]] = field(default_factory=list)  # (sequence, reason)
+    waiting_decodes: int = 0  # decoding sequences left out of this step (slo: taking turns)
 
     @property
     def prefill_tokens(self) -> int:
@@ -120,6 +122,7 @@ class Scheduler:
         self._waiting: list[Sequence] = []  # in arrival order; the policy orders it per step
         self.running: list[Sequence] = []
         self.num_preempted_total = 0
+        self._steps = 0
 
     @property
     def num_waiting(self) -> int:
@@ -157,7 +160,10 @@ class Scheduler:
         if self.policy.sheds:
             self._shed(now_ns, plan)
         self._reserve_decode_slots(now_ns, plan)
-        plan.decodes = [s for s in self.running if s.prefilled]
+        self._steps += 1
+        decoding = [s for s in self.running if s.prefilled]
+        plan.decodes = self.policy.select_decodes(decoding, self._steps)
+        plan.waiting_decodes = len(decoding) - len(plan.decodes)
         plan.budget -= sum(1 + s.lookahead(self.num_speculative) for s in plan.decodes)
         cap = self.policy.prefill_cap(plan.decodes)
         if cap is not None:

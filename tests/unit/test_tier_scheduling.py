@@ -246,3 +246,42 @@ def test_nothing_is_shed_before_the_prefill_time_is_learned() -> None:
     for index in range(20):
         scheduler.add(make_sequence(f"premium-{index}", 0, 8, index, 0))
     assert scheduler.schedule(10 * SECOND).shed == []
+
+
+# ---------------------------------------------------------------- slo: decodes take turns
+def test_lower_tiers_decode_in_turns_while_a_tpot_bound_tier_decodes() -> None:
+    objectives = {0: TierObjective(ttft_s=1.0, tpot_s=0.01)}
+    scheduler = make_scheduler("slo", budget=512, num_blocks=4096, objectives=objectives)
+    batch = [make_sequence(f"batch-{i}", 2, 400, i, 0, max_tokens=1000) for i in range(6)]
+    premium = make_sequence("premium", 0, 8, 6, 0, max_tokens=1000)
+    for sequence in [*batch, premium]:
+        scheduler.add(sequence)
+    for step in range(6):  # prefill everyone: 2408 tokens, 512 a step
+        run_plan(scheduler, scheduler.schedule(step))
+    assert all(s.prefilled for s in [*batch, premium])
+    policy = scheduler.policy
+    policy.after_step(1.0, [premium, *batch], 512, 0)  # a slow step: the caps halve
+    assert policy.decode_context_cap is not None and policy.decode_context_cap < 6 * 400
+    turns: dict[str, int] = {}
+    for step in range(6, 18):
+        plan = scheduler.schedule(step)
+        assert premium in plan.decodes  # the TPOT-bound tier decodes every step
+        assert plan.waiting_decodes == len(batch) + 1 - len(plan.decodes) > 0
+        for sequence in plan.decodes:
+            turns[sequence.request_id] = turns.get(sequence.request_id, 0) + 1
+        run_plan(scheduler, plan)
+    counts = [turns.get(s.request_id, 0) for s in batch]
+    assert min(counts) >= 1 and max(counts) - min(counts) <= 1  # round robin, nobody stops
+
+
+def test_fifo_and_priority_decode_everyone_every_step() -> None:
+    for policy in ("fifo", "priority"):
+        scheduler = make_scheduler(policy, objectives={0: TierObjective(tpot_s=0.01)})
+        sequences = [make_sequence(f"s{i}", i % 3, 8, i, 0, max_tokens=100) for i in range(5)]
+        for sequence in sequences:
+            scheduler.add(sequence)
+        run_plan(scheduler, scheduler.schedule(0))
+        scheduler.policy.after_step(1.0, sequences, 64, 0)
+        assert {s.request_id for s in scheduler.schedule(1).decodes} == {
+            s.request_id for s in sequences
+        }
