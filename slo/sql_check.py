@@ -55,6 +55,7 @@ from sqlalchemy.sql.selectable import Subquery
 
 from slo.errors import UsageError
 from slo.evaluate import CLIENT_VIEW, EvaluationReport
+from slo.sli import OUTCOMES, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
 from slo.spec import SLOSpec
 from slo.sql_counts import (
     FUTURE_BUCKET,
@@ -82,6 +83,12 @@ from slo.sql_ranks import (
 from slo.store import TABLE
 
 _C = TABLE.c
+# The scan's tier digit names the spec's tiers; every other tier is counted under this key
+# (not a tier name a record can hold), then told apart by `_Scan._others`.
+_OTHERS = "\x00others"
+# An outcome per outcome digit: `add_group` tells only ok and excluded from availability.
+_OUTCOME_OF = ("ok", OUTCOMES_EXCLUDED_FROM_AVAILABILITY[0],
+               next(o for o in OUTCOMES if o != "ok" and o not in OUTCOMES_EXCLUDED_FROM_AVAILABILITY))  # fmt: skip
 _SETTINGS = ("SET LOCAL work_mem = '64MB'",)  # the percentile sorts stay in memory
 # On a large table the scans are CPU-bound on evaluating expressions: JIT-compiled and
 # optimised expressions and tuple deforming take about a third off, for a few hundred
@@ -112,7 +119,7 @@ def evaluate_sql(spec: SLOSpec, engine: Engine, now: float) -> EvaluationReport:
                 bounds = _bounds(connection, spec, plan, since, now, rows)
                 for setting in _JIT if rows >= JIT_MIN_TABLE else ():
                     connection.execute(text(f"SET LOCAL {setting}"))
-                scan = _Scan(plan, since, now, windows, bounds)
+                scan = _Scan(plan, [tier.name for tier in spec.tiers], since, now, windows, bounds)
                 client_rows = scan.count(connection, tiers)
                 _request_percentiles(connection, spec, plan, since, now, bounds, tiers)
                 if plan.gap_tiers:
@@ -185,19 +192,23 @@ class _Scan:
     nextafter(now)]. Then one digit per SLI: the value's interval in an ascending array of
     its threshold edges (`_upper`) and, for a tier with sampled bounds, those bounds too
     (NULL: the last interval + 1); the level (first test passed) and the region are both
-    read back from the interval. Then a 0/1 digit per client-view column, and whether the
-    record has client gaps when an ITL objective needs it.
+    read back from the interval. Then a 0/1 digit per client-view column, whether the
+    record has client gaps when an ITL objective needs it, the tier (its index in the spec,
+    one more for any other) and the outcome (ok, excluded from availability, other): small
+    integers hash and compare for less than the strings.
     """
 
     def __init__(
         self,
         plan: CountPlan,
+        tier_names: Sequence[str],
         since: float,
         now: float,
         windows: Sequence[float],
         bounds: dict[tuple[str, str], Bounds],
     ):
         self.plan, self.bounds, self.windows = plan, bounds, windows
+        self.tier_names = list(tier_names)
         self.since, self.now = since, now
         self.client_names = sorted({"client_ttft_s", "client_e2e_s"}
                                    | {CLIENT_VIEW[name] for name in plan.client_fields})  # fmt: skip
@@ -220,6 +231,12 @@ class _Scan:
             has_gaps = case((client_gaps.is_(None), false()),
                             else_=func.json_array_length(client_gaps) > 0)  # fmt: skip
             self.digits.append((cast(has_gaps, Integer), 2))
+        tier_index = case({name: index for index, name in enumerate(self.tier_names)},
+                          value=_C.tier, else_=len(self.tier_names))  # fmt: skip
+        self.digits.append((tier_index, len(self.tier_names) + 1))
+        outcome = case((_C.outcome == "ok", 0),
+                       (_C.outcome.in_(OUTCOMES_EXCLUDED_FROM_AVAILABILITY), 1), else_=2)  # fmt: skip
+        self.digits.append((outcome, 3))
         self.keys = math.prod(size for _, size in self.digits)
         self._decoded: dict[tuple[str, str, int], tuple[int | None, int]] = {}
 
@@ -244,7 +261,7 @@ class _Scan:
         # over a timestamp and latencies, taken for as many groups as rows: the planner
         # would sort ten million rows, or hash them on one core.
         rows = (
-            select(_C.tier, _C.outcome, packed.label("k"), _C.output_tokens, _C.timestamp,
+            select(packed.label("k"), _C.output_tokens, _C.timestamp,
                    (_C.timestamp + _C.e2e_s).label("end"))
             .where(_C.timestamp >= self.since)
             .offset(null())
@@ -252,12 +269,32 @@ class _Scan:
         )  # fmt: skip
         r = rows.c
         statement = select(
-            r.tier, r.outcome, r.k, func.count(), func.sum(r.output_tokens),
-            func.min(r.timestamp), func.max(r.end),
-        ).group_by(r.tier, r.outcome, r.k)  # fmt: skip
-        found = [(tier, outcome, self._unpack(k), rest)
-                 for tier, outcome, k, *rest in connection.execute(statement)]  # fmt: skip
-        return self._add(found, tiers)
+            r.k, func.count(), func.sum(r.output_tokens), func.min(r.timestamp), func.max(r.end)
+        ).group_by(r.k)
+        found = []
+        for k, *rest in connection.execute(statement):
+            digits = self._unpack(k)
+            tier = self.tier_names[digits[-2]] if digits[-2] < len(self.tier_names) else _OTHERS
+            found.append((tier, _OUTCOME_OF[digits[-1]], digits[:-2], rest))
+        client_rows = self._add(found, tiers)
+        if _OTHERS in tiers:  # records of tiers the spec does not define: each one's count
+            self._others(connection, tiers)
+        return client_rows
+
+    def _others(self, connection: Connection, tiers: dict[str, TierCounts]) -> None:
+        """Each undefined tier's records in the window and after now, for the report's note
+        (one more scan, only when there are any)."""
+        del tiers[_OTHERS]
+        stamp = _C.timestamp
+        statement = (
+            select(_C.tier, func.count().filter(stamp <= self.now), func.count().filter(stamp > self.now))
+            .where(stamp >= self.since, _C.tier.not_in(self.tier_names))
+            .group_by(_C.tier)
+        )  # fmt: skip
+        for tier, in_window, future in connection.execute(statement):
+            counts = tiers.setdefault(tier, TierCounts(len(self.windows) + 1))
+            counts.add("records", 0, in_window)
+            counts.future += future
 
     def _unpack(self, key: int) -> tuple[int, ...]:
         digits = []

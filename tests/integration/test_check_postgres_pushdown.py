@@ -102,6 +102,9 @@ def test_same_report_as_numpy_on_mixed_records(schema_url: str) -> None:
             record["client_itl_s"] = [0.04, 0.039, 0.041][: 1 + index % 3]
     records.append(records[0] | {"request_id": "stray", "tier": "unknown-tier"})
     records.append(records[1] | {"request_id": "late", "timestamp": START + 10})  # after now
+    records.append(
+        records[2] | {"request_id": "late-stray", "tier": "late-tier", "timestamp": START + 10}
+    )
     store_records(schema_url, records)
     ttft = sorted(r["ttft_s"] for r in records if r["tier"] == "premium")[500]
     spec = SLOSpec.from_yaml(SPEC.format(ttft=f"{ttft * 1000}ms"))
