@@ -41,7 +41,6 @@ from sqlalchemy import (
     null,
     or_,
     select,
-    text,
 )
 
 from slo.spec import SLOSpec
@@ -220,9 +219,16 @@ def percentiles(
         lower = None if None in lowers else min(x for x in lowers if x is not None)
         upper = None if None in uppers else max(x for x in uppers if x is not None)
         anywhere.append(Wanted([], 0, 0, lower, upper).in_range(value))
-    statement = select(tier_column, *aggregates).where(where, or_(*anywhere)).group_by(tier_column)
-    # The rows in range are few: sorting them beats walking the tier index over the table.
-    connection.execute(text("SET LOCAL enable_sort = on"))
+    # The ranges first: PostgreSQL tests conditions cheapest first, and would test the window
+    # and the outcome of every row before the ranges that reject nearly all of them. Wrapped
+    # with the ranges, the window costs more than the ranges alone; the ranges alone, a
+    # condition of their own, give the planner the number of rows it will sort.
+    ranges = or_(*anywhere)
+    statement = (
+        select(tier_column, *aggregates)
+        .where(ranges, case((ranges, where), else_=false()))
+        .group_by(tier_column)
+    )
     for tier_name, *arrays in connection.execute(statement):
         for (name, _, by_tier), values in zip(items, arrays, strict=True):
             ranks = by_tier[tier_name].ranks if tier_name in by_tier else []
