@@ -19,7 +19,7 @@ from torch import nn
 
 from engine.config import CheckpointError, ModelConfig
 from engine.quantize import Weight, linear, linear_add, weight_packer
-from engine.weights import pack_full_precision, prepacks
+from engine.weights import pack_full_precision, repacks
 
 
 class RMSNorm(nn.Module):
@@ -157,7 +157,7 @@ def _pack(linears: tuple[nn.Linear, ...], pack: Callable[[torch.Tensor], Weight]
     offset = 0
     for module in linears:
         rows = module.weight.shape[0]
-        if isinstance(stored, torch.Tensor):
+        if isinstance(stored, torch.Tensor) and stored.dtype == module.weight.dtype:
             module.weight.data = stored[offset : offset + rows]
         else:
             module.weight = _placeholder(module.weight)
@@ -261,7 +261,7 @@ class LlamaForCausalLM(nn.Module):
 
     def _pack_lm_head(self, pack: Callable[[torch.Tensor], Weight]) -> Weight:
         head = self.lm_head.weight.detach()
-        if pack is pack_full_precision and not prepacks(head):
+        if pack is pack_full_precision and not repacks(head):
             return head  # [vocab, hidden] row-major as it is: no copy of a tied embedding
         stored = pack(head)
         if not self.config.tie_word_embeddings:  # a tied head is the embedding: it stays
@@ -270,10 +270,7 @@ class LlamaForCausalLM(nn.Module):
 
     def _norm_weight(self, weight: torch.Tensor) -> torch.Tensor:
         """An RMSNorm weight as `_norm` takes it: in float32, times sqrt(width)."""
-        weight = weight.detach()
-        if weight.dtype != torch.float32:
-            return weight
-        return weight * math.sqrt(weight.shape[0])
+        return weight.detach().float() * math.sqrt(weight.shape[0])
 
     def rope(
         self, positions: torch.Tensor, dtype: torch.dtype, max_position: int | None = None
@@ -301,14 +298,14 @@ class LlamaForCausalLM(nn.Module):
 
         In float32 it is `x / hypot(|x|, sqrt(eps * d)) * (w * sqrt(d))`: the same value as
         `x * rsqrt(mean(x^2) + eps) * w` in four small ops, where `F.rms_norm` on a CPU runs
-        a chain of about ten (a fifth of a decode step). Other dtypes go through `F.rms_norm`.
+        a chain of about ten (a fifth of a decode step).
         """
         if hidden.dtype == torch.float32:
             length = torch.linalg.vector_norm(hidden, dim=-1, keepdim=True)
             return hidden / torch.hypot(length, self.norm_floor) * weight
-        # One fused kernel that accumulates in float32 inside; upcasting the activations first
-        # costs two conversions per norm, a tenth of a small model's bf16 decode step.
-        return F.rms_norm(hidden, (hidden.shape[-1],), weight, self.config.rms_norm_eps)
+        # Lower precisions normalize in float32 and round once at the end (HF rounds before
+        # the weight); `F.rms_norm` on bf16 takes about ten internal copies on a CPU.
+        return self._norm(hidden.float(), weight).to(hidden.dtype)
 
     def forward(
         self,

@@ -46,23 +46,31 @@ class MkldnnWeight:
         return cls(packed=packed, out_features=weight.shape[0], nbytes=weight.nbytes)
 
 
-def prepacks(weight: torch.Tensor) -> bool:
-    """Whether `pack_full_precision` moves this weight to oneDNN (bf16 on a bf16 CPU)."""
-    return weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and cpu_has_bf16_kernels()
+# Below this many elements oneDNN's per-call cost (~70 us here) outweighs the bytes it saves,
+# and a plain bf16 `torch.mm` is slower still: such matrices are multiplied in float32.
+ONEDNN_MIN_ELEMENTS = 1 << 20
+
+
+def repacks(weight: torch.Tensor) -> bool:
+    """Whether `pack_full_precision` stores this weight in another form (bf16 on a CPU)."""
+    return weight.device.type == "cpu" and weight.dtype == torch.bfloat16
 
 
 def pack_full_precision(weight: torch.Tensor) -> torch.Tensor | MkldnnWeight:
     """The fastest full-precision form of an [out, in] weight for its device and dtype.
 
-    On a CPU: bfloat16 goes to oneDNN when the processor has bf16 instructions; float32 is
-    stored input-major (the transpose `torch.mm` reads is then contiguous: a one-row product
-    reads the matrix in order, about twice as fast once it is out of the core's cache).
+    On a CPU: a large bfloat16 matrix goes to oneDNN when the processor has bf16 instructions,
+    a small one (or any without them) to float32; float32 is stored input-major (the transpose
+    `torch.mm` reads is then contiguous: a one-row product reads the matrix in order, about
+    twice as fast once it is out of the core's cache).
     """
     weight = weight.detach()
     if weight.device.type != "cpu":
         return weight.contiguous()
-    if prepacks(weight):
-        return MkldnnWeight.pack(weight)
+    if repacks(weight):
+        if weight.numel() >= ONEDNN_MIN_ELEMENTS and cpu_has_bf16_kernels():
+            return MkldnnWeight.pack(weight)
+        weight = weight.float()
     if weight.dtype == torch.float32:
         return weight.t().contiguous().t()
     return weight.contiguous()
@@ -74,6 +82,9 @@ def linear_full(
     """`F.linear` for the full-precision formats."""
     if isinstance(weight, MkldnnWeight):
         return torch.ops.mkldnn._linear_pointwise(x, weight.packed, bias, "none", [], "")
+    if weight.dtype != x.dtype:  # a small bf16 matrix kept in float32 (see above)
+        out = linear_full(x.to(weight.dtype), weight, None if bias is None else bias.float())
+        return out.to(x.dtype)
     if bias is None and x.dim() == 2:
         return torch.mm(x, weight.t())  # what F.linear ends in, minus three dispatches
     return F.linear(x, weight, bias)
@@ -88,6 +99,8 @@ def linear_add_full(
     """`residual + F.linear(x, weight, bias)` in one kernel where one exists."""
     if isinstance(weight, MkldnnWeight):
         return torch.ops.mkldnn._linear_pointwise.binary(x, residual, weight.packed, bias, "add")
+    if weight.dtype != x.dtype:
+        return residual + linear_full(x, weight, bias)
     if bias is None:
         return torch.addmm(residual, x, weight.t())
     return torch.addmm(residual + bias, x, weight.t())

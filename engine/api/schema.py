@@ -193,19 +193,21 @@ def _sampling(
             400, "'logprobs' is not supported by this server; remove it", param="logprobs"
         )
     seed = _integer(body, "seed", None, -(2**63), 2**63 - 1)
+    defaults = engine.model_config
     return SamplingParams(
         max_tokens=max_tokens,
-        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
-        top_p=_positive_top_p(body),
-        top_k=_integer(body, "top_k", 0, 0, None) or 0,
+        # Unset fields take the checkpoint's generation_config.json defaults.
+        temperature=_number(body, "temperature", defaults.default_temperature, 0.0, 2.0),
+        top_p=_positive_top_p(body, defaults.default_top_p),
+        top_k=_integer(body, "top_k", defaults.default_top_k, 0, None) or 0,
         seed=seed,
         stop=_stop(body),
         ignore_eos=_boolean(body, "ignore_eos", False),
     )
 
 
-def _positive_top_p(body: dict[str, Any]) -> float:
-    top_p = _number(body, "top_p", 1.0, 0.0, 1.0)
+def _positive_top_p(body: dict[str, Any], default: float = 1.0) -> float:
+    top_p = _number(body, "top_p", default, 0.0, 1.0)
     if top_p == 0:
         raise ApiError(
             400, "'top_p' must be above 0 (use temperature 0 for greedy decoding)", param="top_p"

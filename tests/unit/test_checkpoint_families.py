@@ -108,12 +108,13 @@ def test_chat_template_file_and_generation_config_are_read(tmp_path: Path) -> No
     assert text == "[user] hi\n[assistant] "
     assert {257, 42} <= set(engine.model_config.eos_token_ids)
     assert 42 in engine.tokenizer.eos_token_ids
-    config = engine.model_config
-    assert (config.default_temperature, config.default_top_p, config.default_top_k) == (
-        0.6,
-        0.9,
-        20,
-    )
+    # A request that leaves sampling unset gets the checkpoint's defaults; its own values win.
+    from engine.api.schema import _sampling
+
+    unset = _sampling({"prompt": "x"}, engine, 1, None)
+    assert (unset.temperature, unset.top_p, unset.top_k) == (0.6, 0.9, 20)
+    chosen = _sampling({"prompt": "x", "temperature": 0, "top_k": 3}, engine, 1, None)
+    assert (chosen.temperature, chosen.top_k) == (0, 3)
 
 
 def test_safetensors_are_mapped_then_released(tmp_path: Path) -> None:
