@@ -5,9 +5,9 @@ per tier and alert window, how many events each objective has and how many are g
 few nearest-rank percentiles. Those are aggregates a database computes where the rows are:
 
 1. a small sample says where each percentile's value roughly lies (`slo.sql_ranks`);
-2. one parallel scan, GROUP BY tier, outcome and one packed integer (`_Scan`): the window
-   bucket, per SLI the value's interval among its thresholds and the sampled bounds
-   (width_bucket: one binary search per value) and the client-view flags. A few thousand
+2. one parallel scan, GROUP BY one packed integer (`_Scan`): the window bucket, per SLI the
+   value's interval among its thresholds and the sampled bounds (width_bucket: one binary
+   search per value), the client-view flags, the tier and the outcome. A few thousand
    groups hold every count: events per SLI, good events per threshold, availability and
    goodput populations, client-view rows, the throughput span and the judged values per
    sampled region;
@@ -15,7 +15,7 @@ few nearest-rank percentiles. Those are aggregates a database computes where the
    GROUP (ORDER BY value)`, each fraction the exact nearest rank `evaluate` takes within the
    region (`fraction_for_rank`);
 4. ITL, where a tier has an ITL objective: counts and percentiles over the gaps, unnested in
-   SQL from the JSON list column with `json_array_elements_text` (no row leaves the database).
+   SQL from the JSON list column (`slo.sql_gaps`; no row leaves the database).
 
 Every value is a bound parameter (SQLAlchemy Core); tier names come back as data. Semantics
 follow `evaluate` to the count: latency events are ok requests with a value (the client view
@@ -48,10 +48,8 @@ from sqlalchemy import (
     null,
     select,
     text,
-    true,
 )
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.sql.selectable import Subquery
 
 from slo.errors import UsageError
 from slo.evaluate import CLIENT_VIEW, EvaluationReport
@@ -59,7 +57,6 @@ from slo.sli import OUTCOMES, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
 from slo.spec import SLOSpec
 from slo.sql_counts import (
     FUTURE_BUCKET,
-    ITL_FIELD,
     Condition,
     CountPlan,
     Group,
@@ -67,9 +64,9 @@ from slo.sql_counts import (
     add_group,
     build_report,
     events_key,
-    gap_key,
     percentile_ranks,
 )
+from slo.sql_gaps import count_gaps, gap_percentiles, gap_rows, json_array
 from slo.sql_ranks import (
     SAMPLE_MIN_TABLE,
     SAMPLE_ROWS,
@@ -123,9 +120,9 @@ def evaluate_sql(spec: SLOSpec, engine: Engine, now: float) -> EvaluationReport:
                 client_rows = scan.count(connection, tiers)
                 _request_percentiles(connection, spec, plan, since, now, bounds, tiers)
                 if plan.gap_tiers:
-                    gaps = _gaps(plan, since, now, windows, tiers)
-                    _count_gaps(connection, plan, gaps, tiers, len(windows) + 1)
-                    _gap_percentiles(connection, spec, gaps, tiers)
+                    gaps = gap_rows(plan, since, now, windows, tiers)
+                    count_gaps(connection, plan, gaps, tiers, len(windows) + 1)
+                    gap_percentiles(connection, spec, gaps, tiers)
     except SQLAlchemyError as error:
         where = engine.url.render_as_string(hide_password=True)
         raise UsageError(
@@ -227,7 +224,7 @@ class _Scan:
         for name in self.client_names:
             self.digits.append((cast(_C[name].is_not(None), Integer), 2))
         if plan.gap_tiers:
-            client_gaps = _json_array(_C.client_itl_s)
+            client_gaps = json_array(_C.client_itl_s)
             has_gaps = case((client_gaps.is_(None), false()),
                             else_=func.json_array_length(client_gaps) > 0)  # fmt: skip
             self.digits.append((cast(has_gaps, Integer), 2))
@@ -363,17 +360,6 @@ class _Scan:
         return client_rows
 
 
-def _json_array(column: ColumnElement[Any]) -> ColumnElement[Any]:
-    """The column where it holds a JSON array, NULL elsewhere (a scalar has no elements)."""
-    return case((func.json_typeof(column) == "array", column), else_=null())
-
-
-def _test(value: ColumnElement[Any], test: Condition) -> ColumnElement[bool]:
-    _, threshold, inclusive = test
-    bound: ColumnElement[float] = literal(threshold, Double())
-    return value <= bound if inclusive else value < bound
-
-
 # --- step 3: nearest-rank percentiles -----------------------------------------------------
 
 
@@ -398,68 +384,3 @@ def _request_percentiles(
                 by_tier[tier.name] = wanted_regions(ranks, events, cuts, counts.regions.get(name))
         items += items_of(name, _value(name), by_tier)
     percentiles(connection, _C.tier, _judged(since, now), items, tiers)
-
-
-# --- ITL: one event per gap, unnested in SQL ------------------------------------------------
-
-
-def _gaps(
-    plan: CountPlan,
-    since: float,
-    now: float,
-    windows: Sequence[float],
-    tiers: dict[str, TierCounts],
-) -> Subquery:
-    """Every gap of every ok request of the ITL tiers: the client's list in a tier that has
-    any (as `evaluate`: then the whole tier is judged on the client view), else the server's."""
-    client_tiers = [name for name in plan.gap_tiers if name in tiers and tiers[name].client_gaps]
-    column: ColumnElement[Any] = _C.itl_s
-    if client_tiers:
-        column = case((_C.tier.in_(client_tiers), _C.client_itl_s), else_=_C.itl_s)
-    elements = func.json_array_elements_text(_json_array(column)).table_valued("value").lateral()
-    stamp = _C.timestamp
-    whens = [(stamp >= now - window, index) for index, window in enumerate(windows)]
-    bucket = case((stamp > now, FUTURE_BUCKET), *whens, else_=len(windows))
-    return (
-        select(
-            _C.tier.label("tier"),
-            bucket.label("bucket"),
-            cast(elements.c.value, Double()).label("gap"),
-        )
-        .select_from(TABLE.join(elements, true()))
-        .where(stamp >= since, _C.outcome == "ok", _C.tier.in_(plan.gap_tiers))
-        .subquery("gaps")
-    )
-
-
-def _count_gaps(
-    connection: Connection,
-    plan: CountPlan,
-    gaps: Subquery,
-    tiers: dict[str, TierCounts],
-    buckets: int,
-) -> None:
-    g = gaps.c
-    aggregates: dict[str, ColumnElement[Any]] = {gap_key(None): func.count()}
-    for test in plan.gap_conditions:
-        aggregates[gap_key(test)] = func.count().filter(_test(g.gap, test))
-    statement = select(g.tier, g.bucket, *aggregates.values()).group_by(g.tier, g.bucket)
-    for tier, bucket, *values in connection.execute(statement):
-        counts = tiers.setdefault(tier, TierCounts(buckets))
-        if bucket != FUTURE_BUCKET:
-            for key, value in zip(aggregates, values, strict=True):
-                counts.add(key, bucket, value)
-
-
-def _gap_percentiles(
-    connection: Connection, spec: SLOSpec, gaps: Subquery, tiers: dict[str, TierCounts]
-) -> None:
-    by_tier: dict[str, list[Wanted]] = {}
-    for tier in spec.tiers:
-        events = tiers[tier.name].total(gap_key(None)) if tier.name in tiers else 0
-        ranks = percentile_ranks(tier, ITL_FIELD, events)
-        if ranks:
-            by_tier[tier.name] = [Wanted(ranks, 0, events)]  # every gap: no regions counted
-    g = gaps.c
-    where = g.bucket != FUTURE_BUCKET
-    percentiles(connection, g.tier, where, items_of(ITL_FIELD, g.gap, by_tier), tiers)

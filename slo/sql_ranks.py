@@ -223,10 +223,10 @@ def percentiles(
     # and the outcome of every row before the ranges that reject nearly all of them. Wrapped
     # with the ranges, the window costs more than the ranges alone; the ranges alone, a
     # condition of their own, give the planner the number of rows it will sort.
-    ranges = or_(*anywhere)
+    in_ranges = or_(*anywhere)
     statement = (
         select(tier_column, *aggregates)
-        .where(ranges, case((ranges, where), else_=false()))
+        .where(in_ranges, case((in_ranges, where), else_=false()))
         .group_by(tier_column)
     )
     for tier_name, *arrays in connection.execute(statement):
