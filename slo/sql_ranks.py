@@ -52,11 +52,12 @@ from slo.sql_counts import (
     record_field,
 )
 
-SAMPLE_ROWS = 100_000  # rows sampled: 1% of 10M, read in a few tens of milliseconds
+SAMPLE_ROWS = 40_000  # rows sampled: a few hundred blocks; more would cost more than it saves
 SAMPLE_MIN_TABLE = 200_000  # below this a full sort is cheap: no sample, one region
 SAMPLE_MIN_VALUES = 1_000  # fewer sampled values of a tier and SLI say too little
 # Standard errors of the sample quantile on each side: the rank falls outside its region
-# about once in 15 000 (then a wider region is sorted, still exactly).
+# about once in 15 000 for rows in no particular order (more often where a block's rows are
+# alike: SYSTEM samples whole blocks); then a wider region is sorted, still exactly.
 MARGIN_Z = 4.0
 
 Bounds = tuple[float, ...]  # ascending: region i holds bounds[i-1] <= v < bounds[i]
