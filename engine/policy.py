@@ -34,8 +34,9 @@ SHED_REASONS: tuple[str, ...] = (SHED_TTFT_OUT_OF_REACH, SHED_QUEUE_FULL)
 # rest is slack for the noise around a step), and prefill always gets at least this many tokens.
 TPOT_HEADROOM = 0.8
 MIN_CHUNK_TOKENS = 16
-# Context tokens of lower-tier decodes added back per step that kept to its time (AIMD).
+# The smallest step of the lower tiers' decode-context cap (context tokens).
 DECODE_CONTEXT_STEP = 1024
+MAX_GROWTH = 1.25  # the most a cap grows after one step on time
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,33 +142,34 @@ class Policy:
         slack_ns = self.ttft_deadline_ns(sequence) - now_ns - predicted_ns
         return (slack_ns, sequence.priority, sequence.arrival)
 
-    def tightest_tpot_s(self, decoding: list[Sequence]) -> float | None:
+    def step_tpot_s(self, sequences: list[Sequence]) -> float | None:
+        """The tightest TPOT objective among the sequences a step decodes or prefills (slo
+        policy only): the step must fit it. A request being prefilled counts too, or its
+        first step (its TTFT) would run uncapped."""
+        if self.name != "slo":
+            return None
         tpots = [
             objective.tpot_s
-            for sequence in decoding
+            for sequence in sequences
             if (objective := self.objectives.get(sequence.priority)) and objective.tpot_s
         ]
         return min(tpots) if tpots else None
 
-    def prefill_cap(self, decoding: list[Sequence]) -> int | None:
-        """Prefill tokens a step may add beside `decoding` while a tier with a TPOT objective
-        is among them (slo policy only; None: no cap)."""
-        if self.name != "slo" or self.tightest_tpot_s(decoding) is None:
-            return None
-        return self.chunk_cap
+    def prefill_cap(self, tpot_s: float | None) -> int | None:
+        """Prefill tokens a step bound by `tpot_s` may take (None: no cap)."""
+        return None if tpot_s is None else self.chunk_cap
 
-    def select_decodes(self, decoding: list[Sequence], step: int) -> list[Sequence]:
-        """The decodes of this step: every one, except under the slo policy while a tier with
-        a TPOT objective decodes. Then all of that tier's, and of the others, the longest
+    def select_decodes(
+        self, decoding: list[Sequence], step: int, tpot_s: float | None
+    ) -> list[Sequence]:
+        """The decodes of this step: every one, except in a step bound by a TPOT objective
+        (`tpot_s`, from `step_tpot_s`). Then all of the TPOT-bound tiers', and of the others, the longest
         waiting first, as many as `decode_context_cap` allows (at least one: no sequence
         stops for good). `step` stamps those chosen, so the others go first next time."""
         cap = self.decode_context_cap
-        if self.name != "slo" or cap is None:
+        if tpot_s is None or cap is None:
             return decoding
-        bound = [s for s in decoding if self._tpot_bound(s)]
-        if not bound:
-            return decoding
-        chosen = list(bound)
+        chosen = [s for s in decoding if self._tpot_bound(s)]
         others = sorted((s for s in decoding if not self._tpot_bound(s)), key=_last_decoded)
         context = 0
         for sequence in others:
@@ -184,28 +186,37 @@ class Policy:
         return objective is not None and objective.tpot_s is not None
 
     def after_step(
-        self, step_s: float, decoding: list[Sequence], budget: int, waiting_decodes: int
+        self,
+        step_s: float,
+        tpot_s: float | None,
+        decoding: list[Sequence],
+        budget: int,
+        waiting_decodes: int,
     ) -> None:
-        """Adjust the caps from what a step with TPOT-bound decodes really took: halve them
-        when the step overran the objective's share, grow them when not (additive increase,
-        multiplicative decrease). Feedback rather than the prefill-time model: a step's cost
-        grows with context lengths and with whatever else runs on the machine, which a
-        per-token rate does not see. `waiting_decodes`: lower-tier decodes left out."""
-        tpot_s = self.tightest_tpot_s(decoding) if self.name == "slo" else None
+        """Adjust the caps from what a step with TPOT-bound decodes really took, in proportion
+        to how far it was from the objective's share (at most halved, at most +25%). Feedback
+        rather than the prefill-time model: a step's cost grows with context lengths and with
+        whatever else runs on the machine, which a per-token rate does not see. `waiting_decodes`: lower-tier decodes left out."""
         if tpot_s is None:
             return
         context = sum(s.num_tokens for s in decoding if not self._tpot_bound(s))
         if self.chunk_cap is None or self.decode_context_cap is None:
             self.chunk_cap, self.decode_context_cap = budget, max(context, DECODE_CONTEXT_STEP)
-        if step_s > tpot_s * TPOT_HEADROOM:
-            self.chunk_cap = max(MIN_CHUNK_TOKENS, self.chunk_cap // 2)
+        # Proportional: a step twice too long halves the caps, a step at half its share
+        # grows them by a quarter; the work per step settles where steps meet the target.
+        factor = min(MAX_GROWTH, max(0.5, tpot_s * TPOT_HEADROOM / max(step_s, 1e-9)))
+        grown = int(self.chunk_cap * factor)
+        if factor > 1:
+            grown = max(grown, self.chunk_cap + MIN_CHUNK_TOKENS)
+        self.chunk_cap = min(budget, max(MIN_CHUNK_TOKENS, grown))
+        if factor < 1:
+            used = min(context, self.decode_context_cap)
+            self.decode_context_cap = max(DECODE_CONTEXT_STEP, int(used * factor))
+        elif waiting_decodes:  # growing a cap nothing presses on would only hide a burst
             self.decode_context_cap = max(
-                DECODE_CONTEXT_STEP, min(context, self.decode_context_cap) // 2
+                int(self.decode_context_cap * factor),
+                self.decode_context_cap + DECODE_CONTEXT_STEP,
             )
-        else:
-            self.chunk_cap = min(budget, self.chunk_cap + MIN_CHUNK_TOKENS)
-            if waiting_decodes:  # growing a cap nothing presses on would only hide a burst
-                self.decode_context_cap += DECODE_CONTEXT_STEP
 
     def victim_key(self, sequence: Sequence) -> tuple[int, int]:
         """The running sequence with the largest key is preempted first."""

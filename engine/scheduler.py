@@ -91,6 +91,7 @@ class StepPlan:
     preempted: list[Sequence] = field(default_factory=list)
     shed: list[tuple[Sequence, str]] = field(default_factory=list)  # (sequence, reason)
     waiting_decodes: int = 0  # decoding sequences left out of this step (slo: taking turns)
+    tpot_s: float | None = None  # slo: the TPOT objective this step must fit, if any
 
     @property
     def prefill_tokens(self) -> int:
@@ -162,10 +163,13 @@ class Scheduler:
         self._reserve_decode_slots(now_ns, plan)
         self._steps += 1
         decoding = [s for s in self.running if s.prefilled]
-        plan.decodes = self.policy.select_decodes(decoding, self._steps)
+        plan.tpot_s = self.policy.step_tpot_s(
+            [*decoding, *(s for s in self.running if not s.prefilled), *self._waiting]
+        )
+        plan.decodes = self.policy.select_decodes(decoding, self._steps, plan.tpot_s)
         plan.waiting_decodes = len(decoding) - len(plan.decodes)
         plan.budget -= sum(1 + s.lookahead(self.num_speculative) for s in plan.decodes)
-        cap = self.policy.prefill_cap(plan.decodes)
+        cap = self.policy.prefill_cap(plan.tpot_s)
         if cap is not None:
             plan.budget = min(plan.budget, cap)
         self._fill_prefill(now_ns, plan)

@@ -289,7 +289,11 @@ class EngineWorker:
             step_s = (finished_ns - started_ns) / 1e9
             self.policy.prefill_time.observe(prefill_tokens, step_s)
             self.policy.after_step(
-                step_s, decoding, self.scheduler.max_num_batched_tokens, plan.waiting_decodes
+                step_s,
+                plan.tpot_s,
+                decoding,
+                self.scheduler.max_num_batched_tokens,
+                plan.waiting_decodes,
             )
         if by_event["on_step"]:
             preempted: dict[int, int] = {}

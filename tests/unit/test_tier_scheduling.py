@@ -260,7 +260,7 @@ def test_lower_tiers_decode_in_turns_while_a_tpot_bound_tier_decodes() -> None:
         run_plan(scheduler, scheduler.schedule(step))
     assert all(s.prefilled for s in [*batch, premium])
     policy = scheduler.policy
-    policy.after_step(1.0, [premium, *batch], 512, 0)  # a slow step: the caps halve
+    policy.after_step(1.0, 0.01, [premium, *batch], 512, 0)  # a slow step: the caps halve
     assert policy.decode_context_cap is not None and policy.decode_context_cap < 6 * 400
     turns: dict[str, int] = {}
     for step in range(6, 18):
@@ -281,7 +281,7 @@ def test_fifo_and_priority_decode_everyone_every_step() -> None:
         for sequence in sequences:
             scheduler.add(sequence)
         run_plan(scheduler, scheduler.schedule(0))
-        scheduler.policy.after_step(1.0, sequences, 64, 0)
+        scheduler.policy.after_step(1.0, 0.01, sequences, 64, 0)
         assert {s.request_id for s in scheduler.schedule(1).decodes} == {
             s.request_id for s in sequences
         }
