@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -118,7 +118,7 @@ def evaluate_sql(spec: SLOSpec, engine: Engine, now: float) -> EvaluationReport:
                     connection.execute(text(f"SET LOCAL {setting}"))
                 scan = _Scan(plan, [tier.name for tier in spec.tiers], since, now, windows, bounds)
                 client_rows = scan.count(connection, tiers)
-                _request_percentiles(connection, spec, plan, since, now, bounds, tiers)
+                _request_percentiles(connection, spec, plan, since, now, bounds, tiers, scan.absent)
                 if plan.gap_tiers:
                     gaps = gap_rows(plan, since, now, windows, tiers)
                     count_gaps(connection, plan, gaps, tiers, len(windows) + 1)
@@ -134,13 +134,14 @@ def evaluate_sql(spec: SLOSpec, engine: Engine, now: float) -> EvaluationReport:
 # --- the rows, as the evaluator sees them ---------------------------------------------------
 
 
-def _value(name: str, columns: Any = _C) -> ColumnElement[Any]:
-    """An SLI's value: the client view where the record has one (what the person waiting saw).
+def _value(name: str, columns: Any = _C, absent: Container[str] = ()) -> ColumnElement[Any]:
+    """An SLI's value: the client view where the record has one (what the person waiting saw),
+    the server's alone where the client column is known `absent` from every row read.
 
     Stored NaN would count as a value here but as missing in numpy; records are validated
     (finite or absent) before they are written, so none are stored."""
     client = CLIENT_VIEW.get(name)
-    if client is None:
+    if client is None or client in absent:
         return columns[name]  # type: ignore[no-any-return]
     return func.coalesce(columns[client], columns[name])
 
@@ -236,6 +237,7 @@ class _Scan:
         self.digits.append((outcome, 3))
         self.keys = math.prod(size for _, size in self.digits)
         self._decoded: dict[tuple[str, str, int], tuple[int | None, int]] = {}
+        self.absent: set[str] = set()  # client columns NULL in every row counted
 
     def _interval(self, name: str) -> tuple[ColumnElement[int], int]:
         array = self.arrays[name]
@@ -342,6 +344,9 @@ class _Scan:
                         regions = counts.regions.setdefault(name, {})
                         regions[region] = regions.get(region, 0) + n
         client_rows = 0
+        seen = {name for *_, rest in merged
+                for name, flag in zip(self.client_names, rest[:clients], strict=True) if flag}  # fmt: skip
+        self.absent = set(self.client_names) - seen
         for (tier, outcome, bucket, levels, rest), (n, tokens, start, end) in merged.items():
             group = Group(
                 bucket=bucket,
@@ -371,7 +376,11 @@ def _request_percentiles(
     now: float,
     bounds: dict[tuple[str, str], Bounds],
     tiers: dict[str, TierCounts],
+    absent: Container[str],
 ) -> None:
+    """The percentiles from the counted regions. A client column the counting scan found
+    NULL in every row is NULL in every row read here (one snapshot): reading the server's
+    column alone spares deforming the last columns of every row."""
     items = []
     for name in plan.fields:
         by_tier: dict[str, list[Wanted]] = {}
@@ -382,5 +391,5 @@ def _request_percentiles(
             if counts and ranks:
                 cuts = bounds.get((tier.name, name), ())
                 by_tier[tier.name] = wanted_regions(ranks, events, cuts, counts.regions.get(name))
-        items += items_of(name, _value(name), by_tier)
+        items += items_of(name, _value(name, _C, absent), by_tier)
     percentiles(connection, _C.tier, _judged(since, now), items, tiers)
