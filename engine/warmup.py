@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from engine import runner
+import engine.runner as runner
 from engine.compiled import compile_forward
 from engine.sampling import SamplingParams
 from engine.scheduler import Sequence

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from engine import runner
+import engine.runner as runner
 from engine.chunked import prefill_chunks
 from engine.config import EngineConfig, ModelConfig
 from engine.emit import next_output
