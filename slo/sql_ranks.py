@@ -198,21 +198,23 @@ def percentiles(
     items: Sequence[Item],
     tiers: dict[str, TierCounts],
 ) -> None:
-    """One scan: per item, percentile_disc over each tier's values in its region.
+    """One scan: per item and tier, percentile_disc over the tier's values in its region
+    (one sort serves all its ranks).
 
-    percentile_disc's direct argument may use the grouped column: each tier (group) gets its
-    own fractions, one sort per tier and region serves all its ranks."""
+    No GROUP BY: each aggregate FILTERs its tier and region, so the workers need not sort
+    the rows they keep by tier for the leader to merge."""
     items = [item for item in items if item[2]]
     if not items:
         return
-    aggregates, anywhere = [], []
-    for _, value, by_tier in items:
-        array: ARRAY[float] = ARRAY(Double())
-        fractions = case(*[(tier_column == tier, cast(literal(w.fractions(), array), array))
-                           for tier, w in by_tier.items()], else_=null())  # fmt: skip
-        ranges = [(tier_column == tier, w.in_range(value)) for tier, w in by_tier.items()]
-        ordered = func.percentile_disc(fractions).within_group(value)
-        aggregates.append(ordered.filter(case(*ranges, else_=false())))
+    aggregates, anywhere, wanted = [], [], []
+    array: ARRAY[float] = ARRAY(Double())
+    for name, value, by_tier in items:
+        for tier, w in by_tier.items():
+            ordered = func.percentile_disc(cast(literal(w.fractions(), array), array))
+            aggregates.append(
+                ordered.within_group(value).filter(and_(tier_column == tier, w.in_range(value)))
+            )
+            wanted.append((name, tier, w.ranks))
         # The WHERE clause tests every row: the item's regions of all tiers as one range, a
         # few comparisons, and the per-tier tests (the FILTER) on the few rows it keeps.
         lowers = [w.lower for w in by_tier.values()]
@@ -223,15 +225,10 @@ def percentiles(
     # The ranges first: PostgreSQL tests conditions cheapest first, and would test the window
     # and the outcome of every row before the ranges that reject nearly all of them. Wrapped
     # with the ranges, the window costs more than the ranges alone; the ranges alone, a
-    # condition of their own, give the planner the number of rows it will sort.
+    # condition of their own, give the planner the number of rows it will read.
     in_ranges = or_(*anywhere)
-    statement = (
-        select(tier_column, *aggregates)
-        .where(in_ranges, case((in_ranges, where), else_=false()))
-        .group_by(tier_column)
-    )
-    for tier_name, *arrays in connection.execute(statement):
-        for (name, _, by_tier), values in zip(items, arrays, strict=True):
-            ranks = by_tier[tier_name].ranks if tier_name in by_tier else []
-            for rank, found in zip(ranks, values or [], strict=True):
-                tiers[tier_name].percentiles[(name, rank)] = float(found)
+    statement = select(*aggregates).where(in_ranges, case((in_ranges, where), else_=false()))
+    arrays = connection.execute(statement).one()
+    for (name, tier, ranks), values in zip(wanted, arrays, strict=True):
+        for rank, found in zip(ranks, values or [], strict=True):
+            tiers[tier].percentiles[(name, rank)] = float(found)
