@@ -32,7 +32,7 @@ SHED_QUEUE_FULL = "queue_full"
 SHED_REASONS: tuple[str, ...] = (SHED_TTFT_OUT_OF_REACH, SHED_QUEUE_FULL)
 # A step may take this share of the tightest TPOT objective among the decoding sequences (the
 # rest is slack for the noise around a step), and prefill always gets at least this many tokens.
-TPOT_HEADROOM = 0.8
+TPOT_HEADROOM = 0.6
 MIN_CHUNK_TOKENS = 16
 # The smallest step of the lower tiers' decode-context cap (context tokens).
 DECODE_CONTEXT_STEP = 1024
