@@ -372,8 +372,8 @@ class MetricSet:
     def _observe_scheduler(self, stats: Any) -> None:
         """Tier-isolation metrics from a step; engines whose StepStats predate them report
         nothing here (getattr defaults). Priorities no tier has are not counted."""
-        chunks = getattr(stats, "prefill_chunks", 0)
-        if chunks or stats.prefill_tokens or stats.decode_tokens:  # steps that did work
+        chunks = getattr(stats, "prefill_chunks", 0)  # observed for steps that did work
+        if chunks or getattr(stats, "prefill_tokens", 0) or getattr(stats, "decode_tokens", 0):
             self.prefill_chunks.observe(chunks)
         for priority, count in getattr(stats, "preempted_by_priority", {}).items():
             child = self._preemptions.get(priority)
