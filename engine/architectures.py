@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engine.config import CheckpointError
+from engine.errors import CheckpointError
 
 SUPPORTED = ("llama", "mistral", "qwen2")
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.architectures import architecture_fields
+from engine.errors import CheckpointError
 
-class CheckpointError(ValueError):
-    """A checkpoint directory that cannot be loaded; the message says what to fix."""
-
+__all__ = ["CheckpointError", "EngineConfig", "ModelConfig"]
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -55,7 +55,6 @@ class ModelConfig:
                 f"{source}: missing {', '.join(missing)}; a Llama-style config.json needs "
                 f"{', '.join(required)}"
             )
-        from engine.architectures import architecture_fields  # it imports CheckpointError
 
         family = architecture_fields(raw, source)
         heads = int(raw["num_attention_heads"])
