@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from engine.hooks import StepStats
 from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
@@ -114,9 +114,11 @@ def test_engine_gauges_show_when_the_engine_reports_a_step(live: LiveSLO) -> Non
     metrics = MetricSet(live.spec, "tiny", CollectorRegistry())
     assert page(live, metrics=metrics)["engine"] is None
 
-    step = SimpleNamespace(
-        num_running=3, batch_size=3, kv_usage=0.25, waiting_by_priority={0: 4, 1: 1}
-    )
+    step = StepStats(
+        step=1, time_ns=0, step_time_s=0.01, batch_size=3, prefill_tokens=0, decode_tokens=3,
+        num_waiting=5, num_running=3, num_preempted=0, kv_blocks_total=8, kv_blocks_free=6,
+        waiting_by_priority={0: 4, 1: 1},
+    )  # fmt: skip
     metrics.observe_engine_step(step)
     data = page(live, metrics=metrics)
     assert data["engine"]["batch_size"] == 3 and data["engine"]["queue_depth"]["premium"] == 4
