@@ -43,6 +43,9 @@ pytestmark = pytest.mark.integration
 SCRIPTED_TTFT_S = 0.120
 SCRIPTED_GAPS_S = (0.040, 0.080, 0.020, 0.060)
 TOLERANCE_S = 0.015  # loopback, one process: scheduling noise stays well under this
+# How late the client may see a chunk the server sent: under the smallest scripted gap, so a
+# chunk taken for its neighbour still fails, with room for a busy 2-core machine's scheduling.
+ARRIVAL_SLACK_S = 0.018
 
 
 def scripted_app(sent_at: dict[str, list[float]]) -> Starlette:
@@ -148,14 +151,14 @@ def test_client_timings_match_a_scripted_server(profile: str, tmp_path: Path) ->
         # against what the server really did (same clock): its own wait plus connecting,
         # sending and delivery, a few ms
         arrived, *chunks = sent_at[record.request_id]
-        assert chunks[0] - arrived <= ttft <= chunks[0] - arrived + 0.010
-        # Each chunk is seen after the server sent it and within 10 ms of that, on the same
+        assert chunks[0] - arrived <= ttft <= chunks[0] - arrived + ARRIVAL_SLACK_S
+        # Each chunk is seen after the server sent it and soon after (ARRIVAL_SLACK_S), on the same
         # clock (a chunk delivered late lengthens one gap and shortens the next, so judging
         # arrivals, not single gaps, keeps one scheduling hiccup from counting twice).
         seen = list(itertools.accumulate(gaps, initial=ttft))
         sent = [chunk - arrived for chunk in chunks]
         for seen_at, sent_at_s in zip(seen, sent, strict=True):
-            assert sent_at_s <= seen_at <= sent_at_s + 0.010, (seen, sent)
+            assert sent_at_s <= seen_at <= sent_at_s + ARRIVAL_SLACK_S, (seen, sent)
         # e2e and TPOT follow from the same clock: the last chunk plus the usage/[DONE] tail
         tail = (record.client_e2e_s or 0) - (ttft + sum(gaps))
         assert 0 <= tail <= 0.005
