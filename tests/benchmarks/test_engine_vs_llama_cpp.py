@@ -9,7 +9,10 @@ same function: their logits are compared first. Then, one thread each:
 - batch 1: 64 greedy tokens after a 16-token prompt, per weight format of ours against
   llama.cpp's f16; rounds alternate between the two and the ratio is the median of per-round
   ratios (load from other processes on a shared machine comes and goes, and hits both alike).
-  Goal: the best of our bfloat16 and int8 at least llama.cpp's, on both shapes;
+  Each format also runs with `compile=True` (engine/compiled.py: the decode forward compiled
+  by inductor; a format whose kernel does not trace prints why and runs eagerly).
+  Goal: the best of our formats at least llama.cpp's, on both shapes (at 5M parameters a
+  step is per-op overhead more than bytes read: the compiled forms are the ones that pay);
 - 16 concurrent requests through continuous batching, aggregate tokens/s, against llama.cpp's
   single stream (its Python server runs one request at a time). Goal: at least 2x;
 - resident memory of the model: each format loaded in a fresh process, RSS after one
@@ -49,13 +52,16 @@ SHAPES = {
         hidden_size=1024, intermediate_size=2304, num_hidden_layers=8, num_attention_heads=16
     ),
 }
-FORMATS: dict[str, dict[str, Any]] = {
+WEIGHT_FORMATS: dict[str, dict[str, Any]] = {
     "float32": {"dtype": "float32"},
     "bfloat16": {"dtype": "bfloat16"},
     "int8": {"dtype": "bfloat16", "quantization": "int8"},
     "int4": {"dtype": "bfloat16", "quantization": "int4"},
 }
-GOAL_FORMATS = ("bfloat16", "int8")
+FORMATS = {
+    **WEIGHT_FORMATS,
+    **{f"{fmt}+compile": {**options, "compile": True} for fmt, options in WEIGHT_FORMATS.items()},
+}
 RESULTS: dict[str, Any] = {}
 
 
@@ -148,7 +154,11 @@ def test_batch_one_and_concurrent_against_llama_cpp(shape: tuple) -> None:
                 theirs.append(NEW_TOKENS / reference)
                 rates[fmt].append(NEW_TOKENS / ours)
                 ratios[fmt].append(reference / ours)
-        best = max(GOAL_FORMATS, key=lambda fmt: statistics.median(ratios[fmt]))
+        best = max(FORMATS, key=lambda fmt: statistics.median(ratios[fmt]))
+        fallbacks = {
+            fmt: getattr(engine.model.compiled_forward, "fallback", None)
+            for fmt, engine in engines.items()
+        }
         concurrent = statistics.median(
             CONCURRENT * NEW_TOKENS / engine_round(engines[best], CONCURRENT) for _ in range(2)
         )
@@ -158,9 +168,10 @@ def test_batch_one_and_concurrent_against_llama_cpp(shape: tuple) -> None:
     single = statistics.median(theirs)
     print(f"\n{name}: llama.cpp f16, one thread: {single:.0f} tok/s at batch 1")
     for fmt in FORMATS:
+        eager = f" (not compiled, ran eagerly: {fallbacks[fmt]})" if fallbacks[fmt] else ""
         print(
-            f"{name}: ours {fmt:9s} {statistics.median(rates[fmt]):7.0f} tok/s, "
-            f"{statistics.median(ratios[fmt]):.2f}x llama.cpp (median of paired rounds)"
+            f"{name}: ours {fmt:17s} {statistics.median(rates[fmt]):7.0f} tok/s, "
+            f"{statistics.median(ratios[fmt]):.2f}x llama.cpp (median of paired rounds){eager}"
         )
     print(
         f"{name}: ours {best} x{CONCURRENT} concurrent: {concurrent:.0f} tok/s aggregate, "
@@ -213,7 +224,7 @@ def child_rss(kind: str, path: Path, options: dict[str, Any]) -> dict[str, int]:
 def test_resident_memory_per_format(shape: tuple) -> None:
     name, directory, gguf_path = shape
     rows = {"llama.cpp f16": child_rss("llama.cpp", gguf_path, {})}
-    rss_formats = {**FORMATS, "int8 (float32 activations)": {"quantization": "int8"}}
+    rss_formats = {**WEIGHT_FORMATS, "int8 (float32 activations)": {"quantization": "int8"}}
     for fmt, options in rss_formats.items():
         rows[fmt] = child_rss("engine", directory, options)
     model = {fmt: row["after"] - row["before"] for fmt, row in rows.items()}
