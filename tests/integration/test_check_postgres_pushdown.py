@@ -23,7 +23,7 @@ from slo.evaluate import columns_needed, evaluate
 from slo.records import validate_record
 from slo.spec import SLOSpec
 from slo.sql_check import evaluate_sql
-from slo.store import RecordStore
+from slo.store import TABLE, RecordStore
 from tests.benchmarks.pg_records import schema_url as url_of_schema
 from tests.conftest import require_or_skip
 from tests.record_samples import START, sample_records
@@ -210,7 +210,7 @@ def test_sampled_bounds_jit_and_wide_keys(schema_url: str, monkeypatch: pytest.M
     try:
         with store.engine.connect() as connection:
             connection.execution_options(isolation_level="AUTOCOMMIT").execute(
-                text("ANALYZE llm_slo_request_records")
+                text(f"ANALYZE {TABLE.name}")  # reltuples: the sample's size
             )
     finally:
         store.close()
