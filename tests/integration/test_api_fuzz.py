@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -11,25 +11,33 @@ schemathesis = pytest.importorskip("schemathesis")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-if TYPE_CHECKING:
-    from schemathesis.schemas import BaseSchema
+from engine.api.openapi import openapi_document  # noqa: E402
+
+MODEL = "bundled:tiny"
 
 
-@pytest.fixture(scope="module")
-def api_schema() -> BaseSchema:
-    """The API's own OpenAPI document, on an engine loaded when the test runs, not at import
-    (collecting the suite must not load a model)."""
-    from engine import Engine, EngineConfig
-    from engine.api import create_app
+class EngineOnFirstRequest:
+    """The API app, its engine loaded by the first request the fuzzer sends, not when the suite
+    is collected (the OpenAPI document needs no engine: it is built from the model's name)."""
 
-    # Small max_tokens cap and context keep each generated request cheap on a CPU.
-    engine = Engine.from_pretrained(
-        "bundled:tiny", EngineConfig(max_tokens_cap=8, max_model_len=256)
-    )
-    return schemathesis.openapi.from_asgi("/openapi.json", create_app(engine))
+    def __init__(self) -> None:
+        self.app: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.app is None:
+            from engine import Engine, EngineConfig
+            from engine.api import create_app
+
+            # Small max_tokens cap and context keep each generated request cheap on a CPU.
+            engine = Engine.from_pretrained(
+                MODEL, EngineConfig(max_tokens_cap=8, max_model_len=256)
+            )
+            self.app = create_app(engine)
+        await self.app(scope, receive, send)
 
 
-schema = schemathesis.pytest.from_fixture("api_schema")
+schema = schemathesis.openapi.from_dict(openapi_document(MODEL))
+schema.app = EngineOnFirstRequest()
 
 
 @schema.parametrize()
