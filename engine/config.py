@@ -12,6 +12,7 @@ from engine.errors import CheckpointError
 
 __all__ = ["CheckpointError", "EngineConfig", "ModelConfig"]
 
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The subset of a Hugging Face Llama `config.json` the engine needs."""
