@@ -133,23 +133,7 @@ class WireReader:
                 chunk = _decode_chunk(data[6:-2])
             except _NOT_DECODED:
                 return 0, data
-            # The usual delta: one choice with text, no usage, timings, error or finish.
-            choices = chunk.choices
-            if (
-                choices is not None
-                and len(choices) == 1
-                and chunk.usage is None
-                and chunk.timings is None
-                and chunk.error is None
-            ):
-                choice = choices[0]
-                delta = choice.delta
-                text = choice.text if delta is None else delta.content
-                if choice.finish_reason is None and text.__class__ is str and text:
-                    self.events += 1
-                    self.token_events += 1
-                    return 1, data
-            return (1 if self._chunk(chunk)[0] else 0), data
+            return (1 if self._decoded_has_text(chunk) else 0), data
         piece = data
         if self._pending:
             data = self._pending + data
@@ -191,6 +175,11 @@ class WireReader:
             chunk = _decode_chunk(memoryview(data)[6:-2])
         except _NOT_DECODED:
             return False
+        return self._decoded_has_text(chunk)
+
+    def _decoded_has_text(self, chunk: _Chunk) -> bool:
+        """Whether a decoded chunk is a token event, counted. The usual delta (one choice with
+        text; no usage, timings, error or finish) is decided in a few attribute reads."""
         choices = chunk.choices
         if (
             choices is not None
