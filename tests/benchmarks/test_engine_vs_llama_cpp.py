@@ -39,7 +39,7 @@ llama_cpp = pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
-from tests.checkpoints import write_hf_llama  # noqa: E402
+from tests.helpers.checkpoints import write_hf_llama  # noqa: E402
 from tests.helpers.gguf_model import BOS_ID, EOS_ID, VOCAB_SIZE, write_gguf_from_hf  # noqa: E402
 
 NEW_TOKENS = 64

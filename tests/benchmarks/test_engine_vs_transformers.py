@@ -35,7 +35,7 @@ transformers = pytest.importorskip("transformers")
 
 from engine import Engine, EngineConfig, SamplingParams, StepStats  # noqa: E402
 from engine.hooks import HookDispatch  # noqa: E402
-from tests.checkpoints import write_hf_llama  # noqa: E402
+from tests.helpers.checkpoints import write_hf_llama  # noqa: E402
 
 NEW_TOKENS = 64
 CONCURRENT = 16

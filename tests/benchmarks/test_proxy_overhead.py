@@ -3,7 +3,7 @@
     uptime   # run alone, on a quiet machine
     python -m pytest tests/benchmarks/test_proxy_overhead.py -o addopts="" -s -p no:cacheprovider
 
-One fast OpenAI-style upstream (tests/proxy_upstream.py, its own process) serves 32-token
+One fast OpenAI-style upstream (tests/helpers/proxy_upstream.py, its own process) serves 32-token
 chat streams (role chunk, 32 text deltas, finish chunk, `[DONE]`: 35 SSE events). The same
 load runs against it directly, through `slo proxy` and through Debian's nginx as a reverse
 proxy (proxy_buffering off, HTTP/1.1 upstream keep-alive), rounds interleaved:
@@ -36,7 +36,7 @@ import pytest
 
 from middleware.proxy_client import UpstreamPool
 from slo.cli.bench.server import free_port, stop_process
-from tests.servers import wait_until_ready
+from tests.helpers.servers import wait_until_ready
 
 TOKENS = 32
 EVENTS_PER_STREAM = TOKENS + 3
@@ -186,7 +186,13 @@ def test_proxy_overhead(tmp_path: Path) -> None:
     (tmp_path / "nginx.conf").write_text(
         NGINX_CONF.format(tmp=tmp_path, upstream=upstream_port, port=nginx_port)
     )
-    upstream_cmd = [sys.executable, "-m", "tests.proxy_upstream", "--port", str(upstream_port)]
+    upstream_cmd = [
+        sys.executable,
+        "-m",
+        "tests.helpers.proxy_upstream",
+        "--port",
+        str(upstream_port),
+    ]
     proxy_cmd = [
         sys.executable,
         "-m",

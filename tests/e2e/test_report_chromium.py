@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.binaries import binary
-from tests.servers import free_port
+from tests.helpers.servers import free_port
 
 pytest.importorskip("matplotlib")
 

@@ -27,7 +27,7 @@ import pytest
 
 from tests.e2e.screenshots import keep
 from tests.helpers.binaries import binary
-from tests.servers import slo_serve
+from tests.helpers.servers import slo_serve
 
 pytest.importorskip("torch")
 websockets_sync = pytest.importorskip("websockets.sync.client")

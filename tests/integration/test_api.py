@@ -16,7 +16,7 @@ openai = pytest.importorskip("openai")
 
 from engine import Engine, EngineConfig  # noqa: E402
 from engine.api import create_app  # noqa: E402
-from tests.servers import slo_serve, uvicorn_thread  # noqa: E402
+from tests.helpers.servers import slo_serve, uvicorn_thread  # noqa: E402
 
 MODEL = "bundled:tiny"
 

@@ -34,7 +34,7 @@ from starlette.routing import Route
 
 from slo.cli import main
 from slo.records import read_jsonl
-from tests.servers import free_port, slo_serve, wait_until_ready
+from tests.helpers.servers import free_port, slo_serve, wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -26,7 +26,7 @@ from slo.sql_check import evaluate_sql
 from slo.store import TABLE, RecordStore
 from tests.benchmarks.pg_records import schema_url as url_of_schema
 from tests.conftest import require_or_skip
-from tests.record_samples import START, sample_records
+from tests.helpers.record_samples import START, sample_records
 
 pytestmark = pytest.mark.integration
 

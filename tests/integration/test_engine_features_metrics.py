@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 pytest.importorskip("torch")
 
-from tests.servers import slo_serve
+from tests.helpers.servers import slo_serve
 
 
 def total(text: str, name: str) -> float:

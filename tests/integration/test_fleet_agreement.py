@@ -47,7 +47,7 @@ from slo.promql import prom_duration
 from slo.sli import CATALOG
 from slo.spec import SLOSpec
 from slo.units import format_duration
-from tests.fleet_stack import (
+from tests.helpers.fleet_stack import (
     alertmanager,
     postgres_schema,
     prometheus,
@@ -56,7 +56,7 @@ from tests.fleet_stack import (
     webhook,
 )
 from tests.helpers.polling import wait_until
-from tests.prometheus_process import query
+from tests.helpers.prometheus_process import query
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 

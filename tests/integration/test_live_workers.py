@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from middleware.live_shared import LIVE_DIR_NAME
-from tests.servers import free_port, wait_until_ready
+from tests.helpers.servers import free_port, wait_until_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

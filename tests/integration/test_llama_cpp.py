@@ -31,7 +31,7 @@ import pytest
 from slo.sli import PHASES
 from tests.conftest import require_or_skip
 from tests.helpers.gguf_model import write_tiny_llama
-from tests.servers import free_port, stop_process, wait_until_ready
+from tests.helpers.servers import free_port, stop_process, wait_until_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -31,8 +31,8 @@ from engine import Engine
 from engine.api import create_app
 from middleware import LatencyMiddleware
 from slo.store import RecordStore
-from tests.record_samples import phase_parts
-from tests.servers import free_port, uvicorn_thread, wait_until_ready
+from tests.helpers.record_samples import phase_parts
+from tests.helpers.servers import free_port, uvicorn_thread, wait_until_ready
 
 MODEL = "bundled:tiny"
 

@@ -16,8 +16,8 @@ from starlette.routing import Route
 from middleware import LatencyMiddleware
 from slo.sli import CATALOG
 from tests.helpers.polling import wait_until
-from tests.prometheus_process import prometheus, query
-from tests.servers import uvicorn_thread
+from tests.helpers.prometheus_process import prometheus, query
+from tests.helpers.servers import uvicorn_thread
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

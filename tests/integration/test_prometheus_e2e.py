@@ -31,7 +31,7 @@ from slo.sli import CATALOG
 from slo.spec import SLOSpec
 from tests.helpers.binaries import binary
 from tests.helpers.polling import wait_until, wait_until_ready
-from tests.servers import free_port, slo_serve
+from tests.helpers.servers import free_port, slo_serve
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
 

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from slo.cli.bench.server import free_port, stop_process
-from tests.proxy_upstream import OpenAIUpstream
-from tests.servers import uvicorn_thread, wait_until_ready
+from tests.helpers.proxy_upstream import OpenAIUpstream
+from tests.helpers.servers import uvicorn_thread, wait_until_ready
 
 openai = pytest.importorskip("openai")
 

@@ -27,7 +27,7 @@ import pytest
 
 from slo.cli.bench.server import free_port, stop_process
 from tests.conftest import require_or_skip
-from tests.servers import wait_until_ready
+from tests.helpers.servers import wait_until_ready
 
 pytestmark = pytest.mark.integration
 
@@ -106,7 +106,7 @@ def server(
             process.stdout.close()
 
 
-APP = "tests.shutdown_app:app"
+APP = "tests.helpers.shutdown_app:app"
 UVICORN = [sys.executable, "-m", "uvicorn", APP, "--host", "127.0.0.1", "--port", "{port}",
            "--log-level", "warning"]  # fmt: skip
 GUNICORN = [

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.servers import slo_serve_process
+from tests.helpers.servers import slo_serve_process
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ pytest.importorskip("torch")
 
 from slo.sli import CATALOG
 from slo.spec import SLOSpec
-from tests.servers import slo_serve_process
+from tests.helpers.servers import slo_serve_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

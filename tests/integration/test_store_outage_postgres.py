@@ -20,8 +20,8 @@ from sqlalchemy import make_url, text
 from slo.store import TABLE, RecordStore
 from tests.conftest import require_or_skip
 from tests.helpers.polling import wait_until
-from tests.record_samples import sample_records
-from tests.servers import free_port
+from tests.helpers.record_samples import sample_records
+from tests.helpers.servers import free_port
 
 pytestmark = pytest.mark.integration
 

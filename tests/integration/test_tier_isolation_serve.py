@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.servers import slo_serve
+from tests.helpers.servers import slo_serve
 
 # premium's TTFT objective (1 us) is out of reach for any real prefill; batch has none.
 SPEC = """

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from slo.cli import main
-from tests.servers import free_port
+from tests.helpers.servers import free_port
 
 
 @pytest.mark.parametrize(

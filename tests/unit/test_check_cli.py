@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slo.store import RecordStore
-from tests.record_samples import sample_records, write_sample_file
+from tests.helpers.record_samples import sample_records, write_sample_file
 
 REPO = Path(__file__).resolve().parents[2]
 LENIENT = "tiers:\n- name: {tier}\n  default: true\n  objectives: [p50 ttft <= 10s, availability >= 90%]\n"

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engine import Engine, EngineConfig, RequestShed, SamplingParams, StepStats  # noqa: E402
-from tests.checkpoints import write_hf_llama  # noqa: E402
+from tests.helpers.checkpoints import write_hf_llama  # noqa: E402
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
 # Lengths around the 16-token budget: shorter, one chunk and a bit, several chunks.

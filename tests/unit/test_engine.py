@@ -22,7 +22,7 @@ from engine import (  # noqa: E402
     StepStats,
 )
 from engine.hooks import HookDispatch  # noqa: E402
-from tests.checkpoints import write_hf_llama  # noqa: E402
+from tests.helpers.checkpoints import write_hf_llama  # noqa: E402
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
 PROMPTS = [f"request {i}: " + "lorem ipsum " * (i % 5) for i in range(12)]

@@ -18,7 +18,7 @@ from slo.columns import load_jsonl_columns
 from slo.evaluate import columns_needed, evaluate
 from slo.jsonl_duckdb import REQUIRED_NUMBERS, WHOLE_NUMBERS, evaluate_jsonl
 from slo.spec import SLOSpec
-from tests.record_samples import START, sample_records, write_sample_file
+from tests.helpers.record_samples import START, sample_records, write_sample_file
 
 pytest.importorskip("duckdb")
 

@@ -12,7 +12,7 @@ from middleware import LatencyMiddleware, ScriptedClock, current_timeline
 from middleware.timeline import RequestTimeline
 from slo.spec import SLOSpec
 from slo.store import RecordStore
-from tests.record_samples import phase_parts
+from tests.helpers.record_samples import phase_parts
 
 MS = 1e-3
 

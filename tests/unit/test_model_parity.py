@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
 from engine.kv_cache import PagedKVCache  # noqa: E402
-from tests.checkpoints import write_hf_llama  # noqa: E402
+from tests.helpers.checkpoints import write_hf_llama  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_packed_weights_are_held_once(checkpoint: Path) -> None:
 
 def test_single_sequence_decode_batch_equals_the_general_one() -> None:
     from engine.config import ModelConfig
-    from tests.checkpoints import HF_TINY
+    from tests.helpers.checkpoints import HF_TINY
 
     config = ModelConfig.from_dict(dict(HF_TINY))
     cache = PagedKVCache(

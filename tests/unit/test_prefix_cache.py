@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from engine import Engine, EngineConfig, SamplingParams, StepStats  # noqa: E402
 from engine.kv_cache import BlockAllocator, OutOfBlocks, chain_hashes  # noqa: E402
-from tests.checkpoints import write_hf_llama  # noqa: E402
+from tests.helpers.checkpoints import write_hf_llama  # noqa: E402
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
 SYSTEM = "You are a careful assistant. Answer briefly and cite the rule you used. " * 2

@@ -22,7 +22,7 @@ from middleware import lifespan as lifespan_module
 from middleware.lifespan import Lifespan
 from middleware.types import Message, Receive, Scope, Send
 from slo.store import RecordStore
-from tests.record_samples import sample_records
+from tests.helpers.record_samples import sample_records
 
 App = Callable[[Scope, Receive, Send], Any]
 

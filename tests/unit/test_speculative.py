@@ -15,7 +15,7 @@ from engine import Engine, EngineConfig, SamplingParams, StepStats  # noqa: E402
 from engine.kv_cache import PagedKVCache  # noqa: E402
 from engine.sampling import probabilities  # noqa: E402
 from engine.speculative import accept_tokens  # noqa: E402
-from tests.checkpoints import write_hf_llama  # noqa: E402
+from tests.helpers.checkpoints import write_hf_llama  # noqa: E402
 
 PROMPTS = [f"request {i}: " + "lorem ipsum " * (i % 4) for i in range(8)]
 

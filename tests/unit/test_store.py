@@ -15,7 +15,7 @@ from slo.records import RecordError, iter_jsonl_dicts, read_jsonl, record_from_d
 from slo.spec import SLOSpec
 from slo.store import RecordStore, normalize_url
 from slo.store_read import coded_columns
-from tests.record_samples import START, sample_records, write_sample_file
+from tests.helpers.record_samples import START, sample_records, write_sample_file
 
 NEEDED = columns_needed(SLOSpec.default())
 

@@ -15,7 +15,7 @@ import pytest
 from slo.records import read_jsonl
 from slo.store import RecordStore
 from tests.helpers.polling import wait_until
-from tests.record_samples import sample_records
+from tests.helpers.record_samples import sample_records
 
 BUSY_TIMEOUT = "?timeout=0.2"
 

@@ -1,5 +1,5 @@
 """The ASGI app of the shutdown tests (tests/integration/test_shutdown_servers.py), for servers
-that import an app by name: `uvicorn tests.shutdown_app:app`.
+that import an app by name: `uvicorn tests.helpers.shutdown_app:app`.
 
 `app` is LatencyMiddleware around an OpenAI-style SSE upstream; with LLM_SLO_TEST_LIFESPAN=0 the
 upstream raises on the lifespan scope, as many raw apps do. Records go to the store named by
@@ -13,7 +13,7 @@ import os
 
 from middleware import LatencyMiddleware
 from middleware.types import ASGIApp, Receive, Scope, Send
-from tests.proxy_upstream import OpenAIUpstream
+from tests.helpers.proxy_upstream import OpenAIUpstream
 
 # Each chunk waits this long: a burst stays in flight for a few hundred milliseconds.
 ITL_S = 0.02

@@ -1,7 +1,7 @@
 """A small OpenAI-style upstream for the `slo proxy` tests and benchmark: raw ASGI, so its own
 cost stays low and it can tell when a client walked away.
 
-    python -m tests.proxy_upstream --port 8081 [--itl-ms 1]
+    python -m tests.helpers.proxy_upstream --port 8081 [--itl-ms 1]
 
 POST /v1/chat/completions and /v1/completions: `max_tokens` text chunks; streamed as SSE (a role
 chunk first for chat, text deltas, a finish chunk, `data: [DONE]`) or as one JSON body with

@@ -18,8 +18,8 @@ from typing import Any
 
 from slo.cli.bench.server import free_port, stop_process
 from tests.conftest import require_or_skip
-from tests.prometheus_process import binary, process
-from tests.servers import wait_until_ready
+from tests.helpers.prometheus_process import binary, process
+from tests.helpers.servers import wait_until_ready
 
 
 @contextlib.contextmanager
