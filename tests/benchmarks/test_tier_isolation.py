@@ -36,7 +36,7 @@ tiers:
   - name: premium
     priority: 0
     match: {header: x-llm-tier, values: [premium]}
-    objectives: [p95 ttft <= 100ms, p95 tpot <= 10ms]
+    objectives: [p95 ttft <= 100ms, p95 tpot <= 2ms]
   - name: batch
     priority: 2
     default: true
