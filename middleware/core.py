@@ -44,6 +44,7 @@ from middleware.tracing import DropCounter, RequestTracer
 from middleware.types import ASGIApp, Message, Receive, Scope, Send
 from middleware.wire import WireReader
 from middleware.wire_io import (
+    UPSTREAM_HEADERS,
     ask_for_usage,
     keep_body,
     read_upstream_headers,
@@ -289,10 +290,8 @@ class LatencyMiddleware:
                                 {"type": "http.response.body", "body": comment, "more_body": True}
                             )
                 elif body:
-                    if not timeline.body_chunk_ns:
-                        chunk_sent(started)
-                    else:
-                        timeline.body_chunk_ns.append(started)
+                    # A plain reply's first piece carries its text (one token event).
+                    chunk_sent(started, not timeline.body_chunk_ns)
                     keep_body(response, body)
                 await send(message)
                 if body and captured is not None:
@@ -305,6 +304,7 @@ class LatencyMiddleware:
                 response.status = message["status"]
                 response.started = True
                 raw_headers = list(message.get("headers", ()))
+                upstream_headers: dict[bytes, bytes] = {}
                 for key, value in raw_headers:
                     name = key.lower()
                     if name == b"content-type":
@@ -313,7 +313,10 @@ class LatencyMiddleware:
                             timeline.streamed = True
                         elif value.startswith(b"application/json"):
                             response.body = bytearray()
-                read_upstream_headers(timeline, wire, raw_headers)
+                    elif name in UPSTREAM_HEADERS:
+                        upstream_headers[name] = value
+                if upstream_headers:
+                    read_upstream_headers(timeline, wire, upstream_headers)
                 if server_timing and not response.is_stream:
                     raw_headers.append(
                         (b"server-timing", server_timing_value(timeline.breakdown()).encode())

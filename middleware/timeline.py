@@ -144,7 +144,12 @@ class RequestTimeline:
     ) -> None:
         """Record an engine phase; the public way for any engine to report (see ENGINE_EVENTS)."""
         at = self.clock.now_ns() if time_ns is None else time_ns
-        self.engine_reported = True
+        if event == "upstream_start":
+            self.upstream_start_ns = at
+            return
+        if event == "upstream_connected":
+            self.upstream_connected_ns = at
+            return
         if event == "token":
             self.token_ns.append(at)
         elif event == "detokenize":
@@ -162,17 +167,12 @@ class RequestTimeline:
                 self.prefill_end_ns = at
         elif event == "finish":
             self.finish_reason = reason
-        elif event == "upstream_start":
-            self.engine_reported = False
-            self.upstream_start_ns = at
-        elif event == "upstream_connected":
-            self.engine_reported = False
-            self.upstream_connected_ns = at
         else:
             raise ValueError(
                 f"unknown timeline event {event!r}; use one of "
                 f"{', '.join(ENGINE_EVENTS + PROXY_EVENTS)}"
             )
+        self.engine_reported = True
 
     # Called by the middleware around the app's receive/send.
     def body_received(self, at_ns: int) -> None:

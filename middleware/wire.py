@@ -99,7 +99,6 @@ class WireReader:
         "report",
         "strip_usage",
         "token_events",
-        "usage_chunks",
     )
 
     def __init__(self, strip_usage: bool = False, keep_comments: bool = False) -> None:
@@ -108,7 +107,6 @@ class WireReader:
         self.token_events = 0
         # OpenAI-shaped data events seen (any chunk with choices, usage or timings).
         self.events = 0
-        self.usage_chunks = 0
         # A chunk with a finish_reason was seen; the first `error` object an event carried.
         self.finished = False
         # `data: [DONE]` was read: the answer is whole, whatever happens to the connection.
@@ -234,10 +232,7 @@ class WireReader:
         if chunk_has_text(chunk):
             self.token_events += 1
             return True, False
-        usage_only = not chunk.choices and chunk.usage is not None
-        if usage_only:
-            self.usage_chunks += 1
-        return False, usage_only
+        return False, not chunk.choices and chunk.usage is not None
 
     def read_body(self, body: bytes) -> bool:
         """A plain (not streamed) JSON body: counts from usage/timings; whether it has text."""

@@ -14,7 +14,7 @@ from middleware.wire import WireReader
 # A plain (not streamed) JSON body is kept for its usage up to this size.
 MAX_READ_BODY = 4 << 20
 # Response headers an upstream adapter reads (TGI's timing headers).
-_UPSTREAM_HEADERS = frozenset(
+UPSTREAM_HEADERS = frozenset(
     (b"x-queue-time", b"x-inference-time", b"x-time-per-token", b"x-generated-tokens",
      b"x-prompt-tokens", b"x-validation-time")
 )  # fmt: skip
@@ -67,11 +67,11 @@ def keep_body(response: Any, body: bytes) -> None:
 
 
 def read_upstream_headers(
-    timeline: RequestTimeline, wire: WireReader, headers: list[tuple[bytes, bytes]]
+    timeline: RequestTimeline, wire: WireReader, headers: dict[bytes, bytes]
 ) -> None:
-    """Phases an engine put in its response headers (TGI)."""
-    found = {key.lower(): value for key, value in headers if key.lower() in _UPSTREAM_HEADERS}
-    if found and apply_tgi_headers(wire.report, found):
+    """Phases an engine put in its response headers (TGI): `headers` holds the
+    UPSTREAM_HEADERS found, by lower-case name."""
+    if apply_tgi_headers(wire.report, headers):
         timeline.upstream = wire.report
 
 

@@ -147,7 +147,7 @@ async def measure(
                 result.server = parse_server_timing(response.headers.get("server-timing"))
                 _read_full_body(result, payload)
                 return result
-            await _read_stream(response, result, start, settings.endpoint == "chat")
+            await _read_stream(response, result, start)
     except httpx.TimeoutException as error:
         result.outcome, result.error = "timeout", f"timed out: {error!r}"
     except httpx.HTTPError as error:
@@ -156,9 +156,7 @@ async def measure(
     return result
 
 
-async def _read_stream(
-    response: httpx.Response, result: Measurement, start: float, chat: bool
-) -> None:
+async def _read_stream(response: httpx.Response, result: Measurement, start: float) -> None:
     """Read an SSE stream with the middleware's wire parser (`middleware.wire`): one
     definition of a token event on both sides of the wire."""
     from middleware.wire import WireReader  # the front door imports middleware per command
