@@ -5,12 +5,9 @@ webhook that keeps what Alertmanager posts."""
 from __future__ import annotations
 
 import contextlib
-import http.server
-import json
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -19,7 +16,8 @@ from typing import Any
 from slo.cli.bench.server import free_port, stop_process
 from tests.conftest import require_or_skip
 from tests.helpers.prometheus_process import binary, process
-from tests.helpers.servers import wait_until_ready
+from tests.helpers.prometheus_process import prometheus as shared_prometheus
+from tests.helpers.servers import json_receiver, wait_until_ready
 
 
 @contextlib.contextmanager
@@ -98,28 +96,10 @@ def replicas(
 
 
 @contextlib.contextmanager
-def webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """An HTTP receiver in a thread: yields its URL and the list every posted body lands in."""
-    received: list[dict[str, Any]] = []
-
-    class Receiver(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length", 0)))
-            received.append(json.loads(body))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:  # keep pytest output clean
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/alerts", received
-    finally:
-        server.shutdown()
-        server.server_close()
+def webhook() -> Iterator[tuple[str, list[Any]]]:
+    """A webhook in a thread: yields its URL and the list every posted body lands in."""
+    with json_receiver("/alerts") as receiver:
+        yield receiver
 
 
 @contextlib.contextmanager
@@ -148,24 +128,7 @@ def prometheus(
 ) -> Iterator[str]:
     """A Prometheus scraping `targets` and evaluating `rule_file` every `interval`, sending
     alerts to `alertmanager_address`; yields its base URL."""
-    port = free_port()
-    config = {
-        "global": {
-            "scrape_interval": interval,
-            "scrape_timeout": interval,
-            "evaluation_interval": interval,
-        },
-        "rule_files": [str(rule_file)],
-        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager_address]}]}]},
-        "scrape_configs": [{"job_name": "llm-slo", "static_configs": [{"targets": targets}]}],
-    }
-    (tmp_path / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
-    command = [
-        binary("prometheus"),
-        f"--config.file={tmp_path / 'prometheus.yml'}",
-        f"--storage.tsdb.path={tmp_path / 'prom-data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    url = f"http://127.0.0.1:{port}"
-    with process(command, f"{url}/-/ready", tmp_path / "prometheus.log"):
+    with shared_prometheus(
+        tmp_path, targets, [str(rule_file)], alertmanager_address, interval=interval
+    ) as url:
         yield url

@@ -33,11 +33,17 @@ def prometheus(
     targets: list[str],
     rule_files: Sequence[str] = (),
     alertmanager: str | None = None,
+    interval: str = "1s",
 ) -> Iterator[str]:
-    """A Prometheus scraping `targets` (host:port) every second; yields its base URL."""
+    """A Prometheus scraping `targets` (host:port) and evaluating `rule_files` every
+    `interval`, alerting `alertmanager` (host:port) when given; yields its base URL."""
     port = free_port()
     config: dict[str, Any] = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "global": {
+            "scrape_interval": interval,
+            "scrape_timeout": interval,
+            "evaluation_interval": interval,
+        },
         "rule_files": list(rule_files),
         "scrape_configs": [{"job_name": "llm-slo", "static_configs": [{"targets": targets}]}],
     }

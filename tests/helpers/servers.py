@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import http.server
+import json
 import os
 import subprocess
 import sys
@@ -73,3 +75,29 @@ def slo_serve_process(
         stop_process(process)
         if process.stdout is not None:
             process.stdout.close()
+
+
+@contextlib.contextmanager
+def json_receiver(path: str = "") -> Iterator[tuple[str, list[Any]]]:
+    """An HTTP receiver in a thread (a webhook, a stand-in Alertmanager): yields its URL (the
+    base URL plus `path`) and the list every posted JSON body lands in."""
+    received: list[Any] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            received.append(json.loads(body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:  # keep pytest output clean
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}{path}", received
+    finally:
+        server.shutdown()
+        server.server_close()

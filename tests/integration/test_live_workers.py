@@ -4,17 +4,12 @@ holder of the pusher lock) pushes them to Alertmanager (a webhook here)."""
 
 from __future__ import annotations
 
-import contextlib
-import http.server
-import json
 import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +17,7 @@ import httpx
 import pytest
 
 from middleware.live_shared import LIVE_DIR_NAME
-from tests.helpers.servers import free_port, wait_until_ready
+from tests.helpers.servers import free_port, json_receiver, wait_until_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -80,31 +75,6 @@ TRAFFIC = {"premium": 30, "standard": 30}
 FAIL_EVERY = 5  # every 5th standard request is a 500: availability 80%, the budget burns
 
 
-@contextlib.contextmanager
-def _alertmanager() -> Iterator[tuple[str, list[Any]]]:
-    """A stand-in for Alertmanager's v2 API that keeps every pushed batch of alerts."""
-    pushes: list[Any] = []
-
-    class Receiver(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length", 0)))
-            pushes.append(json.loads(body))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", pushes
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def _flock_holders(path: Path) -> set[int]:
     """Pids holding an flock on `path`, from Linux's /proc/locks lines:
     `1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF` (pid, then device:inode)."""
@@ -125,7 +95,7 @@ def test_slo_from_any_worker_counts_every_workers_requests(tmp_path: Path) -> No
     metrics_dir = tmp_path / "prometheus"
     metrics_dir.mkdir()
     port = free_port()
-    with _alertmanager() as (alertmanager, pushes):
+    with json_receiver() as (alertmanager, pushes):
         (tmp_path / "workers_app.py").write_text(
             textwrap.dedent(APP).format(spec=str(spec_path), alertmanager=alertmanager)
         )

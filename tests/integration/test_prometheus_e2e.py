@@ -7,14 +7,9 @@ add up; once a replica is slowed down, the TTFT burn-rate alert reaches the webh
 from __future__ import annotations
 
 import contextlib
-import http.server
-import json
-import subprocess
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -26,12 +21,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts import Links, Timing, write_alerts
 from alerts.alertmanager import receiver_name
 from dashboards import panel_queries, render_dashboard, substitute
-from slo.cli.bench.server import stop_process
 from slo.sli import CATALOG
 from slo.spec import SLOSpec
-from tests.helpers.binaries import binary
-from tests.helpers.polling import wait_until, wait_until_ready
-from tests.helpers.servers import free_port, slo_serve
+from tests.helpers.fleet_stack import alertmanager
+from tests.helpers.polling import wait_until
+from tests.helpers.prometheus_process import prometheus as prometheus_process
+from tests.helpers.prometheus_process import query
+from tests.helpers.servers import json_receiver, slo_serve
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -57,48 +53,6 @@ alert_policy:
 SLOW_STEP_MS = "300"
 RATE_INTERVAL = "15s"  # Grafana's $__rate_interval for a 1s scrape interval, with margin
 ALERT = "LLMSLOTTFTBudgetBurn"
-
-
-@contextlib.contextmanager
-def _process(command: list[str], ready_url: str, log: Path) -> Iterator[None]:
-    with log.open("w") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
-        try:
-            wait_until_ready(ready_url, timeout_s=60, process=process)
-            yield
-        finally:
-            stop_process(process, timeout_s=20)
-
-
-@contextlib.contextmanager
-def _webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    received: list[dict[str, Any]] = []
-
-    class Receiver(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length", 0)))
-            received.append(json.loads(body))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:  # keep pytest output clean
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/alerts", received
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def _query(prometheus: str, expr: str) -> list[dict[str, Any]]:
-    response = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=10)
-    payload = response.json()
-    assert payload["status"] == "success", (expr, payload)
-    return list(payload["data"]["result"])
 
 
 class Load:
@@ -141,18 +95,13 @@ def _requests_total(base_url: str) -> float:
 
 
 def test_generated_stack_end_to_end(tmp_path: Path) -> None:
-    prometheus_bin = binary("prometheus")
-    alertmanager_bin = binary("prometheus-alertmanager", "alertmanager")
     spec_path = tmp_path / "slo.yaml"
     spec_path.write_text(SPEC)
     spec = SLOSpec.load(spec_path)
-    ports = {name: free_port() for name in ("prometheus", "alertmanager")}
-    prometheus = f"http://127.0.0.1:{ports['prometheus']}"
-    alertmanager = f"http://127.0.0.1:{ports['alertmanager']}"
     load = Load()
 
     with (
-        _webhook() as (webhook_url, received),
+        json_receiver("/alerts") as (webhook_url, received),
         slo_serve(
             "--spec", str(spec_path), "--store", f"sqlite:///{tmp_path / 'a.db'}"
         ) as replica_a,
@@ -172,33 +121,11 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
         timing = Timing("1s", "1s", "1m", "1m", "1m")
         write_alerts(spec, tmp_path, Links(), webhook_url, timing, budget_interval=None)
         targets = [url.removeprefix("http://") for url in (replica_a, replica_b, slow)]
-        config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(tmp_path / "prometheus/rules.yml")],
-            "alerting": {
-                "alertmanagers": [
-                    {"static_configs": [{"targets": [f"127.0.0.1:{ports['alertmanager']}"]}]}
-                ]
-            },
-            "scrape_configs": [{"job_name": "llm-slo", "static_configs": [{"targets": targets}]}],
-        }
-        (tmp_path / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
-        am_command = [
-            alertmanager_bin,
-            f"--config.file={tmp_path / 'alertmanager/alertmanager.yml'}",
-            f"--storage.path={tmp_path / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{ports['alertmanager']}",
-            "--cluster.listen-address=",  # no gossip port: a single instance
-        ]
-        prom_command = [
-            prometheus_bin,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'prom-data'}",
-            f"--web.listen-address=127.0.0.1:{ports['prometheus']}",
-        ]
         with (
-            _process(am_command, f"{alertmanager}/-/ready", tmp_path / "alertmanager.log"),
-            _process(prom_command, f"{prometheus}/-/ready", tmp_path / "prometheus.log"),
+            alertmanager(tmp_path, tmp_path / "alertmanager/alertmanager.yml") as am_address,
+            prometheus_process(
+                tmp_path, targets, [str(tmp_path / "prometheus/rules.yml")], am_address
+            ) as prometheus,
         ):
             # Healthy traffic on both replicas, both tiers.
             for replica in (replica_a, replica_b):
@@ -207,7 +134,7 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
             queries = [q for q in panel_queries(render_dashboard(spec)) if not q.optional]
 
             def every_panel_has_data() -> bool:
-                return all(_query(prometheus, substitute(q.expr, RATE_INTERVAL)) for q in queries)
+                return all(query(prometheus, substitute(q.expr, RATE_INTERVAL)) for q in queries)
 
             wait_until(every_panel_has_data, 120, "data in every dashboard panel", interval_s=1.0)
             load.halt()
@@ -217,17 +144,17 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
             requests = CATALOG["requests"].metric
 
             def totals_match() -> bool:
-                result = _query(prometheus, f"sum({requests})")
+                result = query(prometheus, f"sum({requests})")
                 return bool(result) and float(result[0]["value"][1]) == expected
 
             wait_until(totals_match, 30, f"sum({requests}) == {expected}", interval_s=1.0)
-            instances = _query(prometheus, f"count(sum by (instance) ({requests}) > 0)")
+            instances = query(prometheus, f"count(sum by (instance) ({requests}) > 0)")
             assert float(instances[0]["value"][1]) == 2  # the idle slow replica has no requests
             p95 = next(q for q in queries if q.panel.startswith("TTFT") and "0.95" in q.expr)
-            series = _query(prometheus, substitute(p95.expr, RATE_INTERVAL))
+            series = query(prometheus, substitute(p95.expr, RATE_INTERVAL))
             assert sorted(s["metric"]["tier"] for s in series) == ["premium", "standard"]
             assert all(set(s["metric"]) == {"tier"} for s in series)  # aggregated over replicas
-            assert not _query(prometheus, f'ALERTS{{alertname="{ALERT}"}}')
+            assert not query(prometheus, f'ALERTS{{alertname="{ALERT}"}}')
             # The in-process evaluator agrees: nothing fires on healthy traffic.
             assert httpx.get(replica_a + "/slo").json()["alerts"] == []
 
@@ -236,7 +163,7 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
             try:
                 firing = f'ALERTS{{alertname="{ALERT}", alertstate="firing", tier="premium"}}'
                 wait_until(
-                    lambda: bool(_query(prometheus, firing)), 150, f"{ALERT} firing", interval_s=1.0
+                    lambda: bool(query(prometheus, firing)), 150, f"{ALERT} firing", interval_s=1.0
                 )
 
                 def delivered() -> bool:
@@ -257,7 +184,7 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
                     }
                     remote = {
                         (r["metric"]["alertname"], r["metric"].get("tier"))
-                        for r in _query(prometheus, 'ALERTS{alertstate="firing", tier="premium"}')
+                        for r in query(prometheus, 'ALERTS{alertstate="firing", tier="premium"}')
                     }
                     return (ALERT, "premium") in local and local == remote
 
