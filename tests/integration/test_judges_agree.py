@@ -15,8 +15,6 @@ be the evaluator's, and its good/events counts the model's (whose verdict is the
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from alerts.policy_tests import Traffic, availability_series
-from alerts.rules import REQUESTS, Links, alert_annotations, render_rules
-from alerts.templating import render
+from alerts.rules import REQUESTS, Links, alert_annotations
 from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
 from slo.alert_rules import alert_rules
@@ -36,7 +33,7 @@ from slo.promql import prom_duration
 from slo.records import RequestRecord
 from slo.spec import SLOSpec
 from slo.units import format_duration
-from tests.conftest import require_or_skip
+from tests.helpers.promtool import promtool_test_rules
 
 STEP_S = 60
 STEPS = 30
@@ -194,26 +191,8 @@ def _group(index: int, example: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_generated_rules_agree_through_promtool(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        require_or_skip("promtool not installed (Debian: prometheus)")
     if not collected:
         pytest.skip("run with test_evaluator_and_live_windows_agree, which collects the traffic")
-    (tmp_path / "rules.yml").write_text(render_rules(SPEC_OBJ, LINKS))
-    text = render(
-        "rules_test.yml.j2",
-        rules_file="rules.yml",
-        evaluation_interval=prom_duration(STEP_S),
-        groups=[_group(i, example) for i, example in enumerate(collected)],
-        source="test_judges_agree",
-    )
-    (tmp_path / "rules_test.yml").write_text(text)
-    result = subprocess.run(
-        [promtool or "promtool", "test", "rules", "rules_test.yml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    groups = [_group(i, example) for i, example in enumerate(collected)]
+    result = promtool_test_rules(tmp_path, SPEC_OBJ, LINKS, groups, STEP_S, "test_judges_agree")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]

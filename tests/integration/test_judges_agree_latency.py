@@ -31,8 +31,6 @@ goodput series, so promtool checks availability, TTFT and e2e. One promtool run,
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -42,8 +40,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from alerts.policy_tests import Traffic, availability_series, histogram_series
-from alerts.rules import Links, alert_annotations, render_rules
-from alerts.templating import render
+from alerts.rules import Links, alert_annotations
 from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
 from middleware.timeline import Breakdown
@@ -57,7 +54,7 @@ from slo.records import RequestRecord
 from slo.sli import CATALOG, buckets_for
 from slo.spec import SLOSpec
 from slo.units import format_duration
-from tests.conftest import require_or_skip
+from tests.helpers.promtool import promtool_test_rules
 
 STEP_S = 60
 STEPS = 30
@@ -428,26 +425,10 @@ def _group(index: int, example_: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_generated_rules_agree_through_promtool(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        require_or_skip("promtool not installed (Debian: prometheus)")
     if not collected:
         pytest.skip("run with test_evaluator_and_live_windows_agree, which collects the traffic")
-    (tmp_path / "rules.yml").write_text(render_rules(SPEC_OBJ, LINKS))
-    text = render(
-        "rules_test.yml.j2",
-        rules_file="rules.yml",
-        evaluation_interval=prom_duration(STEP_S),
-        groups=[_group(i, example_) for i, example_ in enumerate(collected)],
-        source="test_judges_agree_latency",
-    )
-    (tmp_path / "rules_test.yml").write_text(text)
-    result = subprocess.run(
-        [promtool or "promtool", "test", "rules", "rules_test.yml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    groups = [_group(i, example_) for i, example_ in enumerate(collected)]
+    result = promtool_test_rules(
+        tmp_path, SPEC_OBJ, LINKS, groups, STEP_S, "test_judges_agree_latency"
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
