@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy import Engine, create_engine, text
 
 from slo.store import TABLE, RecordStore
+from tests.helpers.postgres import schema_url
 
 START = 1.7e9  # the first record's start; records are spread evenly over one day after it
 SPAN_S = 86_400.0
@@ -37,12 +38,6 @@ FROM (
     ) AS draws
 ) AS rows
 """
-
-
-def schema_url(base_url: str, schema: str) -> str:
-    """The URL whose search_path puts `schema` first (our table is named without one)."""
-    separator = "&" if "?" in base_url else "?"
-    return f"{base_url}{separator}options=-csearch_path%3D{schema}"
 
 
 def bench_url(base_url: str, size: int) -> str:

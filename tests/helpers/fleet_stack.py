@@ -8,49 +8,14 @@ import contextlib
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from slo.cli.bench.server import free_port, stop_process
-from tests.conftest import require_or_skip
 from tests.helpers.prometheus_process import binary, process
 from tests.helpers.prometheus_process import prometheus as shared_prometheus
 from tests.helpers.servers import json_receiver, wait_until_ready
-
-
-@contextlib.contextmanager
-def postgres_schema() -> Iterator[str]:
-    """A store URL on LLM_SLO_POSTGRES_URL whose records go to a fresh schema, dropped after.
-
-    The shared database holds other tests' (and benchmarks') rows: a schema of our own, set as
-    the connection's search_path, keeps them apart without truncating anyone's table.
-    """
-    url = os.environ.get("LLM_SLO_POSTGRES_URL")
-    if not url:
-        require_or_skip("no PostgreSQL: set LLM_SLO_POSTGRES_URL (.ci/run starts one)")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        require_or_skip("psycopg is not installed (pip install 'llm-slo[postgres]')")
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.exc import SQLAlchemyError
-
-    schema = f"fleet_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(url)
-    try:
-        with engine.begin() as connection:
-            connection.execute(text(f"CREATE SCHEMA {schema}"))
-    except SQLAlchemyError as error:
-        engine.dispose()
-        require_or_skip(f"PostgreSQL at {url} is not reachable: {str(error).splitlines()[0]}")
-    try:
-        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
-    finally:
-        with engine.begin() as connection:
-            connection.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-        engine.dispose()
 
 
 def record_count(store_url: str) -> int:

@@ -9,8 +9,6 @@ the same: tests hand the check crafted bounds, and take the large-table path on 
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,8 +22,7 @@ from slo.records import validate_record
 from slo.spec import SLOSpec
 from slo.sql_check import evaluate_sql
 from slo.store import TABLE, RecordStore
-from tests.benchmarks.pg_records import schema_url as url_of_schema
-from tests.conftest import require_or_skip
+from tests.helpers.postgres import postgres_schema
 from tests.helpers.record_samples import START, sample_records
 
 pytestmark = pytest.mark.integration
@@ -54,25 +51,8 @@ tiers:
 
 @pytest.fixture
 def schema_url() -> Iterator[str]:
-    base = os.environ.get("LLM_SLO_POSTGRES_URL")
-    if not base:
-        require_or_skip("no PostgreSQL: set LLM_SLO_POSTGRES_URL (.ci/run starts one)")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        require_or_skip("psycopg is not installed (pip install 'llm-slo[postgres]')")
-    name = f"check_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(base)
-    try:
-        with engine.begin() as connection:
-            connection.execute(text(f"CREATE SCHEMA {name}"))
-    except Exception as error:  # unreachable server: say why, then skip or fail
-        engine.dispose()
-        require_or_skip(f"PostgreSQL at {base} is not reachable: {error}")
-    yield url_of_schema(base, name)
-    with engine.begin() as connection:
-        connection.execute(text(f"DROP SCHEMA {name} CASCADE"))
-    engine.dispose()
+    with postgres_schema("check") as url:
+        yield url
 
 
 def both(url: str, spec: SLOSpec, now: float) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -49,13 +49,13 @@ from slo.spec import SLOSpec
 from slo.units import format_duration
 from tests.helpers.fleet_stack import (
     alertmanager,
-    postgres_schema,
     prometheus,
     record_count,
     replicas,
     webhook,
 )
 from tests.helpers.polling import wait_until
+from tests.helpers.postgres import postgres_schema
 from tests.helpers.prometheus_process import query
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -236,7 +236,7 @@ def test_records_prometheus_and_live_slo_agree(tmp_path: Path) -> None:
     spec = SLOSpec.load(spec_path)
     generated = tmp_path / "generated"
     with (
-        postgres_schema() as store,
+        postgres_schema("fleet") as store,
         webhook() as (webhook_url, received),
     ):
         generate = ["generate", "--spec", str(spec_path), "--out", str(generated)]
