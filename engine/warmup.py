@@ -37,7 +37,7 @@ def warm_up(worker: EngineWorker) -> float:
         # Every position's RoPE angles now: a table growing inside the graph would recompile.
         dtype = next(model.parameters()).dtype
         model.rope(torch.zeros(1, dtype=torch.long), dtype, worker.max_model_len - 1)
-        model.compiled_forward = compile_forward(model.forward, worker.device)
+        model.compiled_forward = compile_forward(model.forward, worker.device, worker.max_model_len)
     if config.warmup or config.compile:
         previous_threads = torch.get_num_threads()
         if worker.device.type == "cpu":  # inductor sizes its kernels' thread pools now

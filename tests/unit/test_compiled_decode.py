@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
+from engine.compiled import CompiledForward  # noqa: E402
 from tests.conftest import require_or_skip  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -54,6 +56,18 @@ def test_warm_up_builds_the_compiled_forward(engines: tuple[Engine, Engine]) -> 
     assert compiled.model.compiled_forward is not None
     cold = compiled.cold_start
     assert cold is not None and cold.warmup_s > 0
+
+
+def test_a_single_sequence_steps_without_dynamo_guards(engines: tuple[Engine, Engine]) -> None:
+    _, compiled = engines
+    forward = compiled.model.compiled_forward
+    assert isinstance(forward, CompiledForward)
+    # The batch-1 graph's bytecode, called directly.
+    assert isinstance(forward.single, types.MethodType)
+    original = type(compiled.model).forward.__code__
+    assert forward.single.__func__.__code__ is not original
+    # Dynamo's entries live on this forward's own copy of the code, not on the class's.
+    assert torch._dynamo.eval_frame._debug_get_cache_entry_list(original) == []
 
 
 def test_compiled_tokens_equal_eager_alone_and_batched_without_recompiling(
