@@ -211,7 +211,7 @@ class LlamaForCausalLM(nn.Module):
         self.norm_floor = torch.empty(0)  # sqrt(eps * hidden_size) for `_norm`, set by fuse()
         self.final_norm: torch.Tensor = self.model.norm.weight.detach()  # set again by fuse()
         self.lm_head_weight: Weight = self.lm_head.weight.detach()  # set again by fuse()
-        # The decode forward compiled for these weights (engine/compiled.py), or None: eager.
+        # `decode_logits` compiled for these weights (engine/compiled.py), or None: eager.
         self.compiled_forward: Callable[..., torch.Tensor] | None = None
 
     @property
@@ -371,3 +371,19 @@ class LlamaForCausalLM(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return linear(hidden, self.lm_head_weight).float()
+
+    def decode_logits(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        key_caches: list[torch.Tensor],
+        value_caches: list[torch.Tensor],
+        batch: AttentionBatch,
+    ) -> torch.Tensor:
+        """One new token per sequence: the forward and the LM head, logits [B, vocab].
+
+        What `torch.compile` builds for decode (engine/compiled.py): with the head in the same
+        graph, its conversions fuse with the final norm instead of running as separate ops.
+        """
+        hidden = self.forward(input_ids, positions, key_caches, value_caches, batch)
+        return self.logits(hidden[:, -1])

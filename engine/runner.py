@@ -40,11 +40,15 @@ def decode(model: LlamaForCausalLM, cache: PagedKVCache, sequences: list[Sequenc
         [s.block_table for s in sequences], starts, [1] * len(sequences)
     )
     ids = torch.tensor([[s.output_ids[-1]] for s in sequences], dtype=torch.long)
-    forward = model.compiled_forward or model
-    hidden = forward(ids.to(cache.device), positions, cache.keys, cache.values, batch)
+    compiled = model.compiled_forward
+    if compiled is not None:  # forward and LM head in one graph
+        logits = compiled(ids.to(cache.device), positions, cache.keys, cache.values, batch)
+    else:
+        hidden = model(ids.to(cache.device), positions, cache.keys, cache.values, batch)
+        logits = model.logits(hidden[:, 0])
     for sequence in sequences:
         sequence.num_cached = sequence.num_tokens
-    return model.logits(hidden[:, 0])
+    return logits
 
 
 def run_tokens(

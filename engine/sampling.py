@@ -68,6 +68,23 @@ def sample_token(
     return int(torch.multinomial(probs, 1, generator=generator).item())
 
 
+def sample_tokens(
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+) -> list[int]:
+    """One token id for each row of `logits` [rows, vocab], under that row's params and
+    generator. Greedy rows share one argmax over the batch and one read of the result."""
+    greedy = [p.greedy for p in params]
+    if all(greedy):
+        return logits.argmax(dim=-1).tolist()  # type: ignore[no-any-return]
+    greedy_ids = logits.argmax(dim=-1).tolist() if any(greedy) else []
+    return [
+        int(greedy_ids[row]) if row_params.greedy else sample_token(logits[row], row_params, gen)
+        for row, (row_params, gen) in enumerate(zip(params, generators, strict=True))
+    ]
+
+
 def stop_string_hit(text: str, stops: tuple[str, ...]) -> int | None:
     """Index where the earliest stop string starts in `text`, or None."""
     hits = [index for stop in stops if (index := text.find(stop)) != -1]

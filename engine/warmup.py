@@ -37,7 +37,9 @@ def warm_up(worker: EngineWorker) -> float:
         # Every position's RoPE angles now: a table growing inside the graph would recompile.
         dtype = next(model.parameters()).dtype
         model.rope(torch.zeros(1, dtype=torch.long), dtype, worker.max_model_len - 1)
-        model.compiled_forward = compile_forward(model.forward, worker.device, worker.max_model_len)
+        model.compiled_forward = compile_forward(
+            model.decode_logits, worker.device, worker.max_model_len
+        )
     if config.warmup or config.compile:
         previous_threads = torch.get_num_threads()
         if worker.device.type == "cpu":  # inductor sizes its kernels' thread pools now
@@ -61,7 +63,9 @@ def run_probes(worker: EngineWorker, batch_sizes: int) -> None:
     try:
         for probe in probes:
             cache.ensure_capacity(probe.block_table, probe.num_tokens + 2)
-            logits = worker.prefill(model, cache, [probe])
+            logits = runner.prefill(model, cache, [probe])
+            if worker.speculative is not None:
+                worker.speculative.prefill([probe])
             probe.output_ids.append(int(logits[0].argmax()))
         if worker.speculative is not None:
             worker.speculative.step(model, cache, probes[:1])

@@ -22,7 +22,7 @@ import engine.runner as runner
 from engine.chunked import prefill_chunks
 from engine.config import EngineConfig, ModelConfig
 from engine.emit import next_output
-from engine.hooks import HookDispatch, StepStats
+from engine.hooks import HookDispatch
 from engine.kv_cache import PagedKVCache, blocks_needed
 from engine.model import LlamaForCausalLM
 from engine.outputs import (
@@ -33,9 +33,10 @@ from engine.outputs import (
     RequestShed,
 )
 from engine.policy import SHED_QUEUE_FULL, Policy, TierObjective
-from engine.sampling import sample_token
+from engine.sampling import sample_tokens
 from engine.scheduler import Scheduler, Sequence, StepPlan
 from engine.speculative import SpeculativeDecoder
+from engine.step_hooks import announce_admitted, step_stats
 from engine.tokenizer import Tokenizer
 
 logger = logging.getLogger("engine")
@@ -251,7 +252,7 @@ class EngineWorker:
         queried = sum(s.num_tokens for s in plan.admitted) if caching else 0
         hits = sum(s.prefix_hit_tokens for s in plan.admitted) if caching else 0
         if plan.admitted:
-            self._announce_admitted(plan.admitted)
+            announce_admitted(by_event, plan.admitted)
         if plan.chunks:
             self._prefill(plan)
 
@@ -287,7 +288,8 @@ class EngineWorker:
         finished_ns = time.perf_counter_ns()
         if plan.chunks or decoding:  # the slo policy learns from steps that did work
             step_s = (finished_ns - started_ns) / 1e9
-            self.policy.prefill_time.observe(prefill_tokens, step_s)
+            if self.policy.sheds:  # its only reader; a fit over the window costs ~30 us a step
+                self.policy.prefill_time.observe(prefill_tokens, step_s)
             self.policy.after_step(
                 step_s,
                 plan.tpot_s,
@@ -296,46 +298,21 @@ class EngineWorker:
                 plan.waiting_decodes,
             )
         if by_event["on_step"]:
-            preempted: dict[int, int] = {}
-            for sequence in plan.preempted:
-                preempted[sequence.priority] = preempted.get(sequence.priority, 0) + 1
-            stats = StepStats(
-                step=self._step_count,
-                time_ns=finished_ns,
-                step_time_s=(finished_ns - started_ns) / 1e9,
-                batch_size=len(plan.chunks) + len(decoding),
-                prefill_tokens=prefill_tokens,
+            stats = step_stats(
+                self._step_count,
+                started_ns,
+                finished_ns,
+                plan,
+                decoding,
+                self.scheduler,
+                self.cache,
                 decode_tokens=decode_tokens,
-                num_waiting=self.scheduler.num_waiting,
-                num_running=len(self.scheduler.running),
-                num_preempted=len(plan.preempted),
-                kv_blocks_total=self.cache.num_blocks,
-                kv_blocks_free=self.cache.allocator.num_free,
-                waiting_by_priority=self.scheduler.waiting_by_priority(),
-                prefix_cache_queried_tokens=queried,
-                prefix_cache_hit_tokens=hits,
-                spec_draft_tokens=draft_tokens,
-                spec_accepted_tokens=accepted_tokens,
-                prefill_chunks=len(plan.chunks),
-                preempted_by_priority=preempted,
-                queue_waits=tuple(
-                    (s.priority, max(0, started_ns - s.queued_ns) / 1e9) for s in plan.admitted
-                ),
-                shed=tuple(shed),
+                prefix_tokens=(queried, hits),
+                speculative_tokens=(draft_tokens, accepted_tokens),
+                shed=shed,
             )
             for hook in by_event["on_step"]:
                 hook(stats)
-
-    def _announce_admitted(self, admitted: list[Sequence]) -> None:
-        now = time.perf_counter_ns()
-        by_event = self.hooks.by_event
-        for hook in by_event["on_schedule"]:
-            for sequence in admitted:
-                hook(sequence.request_id, now)
-        for hook in by_event["on_prefix_hit"]:
-            for sequence in admitted:
-                if sequence.prefix_hit_tokens:
-                    hook(sequence.request_id, now, sequence.prefix_hit_tokens)
 
     def _prefill(self, plan: StepPlan) -> None:
         """Run this step's prefill chunks; sample the first token of each prompt completed."""
@@ -379,14 +356,6 @@ class EngineWorker:
 
         return forward
 
-    def prefill(
-        self, model: LlamaForCausalLM, cache: PagedKVCache, sequences: list[Sequence]
-    ) -> torch.Tensor:
-        logits = runner.prefill(model, cache, sequences)
-        if self.speculative is not None:
-            self.speculative.prefill(sequences)
-        return logits
-
     def _register(self, sequences: list[Sequence]) -> None:
         """Offer blocks completed by this forward to the prefix cache, before any finishing
         sequence gives its blocks back (so a request that ends still leaves its prefix)."""
@@ -421,17 +390,11 @@ class EngineWorker:
             return None
 
     def _sample_and_emit(self, sequences: list[Sequence], logits: torch.Tensor) -> None:
-        greedy_ids = (
-            logits.argmax(dim=-1).tolist() if any(s.params.greedy for s in sequences) else []
+        default = self._default_generator
+        tokens = sample_tokens(
+            logits, [s.params for s in sequences], [s.generator or default for s in sequences]
         )
-        for row, sequence in enumerate(sequences):
-            params = sequence.params
-            if params.greedy:
-                token = int(greedy_ids[row])
-            else:
-                token = sample_token(
-                    logits[row], params, sequence.generator or self._default_generator
-                )
+        for sequence, token in zip(sequences, tokens, strict=True):
             self._emit(sequence, token)
 
     def _emit(self, sequence: Sequence, token: int) -> bool:

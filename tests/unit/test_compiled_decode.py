@@ -64,7 +64,7 @@ def test_a_single_sequence_steps_without_dynamo_guards(engines: tuple[Engine, En
     assert isinstance(forward, CompiledForward)
     # The batch-1 graph's bytecode, called directly.
     assert isinstance(forward.single, types.MethodType)
-    original = type(compiled.model).forward.__code__
+    original = type(compiled.model).decode_logits.__code__
     assert forward.single.__func__.__code__ is not original
     # Dynamo's entries live on this forward's own copy of the code, not on the class's.
     assert torch._dynamo.eval_frame._debug_get_cache_entry_list(original) == []
