@@ -14,6 +14,13 @@
   cost grows with its context (its keys and values are read every step), so 24 long batch
   decodes make one step 50x slower than a short premium one; taking turns costs the batch
   little throughput (the same keys are read, over more steps) and bounds premium's ITL.
+  While such a tier decodes, the lower tiers' prefill also waits (at most
+  `LOWER_PREFILL_MAX_WAIT_S`): a chunk is a second forward pass in the step, which costs more
+  than the premium decode itself on a small model, so it would be the ITL tail. And for
+  `TPOT_TIER_RECENT_S` after such a tier was last seen, the steps between its requests stay
+  within `IDLE_STEP_TPOTS` of its TPOT objective: a request that arrives waits for the step in
+  flight, and a full-budget step beside every batch decode would land on its TTFT. The two
+  kinds of step (a TPOT-bound tier decoding, or only recently seen) keep caps of their own.
 """
 
 from __future__ import annotations
@@ -37,6 +44,15 @@ MIN_CHUNK_TOKENS = 16
 # The smallest step of the lower tiers' decode-context cap (context tokens).
 DECODE_CONTEXT_STEP = 1024
 MAX_GROWTH = 1.25  # the most a cap grows after one step on time
+DECODE_CONTEXT_GROWTH = 256  # context tokens the decode cap grows by after a step on time
+# How long after a TPOT-bound tier's last request its step bound still holds: long enough to
+# span the gaps between its requests, short enough to give the lower tiers full steps back.
+TPOT_TIER_RECENT_S = 10.0
+# Between a TPOT-bound tier's requests, a step may take this many of its TPOT objectives.
+IDLE_STEP_TPOTS = 4.0
+# The longest the lower tiers' prefill waits while a TPOT-bound tier decodes (no starvation).
+LOWER_PREFILL_MAX_WAIT_S = 0.25
+BUSY, IDLE = "busy", "idle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +124,12 @@ class Policy:
         self.prefill_time = PrefillTimeModel()
         self.chunk_cap: int | None = None  # slo: prefill tokens per step while TPOT-bound
         self.decode_context_cap: int | None = None  # slo: lower-tier decode context per step
+        self._tpot_tier_seen_ns: dict[int, int] = {}  # slo: priority -> when last seen
+        # slo: which kind of step was planned last (BUSY, IDLE or None), and the caps each
+        # kind keeps while the other is in use.
+        self._regime: str | None = None
+        self._saved_caps: dict[str, tuple[int | None, int | None]] = {}
+        self._lower_held_ns: int | None = None  # slo: lower tiers' prefill held back since
 
     @property
     def preempts(self) -> bool:
@@ -142,18 +164,65 @@ class Policy:
         slack_ns = self.ttft_deadline_ns(sequence) - now_ns - predicted_ns
         return (slack_ns, sequence.priority, sequence.arrival)
 
-    def step_tpot_s(self, sequences: list[Sequence]) -> float | None:
-        """The tightest TPOT objective among the sequences a step decodes or prefills (slo
-        policy only): the step must fit it. A request being prefilled counts too, or its
-        first step (its TTFT) would run uncapped."""
+    def step_tpot_s(self, sequences: list[Sequence], now_ns: int) -> float | None:
+        """The time a step must fit, as a TPOT (slo policy only): the tightest TPOT objective
+        among the sequences this step decodes, prefills or keeps waiting (a request being
+        prefilled counts, or its first step, its TTFT, would run uncapped); else, while such
+        a tier was seen in the last `TPOT_TIER_RECENT_S`, `IDLE_STEP_TPOTS` of its objective.
+        Also switches the caps to this kind of step's."""
         if self.name != "slo":
             return None
-        tpots = [
+        seen = self._tpot_tier_seen_ns
+        present = [
             objective.tpot_s
             for sequence in sequences
             if (objective := self.objectives.get(sequence.priority)) and objective.tpot_s
         ]
-        return min(tpots) if tpots else None
+        for sequence in sequences:
+            if self._tpot_bound(sequence):
+                seen[sequence.priority] = now_ns
+        recent_ns = now_ns - int(TPOT_TIER_RECENT_S * 1e9)
+        recent = [
+            objective.tpot_s
+            for priority, seen_ns in seen.items()
+            if seen_ns >= recent_ns
+            and (objective := self.objectives.get(priority))
+            and objective.tpot_s
+        ]
+        if present:
+            self._use_caps(BUSY)
+            return min(present)
+        if recent:
+            self._use_caps(IDLE)
+            return min(recent) * IDLE_STEP_TPOTS
+        self._use_caps(None)
+        return None
+
+    def _use_caps(self, regime: str | None) -> None:
+        if regime == self._regime:
+            return
+        if self._regime is not None:
+            self._saved_caps[self._regime] = (self.chunk_cap, self.decode_context_cap)
+        self.chunk_cap, self.decode_context_cap = self._saved_caps.get(regime or "", (None, None))
+        self._regime = regime
+
+    def prefills_lower_tiers(self, now_ns: int) -> bool:
+        """Whether tiers without a TPOT objective may prefill in the step planned now: not
+        while a TPOT-bound tier decodes, unless held back `LOWER_PREFILL_MAX_WAIT_S` already."""
+        if self._regime != BUSY:
+            return True
+        held = self._lower_held_ns
+        return held is not None and now_ns - held >= LOWER_PREFILL_MAX_WAIT_S * 1e9
+
+    def note_held(self, now_ns: int) -> None:
+        """A lower tier's prefill was held back at `now_ns`."""
+        if self._lower_held_ns is None:
+            self._lower_held_ns = now_ns
+
+    def note_prefill(self, sequence: Sequence) -> None:
+        """A chunk of `sequence` was planned: a lower tier's ends its wait."""
+        if not self._tpot_bound(sequence):
+            self._lower_held_ns = None
 
     def prefill_cap(self, tpot_s: float | None) -> int | None:
         """Prefill tokens a step bound by `tpot_s` may take (None: no cap)."""
@@ -181,6 +250,9 @@ class Policy:
             sequence.last_decode_step = step
         return chosen
 
+    def tpot_bound(self, sequence: Sequence) -> bool:
+        return self._tpot_bound(sequence)
+
     def _tpot_bound(self, sequence: Sequence) -> bool:
         objective = self.objectives.get(sequence.priority)
         return objective is not None and objective.tpot_s is not None
@@ -194,7 +266,8 @@ class Policy:
         waiting_decodes: int,
     ) -> None:
         """Adjust the caps from what a step with TPOT-bound decodes really took, in proportion
-        to how far it was from the objective's share (at most halved, at most +25%). Feedback
+        to how far it was from the objective's share (at most halved; the prefill cap grows
+        at most 25%, the decode cap by `DECODE_CONTEXT_GROWTH`). Feedback
         rather than the prefill-time model: a step's cost grows with context lengths and with
         whatever else runs on the machine, which a per-token rate does not see. `waiting_decodes`: lower-tier decodes left out."""
         if tpot_s is None:
@@ -213,10 +286,9 @@ class Policy:
             used = min(context, self.decode_context_cap)
             self.decode_context_cap = max(DECODE_CONTEXT_STEP, int(used * factor))
         elif waiting_decodes:  # growing a cap nothing presses on would only hide a burst
-            self.decode_context_cap = max(
-                int(self.decode_context_cap * factor),
-                self.decode_context_cap + DECODE_CONTEXT_STEP,
-            )
+            # Additive: one more long decode can cost more than the whole step's slack, so
+            # the cap creeps up and any step over its share cuts it (AIMD, as TCP does).
+            self.decode_context_cap += DECODE_CONTEXT_GROWTH
 
     def victim_key(self, sequence: Sequence) -> tuple[int, int]:
         """The running sequence with the largest key is preempted first."""

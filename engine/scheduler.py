@@ -164,7 +164,7 @@ class Scheduler:
         self._steps += 1
         decoding = [s for s in self.running if s.prefilled]
         plan.tpot_s = self.policy.step_tpot_s(
-            [*decoding, *(s for s in self.running if not s.prefilled), *self._waiting]
+            [*decoding, *(s for s in self.running if not s.prefilled), *self._waiting], now_ns
         )
         plan.decodes = self.policy.select_decodes(decoding, self._steps, plan.tpot_s)
         plan.waiting_decodes = len(decoding) - len(plan.decodes)
@@ -255,10 +255,15 @@ class Scheduler:
         """Hand the budget left after the decodes to prefill chunks, in the policy's order."""
         preempted = {id(s) for s in plan.preempted}
         blocked = False  # a waiting request did not fit: no later one jumps ahead of it
+        policy = self.policy
+        lower_tiers = policy.prefills_lower_tiers(now_ns)
         for sequence in self._prefill_order(now_ns):
             if plan.budget <= 0:
                 break
             if id(sequence) in preempted:
+                continue
+            if not (lower_tiers or policy.tpot_bound(sequence)):
+                policy.note_held(now_ns)
                 continue
             if sequence not in self.running and (
                 blocked or not self._admit(sequence, now_ns, plan)
@@ -268,6 +273,7 @@ class Scheduler:
             chunk = min(sequence.num_tokens - sequence.num_cached, plan.budget)
             plan.chunks.append((sequence, chunk))
             plan.budget -= chunk
+            policy.note_prefill(sequence)
 
     def _admit(self, sequence: Sequence, now_ns: int, plan: StepPlan) -> bool:
         """Give a waiting sequence its blocks and a batch slot, preempting lower tiers if the

@@ -103,35 +103,38 @@ def summarize(
     return rows
 
 
-def median_rows(rounds: Sequence[Sequence[IsolationRow]]) -> list[IsolationRow]:
-    """Per policy, each figure the median over rounds. Each round's ratios are to that round's
-    own premium-alone and fifo runs, so load that comes and goes on a shared machine hits both
-    sides of a ratio alike."""
-    import statistics
+@dataclass
+class PooledRun:
+    """Several runs of one variant as one: their requests together, their walls summed."""
 
-    policies = [row.policy for row in rounds[0]]
-    out = []
-    for policy in policies:
-        mine = [row for rows in rounds for row in rows if row.policy == policy]
+    policy: str
+    wall_s: float
+    requests: list[Any]
 
-        def middle(name: str, rows: list[IsolationRow] = mine) -> Any:
-            return statistics.median(getattr(row, name) for row in rows)
 
-        out.append(
-            IsolationRow(
-                policy=policy,
-                premium_ttft_p95_s=middle("premium_ttft_p95_s"),
-                premium_itl_p99_s=middle("premium_itl_p99_s"),
-                ttft_ratio=middle("ttft_ratio"),
-                itl_ratio=middle("itl_ratio"),
-                batch_tokens_per_s=middle("batch_tokens_per_s"),
-                batch_ratio=middle("batch_ratio"),
-                goodput_rps=middle("goodput_rps"),
-                good_share=middle("good_share"),
-                shed=sum(row.shed for row in mine),
-            )
-        )
-    return out
+def pool_runs(runs: Sequence[Any]) -> PooledRun:
+    return PooledRun(
+        runs[0].policy,
+        sum(run.wall_s for run in runs),
+        [request for run in runs for request in run.requests],
+    )
+
+
+def summarize_rounds(
+    rounds: Sequence[tuple[Any, Sequence[Any]]], spec: SLOSpec
+) -> list[IsolationRow]:
+    """Rounds of (premium alone, one run per policy), each variant's runs pooled: percentiles
+    over all their requests, rates over all their time. A p95 of one 6-second run rests on
+    its 2 worst of 30 premium requests, and a few of those are slow whatever the policy
+    (waking an idle CPU), so per-round figures swing by 2x; pooled, they hold still. Rounds
+    interleave the variants, so load that comes and goes meets each of them alike."""
+    alone = pool_runs([alone for alone, _ in rounds])
+    policies = [run.policy for run in rounds[0][1]]
+    pooled = [
+        pool_runs([run for _, runs in rounds for run in runs if run.policy == policy])
+        for policy in policies
+    ]
+    return summarize(alone, pooled, spec)
 
 
 def goals_missed(row: IsolationRow, fifo: IsolationRow) -> list[str]:

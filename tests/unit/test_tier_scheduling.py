@@ -254,10 +254,12 @@ def test_lower_tiers_decode_in_turns_while_a_tpot_bound_tier_decodes() -> None:
     scheduler = make_scheduler("slo", budget=512, num_blocks=4096, objectives=objectives)
     batch = [make_sequence(f"batch-{i}", 2, 400, i, 0, max_tokens=1000) for i in range(6)]
     premium = make_sequence("premium", 0, 8, 6, 0, max_tokens=1000)
-    for sequence in [*batch, premium]:
+    for sequence in batch:
         scheduler.add(sequence)
-    for step in range(6):  # prefill everyone: 2408 tokens, 512 a step
+    for step in range(5):  # prefill the batch: 2400 tokens, 512 a step
         run_plan(scheduler, scheduler.schedule(step))
+    scheduler.add(premium)
+    run_plan(scheduler, scheduler.schedule(5))
     assert all(s.prefilled for s in [*batch, premium])
     policy = scheduler.policy
     policy.after_step(1.0, 0.01, [premium, *batch], 512, 0)  # a slow step: the caps halve
@@ -285,3 +287,40 @@ def test_fifo_and_priority_decode_everyone_every_step() -> None:
         assert {s.request_id for s in scheduler.schedule(1).decodes} == {
             s.request_id for s in sequences
         }
+
+
+def test_lower_tiers_prefill_waits_while_a_tpot_bound_tier_decodes_but_not_for_ever() -> None:
+    objectives = {0: TierObjective(ttft_s=1.0, tpot_s=0.01)}
+    scheduler = make_scheduler("slo", budget=512, num_blocks=4096, objectives=objectives)
+    premium = make_sequence("premium", 0, 8, 0, 0, max_tokens=1000)
+    scheduler.add(premium)
+    run_plan(scheduler, scheduler.schedule(0))  # premium prefilled, decoding from now on
+    batch = make_sequence("batch", 2, 400, 1, 0, max_tokens=10)
+    scheduler.add(batch)
+    now = 0
+    waited = []
+    while not batch.prefill_started and now < 2 * SECOND:
+        now += SECOND // 100  # a step every 10 ms
+        plan = scheduler.schedule(now)
+        assert premium in plan.decodes
+        if not any(sequence is batch for sequence, _ in plan.chunks):
+            waited.append(now)
+        else:
+            batch.prefill_started = True
+        run_plan(scheduler, plan)
+    # The batch prompt waited while premium decoded, and went in once it had waited its most.
+    assert waited and batch.prefill_started
+    wait_s = (now - waited[0] + SECOND // 100) / SECOND
+    assert 0.2 <= wait_s <= 0.3, wait_s
+
+
+def test_steps_stay_bounded_between_a_tpot_bound_tiers_requests_for_a_while() -> None:
+    objectives = {0: TierObjective(ttft_s=1.0, tpot_s=0.01)}
+    policy = Policy("slo", objectives=objectives)
+    premium = make_sequence("premium", 0, 8, 0, 0)
+    batch = make_sequence("batch", 2, 400, 1, 0)
+    assert policy.step_tpot_s([batch], 0) is None  # never seen: no bound
+    assert policy.step_tpot_s([premium, batch], SECOND) == 0.01  # decoding: its objective
+    between = policy.step_tpot_s([batch], 2 * SECOND)  # gone, seen a second ago
+    assert between is not None and 0.01 < between <= 0.05
+    assert policy.step_tpot_s([batch], 30 * SECOND) is None  # not seen for long: no bound

@@ -3,7 +3,8 @@
 Premium requests alone first, then beside a batch flood under each scheduling policy (the
 workload of `engine.overload`, the benchmark's), judged by `slo.isolation` against the spec's
 tiers: premium p95 TTFT and p99 ITL relative to premium alone, batch tokens/s relative to
-fifo, goodput. `--repeats` rounds, interleaved; each figure the median over the rounds.
+fifo, goodput. `--repeats` rounds, interleaved; each variant's rounds pooled (percentiles
+over all their requests).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _spec(path: str | None) -> SLOSpec:
 
 
 def run(args: argparse.Namespace) -> int:
-    from slo.isolation import format_table, goals_missed, median_rows, summarize, tier_objectives
+    from slo.isolation import format_table, goals_missed, summarize_rounds, tier_objectives
 
     names = [part.strip() for part in args.variants.split(",") if part.strip()]
     policies = ["fifo"] + [
@@ -98,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
     for index in range(args.repeats):
         label = f"round {index + 1}/{args.repeats}"
         alone = overload(label, "fifo", flood=False)
-        rounds.append(summarize(alone, [overload(label, p) for p in policies], spec))
-    rows = median_rows(rounds)
+        rounds.append((alone, [overload(label, p) for p in policies]))
+    rows = summarize_rounds(rounds, spec)
     print()
     print(format_table(rows))
     fifo = rows[0]
