@@ -88,3 +88,25 @@ def test_compare_runs_every_variant_and_writes_the_report(
         assert "Install matplotlib" in text
     else:
         assert "<svg" in text
+
+
+def test_compare_scheduling_variants_reproduces_the_isolation_table(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`slo compare --variants fifo,priority,slo` runs the mixed-tier overload once per policy on
+    the bundled engine and prints the benchmark's table, judged."""
+    pytest.importorskip("torch")
+    from slo.cli import main
+
+    arguments = "compare --variants fifo,priority,slo --duration 1 --repeats 1 --device cpu"
+    code = main(arguments.split())
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    for policy in ("fifo", "priority", "slo"):
+        assert policy in rows, out
+        assert rows[policy][1].endswith("ms") and rows[policy][3].endswith("ms"), rows[policy]
+    assert rows["fifo"][6] == "100%"  # batch tokens/s: fifo is the base of the ratio
+    # Every policy is judged against fifo: a verdict line per policy, met or missed.
+    verdicts = [line for line in out.splitlines() if line.startswith(("priority:", "slo:"))]
+    assert len(verdicts) == 2 and all(("met" in v or "missed" in v) for v in verdicts), out
