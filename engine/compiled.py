@@ -164,7 +164,9 @@ class CompiledForward:
         if capture is None or capture.other or len(capture.generated) != 1:
             return  # nothing compiled (already cached), or a graph break: keep the guards
         generated = capture.generated[0]
-        if generated.co_freevars or convert_frame.compiled_code_has_side_effects(generated):
+        # Side effects Dynamo replays in Python (torch builds without the query: assume some).
+        has_side_effects = getattr(convert_frame, "compiled_code_has_side_effects", None)
+        if generated.co_freevars or has_side_effects is None or has_side_effects(generated):
             return
         self._grad_mode = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
         if not self._single_fits(input_ids, positions, batch):

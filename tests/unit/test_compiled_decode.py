@@ -70,6 +70,26 @@ def test_a_single_sequence_steps_without_dynamo_guards(engines: tuple[Engine, En
     assert torch._dynamo.eval_frame._debug_get_cache_entry_list(original) == []
 
 
+def test_the_unguarded_graph_serves_only_calls_it_was_built_for(
+    engines: tuple[Engine, Engine],
+) -> None:
+    _, compiled = engines
+    forward = compiled.model.compiled_forward
+    assert isinstance(forward, CompiledForward)
+    cache = compiled.worker.cache
+    ids = torch.zeros((1, 1), dtype=torch.long)
+    longest = compiled.worker.max_model_len
+    with torch.inference_mode():
+        one, positions = cache.build_batch([[0, 1]], [5], [1])
+        assert forward._single_fits(ids, positions, one)
+        beyond, positions_beyond = cache.build_batch([list(range(longest))], [longest], [1])
+        assert not forward._single_fits(ids, positions_beyond, beyond)  # past the RoPE table
+        two, positions_two = cache.build_batch([[0], [1]], [5, 3], [1, 1])
+        assert not forward._single_fits(torch.zeros((2, 1), dtype=torch.long), positions_two, two)
+    with torch.no_grad():  # built under inference mode: another grad mode takes the guards
+        assert not forward._single_fits(ids, positions, one)
+
+
 def test_compiled_tokens_equal_eager_alone_and_batched_without_recompiling(
     engines: tuple[Engine, Engine],
 ) -> None:
