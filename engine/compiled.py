@@ -173,8 +173,11 @@ class CompiledForward:
             return
         assert isinstance(self._own, types.MethodType)
         function = self._own.__func__
+        # The module's globals as they are now, Dynamo's `__compiled_fn_*` for this graph
+        # among them: a later compile that reused a name (older torch numbers them from 1
+        # again after `torch._dynamo.reset()`) cannot rebind this step's graph.
         direct = types.FunctionType(
-            generated, function.__globals__, function.__name__, function.__defaults__
+            generated, dict(function.__globals__), function.__name__, function.__defaults__
         )
         self.single = types.MethodType(direct, self._own.__self__)
 
