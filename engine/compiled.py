@@ -95,6 +95,7 @@ class CompiledForward:
         self.single: Forward | None = None
         self._max_context = max_context
         self._grad_mode = (False, False)  # (grad enabled, inference mode) it was built under
+        self._single_tried = False  # one capture only: a hook per step would cost every step
 
     def _single_fits(
         self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch
@@ -133,7 +134,8 @@ class CompiledForward:
             if batch.mask is not None:
                 mark_dynamic(batch.mask, 0)
                 mark_dynamic(batch.mask, 3)
-        elif self.single is None and isinstance(self._own, types.MethodType):
+        elif not self._single_tried and isinstance(self._own, types.MethodType):
+            self._single_tried = True
             capture = _SingleCapture(self._own.__func__.__code__)
         try:
             if capture is None:
@@ -185,5 +187,7 @@ class CompiledForward:
 def compile_forward(forward: Forward, device: torch.device, max_context: int) -> CompiledForward:
     """`forward` compiled by inductor with frozen weights; dynamic context length and batch.
 
-    `max_context`: the longest context a step may have (the RoPE table covers it)."""
+    `max_context`: the longest context the guard-free single-sequence step may serve: one the
+    RoPE table covers and, with a sliding window, no longer than the window (beyond it the
+    forward takes a masking branch the graph built at a short context does not have)."""
     return CompiledForward(forward, device, max_context)

@@ -37,9 +37,11 @@ def warm_up(worker: EngineWorker) -> float:
         # Every position's RoPE angles now: a table growing inside the graph would recompile.
         dtype = next(model.parameters()).dtype
         model.rope(torch.zeros(1, dtype=torch.long), dtype, worker.max_model_len - 1)
-        model.compiled_forward = compile_forward(
-            model.decode_logits, worker.device, worker.max_model_len
-        )
+        # A sliding window masks contexts longer than itself: a branch the single-sequence
+        # graph (built at a short context) does not contain, so it serves up to the window.
+        window = model.config.sliding_window
+        longest = worker.max_model_len if window is None else min(window, worker.max_model_len)
+        model.compiled_forward = compile_forward(model.decode_logits, worker.device, longest)
     if config.warmup or config.compile:
         previous_threads = torch.get_num_threads()
         if worker.device.type == "cpu":  # inductor sizes its kernels' thread pools now

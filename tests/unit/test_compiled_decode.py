@@ -5,6 +5,7 @@ compiling again (a compile in the middle of serving would be a latency spike of 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 import types
 from collections.abc import Iterator
@@ -140,3 +141,32 @@ def test_new_weights_drop_the_compiled_forward(engines: tuple[Engine, Engine]) -
     assert compiled.model.compiled_forward is None
     out = asyncio.run(compiled.complete("Hi", SamplingParams(max_tokens=3, temperature=0)))
     assert len(out.token_ids) == 3  # eager again, still serving
+
+
+def test_a_sliding_window_model_keeps_eager_tokens_past_its_window() -> None:
+    """Past the window the forward masks the oldest keys, a branch the single-sequence graph
+    (built at a short context) lacks: those steps must take the guarded path."""
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        require_or_skip("torch.compile on a CPU needs a C++ compiler (apt-get install g++)")
+
+    def start_windowed(compile: bool) -> Engine:
+        config = EngineConfig(
+            device="cpu", dtype="float32", compile=compile, num_kv_blocks=32, max_model_len=64
+        )
+        engine = Engine.from_pretrained("bundled:tiny", config)
+        engine.model.config = dataclasses.replace(engine.model.config, sliding_window=12)
+        engine.start_sync()
+        return engine
+
+    eager, compiled = start_windowed(False), start_windowed(True)
+    try:
+        params = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True)
+        prompt = "The quick brown fox"  # 19 bytes: every decode step is past the window
+        forward = compiled.model.compiled_forward
+        assert isinstance(forward, CompiledForward) and forward.single is not None
+        assert forward._max_context == 12
+        expected = asyncio.run(eager.complete(prompt, params)).token_ids
+        assert asyncio.run(compiled.complete(prompt, params)).token_ids == expected
+    finally:
+        eager.stop_sync()
+        compiled.stop_sync()
