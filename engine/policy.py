@@ -14,8 +14,8 @@
   cost grows with its context (its keys and values are read every step), so 24 long batch
   decodes make one step 50x slower than a short premium one; taking turns costs the batch
   little throughput (the same keys are read, over more steps) and bounds premium's ITL.
-  While such a tier decodes, the lower tiers' prefill also waits (at most
-  `LOWER_PREFILL_MAX_WAIT_S`): a chunk is a second forward pass in the step, which costs more
+  While such a tier decodes (or prefills), the prefill of the tiers below it without a TPOT
+  objective waits (at most `LOWER_PREFILL_MAX_WAIT_S` in a row; a tier above it never waits): a chunk is a second forward pass in the step, which costs more
   than the premium decode itself on a small model, so it would be the ITL tail. And for
   `TPOT_TIER_RECENT_S` after such a tier was last seen, the steps between its requests stay
   within `IDLE_STEP_TPOTS` of its TPOT objective: a request that arrives waits for the step in
@@ -130,6 +130,7 @@ class Policy:
         self._regime: str | None = None
         self._saved_caps: dict[str, tuple[int | None, int | None]] = {}
         self._lower_held_ns: int | None = None  # slo: lower tiers' prefill held back since
+        self._tpot_running_priority: int | None = None  # slo: see `holds_prefill`
 
     @property
     def preempts(self) -> bool:
@@ -164,21 +165,28 @@ class Policy:
         slack_ns = self.ttft_deadline_ns(sequence) - now_ns - predicted_ns
         return (slack_ns, sequence.priority, sequence.arrival)
 
-    def step_tpot_s(self, sequences: list[Sequence], now_ns: int) -> float | None:
+    def step_tpot_s(
+        self, running: list[Sequence], waiting: list[Sequence], now_ns: int
+    ) -> float | None:
         """The time a step must fit, as a TPOT (slo policy only): the tightest TPOT objective
         among the sequences this step decodes, prefills or keeps waiting (a request being
         prefilled counts, or its first step, its TTFT, would run uncapped); else, while such
         a tier was seen in the last `TPOT_TIER_RECENT_S`, `IDLE_STEP_TPOTS` of its objective.
-        Also switches the caps to this kind of step's."""
+        Also switches the caps to this kind of step's, and notes the most important
+        TPOT-bound tier running (decoding or prefilling), whose lower tiers' prefill waits."""
         if self.name != "slo":
             return None
         seen = self._tpot_tier_seen_ns
+        bound_running = [s.priority for s in running if self._tpot_bound(s)]
+        self._tpot_running_priority = min(bound_running) if bound_running else None
+        if self._tpot_running_priority is None:
+            self._lower_held_ns = None
         present = [
             objective.tpot_s
-            for sequence in sequences
+            for sequence in (*running, *waiting)
             if (objective := self.objectives.get(sequence.priority)) and objective.tpot_s
         ]
-        for sequence in sequences:
+        for sequence in (*running, *waiting):
             if self._tpot_bound(sequence):
                 seen[sequence.priority] = now_ns
         recent_ns = now_ns - int(TPOT_TIER_RECENT_S * 1e9)
@@ -206,13 +214,17 @@ class Policy:
         self.chunk_cap, self.decode_context_cap = self._saved_caps.get(regime or "", (None, None))
         self._regime = regime
 
-    def prefills_lower_tiers(self, now_ns: int) -> bool:
-        """Whether tiers without a TPOT objective may prefill in the step planned now: not
-        while a TPOT-bound tier decodes, unless held back `LOWER_PREFILL_MAX_WAIT_S` already."""
-        if self._regime != BUSY:
-            return True
+    def holds_prefill(self, sequence: Sequence, now_ns: int) -> bool:
+        """Whether `sequence`'s prefill waits in the step planned now (slo policy): it does
+        while a tier of higher priority with a TPOT objective is decoding or prefilling, if
+        its own tier has no TPOT objective, and until the lower tiers have waited
+        `LOWER_PREFILL_MAX_WAIT_S` in a row. A more important tier never waits for a less
+        important one."""
+        top = self._tpot_running_priority
+        if top is None or sequence.priority <= top or self._tpot_bound(sequence):
+            return False
         held = self._lower_held_ns
-        return held is not None and now_ns - held >= LOWER_PREFILL_MAX_WAIT_S * 1e9
+        return held is None or now_ns - held < LOWER_PREFILL_MAX_WAIT_S * 1e9
 
     def note_held(self, now_ns: int) -> None:
         """A lower tier's prefill was held back at `now_ns`."""
@@ -220,9 +232,16 @@ class Policy:
             self._lower_held_ns = now_ns
 
     def note_prefill(self, sequence: Sequence) -> None:
-        """A chunk of `sequence` was planned: a lower tier's ends its wait."""
+        """A chunk of `sequence` was planned: a lower tier's ends its wait; a TPOT-bound
+        tier's (a request just admitted) holds the tiers below it from now on, in this step
+        too."""
         if not self._tpot_bound(sequence):
             self._lower_held_ns = None
+        elif self.name == "slo":
+            top = self._tpot_running_priority
+            self._tpot_running_priority = (
+                sequence.priority if top is None else min(top, sequence.priority)
+            )
 
     def prefill_cap(self, tpot_s: float | None) -> int | None:
         """Prefill tokens a step bound by `tpot_s` may take (None: no cap)."""
@@ -249,9 +268,6 @@ class Policy:
         for sequence in chosen:
             sequence.last_decode_step = step
         return chosen
-
-    def tpot_bound(self, sequence: Sequence) -> bool:
-        return self._tpot_bound(sequence)
 
     def _tpot_bound(self, sequence: Sequence) -> bool:
         objective = self.objectives.get(sequence.priority)

@@ -163,9 +163,8 @@ class Scheduler:
         self._reserve_decode_slots(now_ns, plan)
         self._steps += 1
         decoding = [s for s in self.running if s.prefilled]
-        plan.tpot_s = self.policy.step_tpot_s(
-            [*decoding, *(s for s in self.running if not s.prefilled), *self._waiting], now_ns
-        )
+        prefilling = [s for s in self.running if not s.prefilled]
+        plan.tpot_s = self.policy.step_tpot_s([*decoding, *prefilling], self._waiting, now_ns)
         plan.decodes = self.policy.select_decodes(decoding, self._steps, plan.tpot_s)
         plan.waiting_decodes = len(decoding) - len(plan.decodes)
         plan.budget -= sum(1 + s.lookahead(self.num_speculative) for s in plan.decodes)
@@ -256,13 +255,12 @@ class Scheduler:
         preempted = {id(s) for s in plan.preempted}
         blocked = False  # a waiting request did not fit: no later one jumps ahead of it
         policy = self.policy
-        lower_tiers = policy.prefills_lower_tiers(now_ns)
         for sequence in self._prefill_order(now_ns):
             if plan.budget <= 0:
                 break
             if id(sequence) in preempted:
                 continue
-            if not (lower_tiers or policy.tpot_bound(sequence)):
+            if policy.holds_prefill(sequence, now_ns):
                 policy.note_held(now_ns)
                 continue
             if sequence not in self.running and (

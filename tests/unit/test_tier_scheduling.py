@@ -319,8 +319,25 @@ def test_steps_stay_bounded_between_a_tpot_bound_tiers_requests_for_a_while() ->
     policy = Policy("slo", objectives=objectives)
     premium = make_sequence("premium", 0, 8, 0, 0)
     batch = make_sequence("batch", 2, 400, 1, 0)
-    assert policy.step_tpot_s([batch], 0) is None  # never seen: no bound
-    assert policy.step_tpot_s([premium, batch], SECOND) == 0.01  # decoding: its objective
-    between = policy.step_tpot_s([batch], 2 * SECOND)  # gone, seen a second ago
+    assert policy.step_tpot_s([batch], [], 0) is None  # never seen: no bound
+    assert policy.step_tpot_s([premium, batch], [], SECOND) == 0.01  # decoding: its objective
+    between = policy.step_tpot_s([batch], [], 2 * SECOND)  # gone, seen a second ago
     assert between is not None and 0.01 < between <= 0.05
-    assert policy.step_tpot_s([batch], 30 * SECOND) is None  # not seen for long: no bound
+    assert policy.step_tpot_s([batch], [], 30 * SECOND) is None  # not seen for long: no bound
+
+
+def test_a_more_important_tier_never_waits_for_a_tpot_bound_one() -> None:
+    # Tier 0 has only a TTFT objective; tier 1 has a TPOT objective and is decoding.
+    objectives = {0: TierObjective(ttft_s=0.2), 1: TierObjective(ttft_s=1.0, tpot_s=0.05)}
+    scheduler = make_scheduler("slo", budget=512, num_blocks=4096, objectives=objectives)
+    standard = make_sequence("standard", 1, 8, 0, 0, max_tokens=1000)
+    scheduler.add(standard)
+    run_plan(scheduler, scheduler.schedule(0))
+    urgent = make_sequence("urgent", 0, 100, 1, 0, max_tokens=10)
+    below = make_sequence("below", 2, 100, 2, 0, max_tokens=10)
+    scheduler.add(urgent)
+    scheduler.add(below)
+    plan = scheduler.schedule(SECOND // 100)
+    chunked = {sequence.request_id for sequence, _ in plan.chunks}
+    assert "urgent" in chunked  # above the decoding TPOT-bound tier: prefilled at once
+    assert "below" not in chunked  # below it, without a TPOT objective: waits
