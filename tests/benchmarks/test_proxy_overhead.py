@@ -13,7 +13,7 @@ proxy (proxy_buffering off, HTTP/1.1 upstream keep-alive), rounds interleaved:
   sends its next request as soon as its stream ends;
 - the same 64 streams in lockstep: all start in the same millisecond, and since every stream
   is as long as the others they end, and start again, together (a thundering herd, the worst
-  case for one event loop: reported, not judged).
+  case for one event loop: its TTFT is reported, not judged; its CPU and throughput are).
 
 Measured per variant: TTFT p50 at the client (to the first text delta; "added" = minus
 direct's), the proxy's CPU per streamed SSE event (all its threads' time on CPU from
