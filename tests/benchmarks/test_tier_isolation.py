@@ -33,24 +33,11 @@ from slo.isolation import (
     tier_objectives,
 )
 from slo.spec import SLOSpec
+from tests.helpers.tier_specs import premium_batch_spec
 
 # Objectives sized for bundled:tiny on a CPU (premium alone: a few ms to first token).
 SPEC = SLOSpec.from_yaml(
-    """
-version: 1
-window: 1h
-tiers:
-  - name: premium
-    priority: 0
-    match: {header: x-llm-tier, values: [premium]}
-    objectives: [p95 ttft <= 100ms, p95 tpot <= 2ms]
-  - name: batch
-    priority: 2
-    default: true
-    match: {header: x-llm-tier, values: [batch]}
-    objectives: [p99 e2e <= 30s]
-""",
-    source="benchmark spec",
+    premium_batch_spec("p95 ttft <= 100ms, p95 tpot <= 2ms"), source="benchmark spec"
 )
 WORKLOAD = OverloadWorkload(duration_s=float(os.environ.get("TIER_BENCH_SECONDS", "6")))
 BUDGET = 256  # max_num_batched_tokens, the same for every policy

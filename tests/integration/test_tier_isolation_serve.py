@@ -14,22 +14,10 @@ import pytest
 pytest.importorskip("torch")
 
 from tests.helpers.servers import slo_serve
+from tests.helpers.tier_specs import premium_batch_spec
 
 # premium's TTFT objective (1 us) is out of reach for any real prefill; batch has none.
-SPEC = """
-version: 1
-window: 1h
-tiers:
-  - name: premium
-    priority: 0
-    match: {header: x-llm-tier, values: [premium]}
-    objectives: [p95 ttft <= 1us]
-  - name: batch
-    priority: 2
-    default: true
-    match: {header: x-llm-tier, values: [batch]}
-    objectives: [p99 e2e <= 30s]
-"""
+SPEC = premium_batch_spec("p95 ttft <= 1us")
 
 
 @pytest.fixture(scope="module")

@@ -8,24 +8,9 @@ import pytest
 
 from slo.isolation import goals_missed, pool_runs, summarize, summarize_rounds
 from slo.spec import SLOSpec
+from tests.helpers.tier_specs import premium_batch_spec
 
-SPEC = SLOSpec.from_yaml(
-    """
-version: 1
-window: 1h
-tiers:
-  - name: premium
-    priority: 0
-    match: {header: x-llm-tier, values: [premium]}
-    objectives: [p95 ttft <= 100ms]
-  - name: batch
-    priority: 2
-    default: true
-    match: {header: x-llm-tier, values: [batch]}
-    objectives: [p99 e2e <= 30s]
-""",
-    source="test spec",
-)
+SPEC = SLOSpec.from_yaml(premium_batch_spec("p95 ttft <= 100ms"), source="test spec")
 
 
 @dataclass
