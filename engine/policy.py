@@ -39,7 +39,7 @@ SHED_QUEUE_FULL = "queue_full"
 SHED_REASONS: tuple[str, ...] = (SHED_TTFT_OUT_OF_REACH, SHED_QUEUE_FULL)
 # A step may take this share of the tightest TPOT objective among the decoding sequences (the
 # rest is slack for the noise around a step), and prefill always gets at least this many tokens.
-TPOT_HEADROOM = 0.6
+TPOT_HEADROOM = 0.5
 MIN_CHUNK_TOKENS = 16
 # The smallest step of the lower tiers' decode-context cap (context tokens).
 DECODE_CONTEXT_STEP = 1024
@@ -49,7 +49,7 @@ DECODE_CONTEXT_GROWTH = 256  # context tokens the decode cap grows by after a st
 # span the gaps between its requests, short enough to give the lower tiers full steps back.
 TPOT_TIER_RECENT_S = 10.0
 # Between a TPOT-bound tier's requests, a step may take this many of its TPOT objectives.
-IDLE_STEP_TPOTS = 4.0
+IDLE_STEP_TPOTS = 5.0
 # The longest the lower tiers' prefill waits while a TPOT-bound tier decodes (no starvation).
 LOWER_PREFILL_MAX_WAIT_S = 0.25
 BUSY, IDLE = "busy", "idle"
