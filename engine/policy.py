@@ -223,8 +223,7 @@ class Policy:
         top = self._tpot_running_priority
         if top is None or sequence.priority <= top or self._tpot_bound(sequence):
             return False
-        held = self._lower_held_ns
-        return held is None or now_ns - held < LOWER_PREFILL_MAX_WAIT_S * 1e9
+        return not self._lower_released(now_ns)
 
     def note_held(self, now_ns: int) -> None:
         """A lower tier's prefill was held back at `now_ns`."""
@@ -243,9 +242,20 @@ class Policy:
                 sequence.priority if top is None else min(top, sequence.priority)
             )
 
-    def prefill_cap(self, tpot_s: float | None) -> int | None:
-        """Prefill tokens a step bound by `tpot_s` may take (None: no cap)."""
-        return None if tpot_s is None else self.chunk_cap
+    def prefill_cap(self, tpot_s: float | None, now_ns: int) -> int | None:
+        """Prefill tokens a step bound by `tpot_s` may take (None: no cap). The step that
+        ends the lower tiers' wait takes as much as a step between premium requests would:
+        one 16-token chunk per wait would leave a long prompt minutes behind."""
+        if tpot_s is None:
+            return None
+        if self._regime == BUSY and self._lower_released(now_ns):
+            idle_cap = self._saved_caps.get(IDLE, (None, None))[0]
+            return None if idle_cap is None else max(idle_cap, self.chunk_cap or 0)
+        return self.chunk_cap
+
+    def _lower_released(self, now_ns: int) -> bool:
+        held = self._lower_held_ns
+        return held is not None and now_ns - held >= LOWER_PREFILL_MAX_WAIT_S * 1e9
 
     def select_decodes(
         self, decoding: list[Sequence], step: int, tpot_s: float | None

@@ -168,7 +168,7 @@ class Scheduler:
         plan.decodes = self.policy.select_decodes(decoding, self._steps, plan.tpot_s)
         plan.waiting_decodes = len(decoding) - len(plan.decodes)
         plan.budget -= sum(1 + s.lookahead(self.num_speculative) for s in plan.decodes)
-        cap = self.policy.prefill_cap(plan.tpot_s)
+        cap = self.policy.prefill_cap(plan.tpot_s, now_ns)
         if cap is not None:
             plan.budget = min(plan.budget, cap)
         self._fill_prefill(now_ns, plan)

@@ -341,3 +341,26 @@ def test_a_more_important_tier_never_waits_for_a_tpot_bound_one() -> None:
     chunked = {sequence.request_id for sequence, _ in plan.chunks}
     assert "urgent" in chunked  # above the decoding TPOT-bound tier: prefilled at once
     assert "below" not in chunked  # below it, without a TPOT objective: waits
+
+
+def test_the_step_that_ends_the_wait_is_not_held_to_the_busy_chunk_cap() -> None:
+    objectives = {0: TierObjective(ttft_s=1.0, tpot_s=0.01)}
+    scheduler = make_scheduler("slo", budget=512, num_blocks=4096, objectives=objectives)
+    premium = make_sequence("premium", 0, 8, 0, 0, max_tokens=100_000)
+    scheduler.add(premium)
+    run_plan(scheduler, scheduler.schedule(0))
+    for _ in range(8):  # slow steps while premium decodes: the prefill cap falls to its floor
+        scheduler.policy.after_step(1.0, 0.01, [premium], 512, 0)
+    busy_cap = scheduler.policy.chunk_cap
+    assert busy_cap is not None and busy_cap <= 32
+    batch = make_sequence("batch", 2, 400, 1, 0, max_tokens=10)
+    scheduler.add(batch)
+    now = 0
+    chunk = 0
+    while not chunk and now < 2 * SECOND:
+        now += SECOND // 100
+        plan = scheduler.schedule(now)
+        chunk = sum(count for sequence, count in plan.chunks if sequence is batch)
+        run_plan(scheduler, plan)
+    # Released after its wait, the long prompt gets more than one busy-sized chunk.
+    assert chunk > busy_cap
