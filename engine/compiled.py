@@ -96,6 +96,9 @@ class CompiledForward:
         self._max_context = max_context
         self._grad_mode = (False, False)  # (grad enabled, inference mode) it was built under
         self._single_tried = False  # one capture only: a hook per step would cost every step
+        # The KV cache's shape the single graph was built for (its shapes are static): another
+        # engine sharing this model has its own cache, maybe sized otherwise.
+        self._cache_shape: torch.Size | None = None
 
     def _single_fits(
         self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch
@@ -122,7 +125,11 @@ class CompiledForward:
         value_caches: list[torch.Tensor],
         batch: AttentionBatch,
     ) -> torch.Tensor:
-        if self.single is not None and self._single_fits(input_ids, positions, batch):
+        if (
+            self.single is not None
+            and key_caches[0].shape == self._cache_shape
+            and self._single_fits(input_ids, positions, batch)
+        ):
             return self.single(input_ids, positions, key_caches, value_caches, batch)
         if self.fallback is not None:
             return self.eager(input_ids, positions, key_caches, value_caches, batch)
@@ -153,6 +160,8 @@ class CompiledForward:
             )
             return self.eager(input_ids, positions, key_caches, value_caches, batch)
         self._adopt_single(capture, input_ids, positions, batch)
+        if self.single is not None and self._cache_shape is None:
+            self._cache_shape = key_caches[0].shape
         return out
 
     def _adopt_single(

@@ -89,6 +89,8 @@ def test_the_unguarded_graph_serves_only_calls_it_was_built_for(
         assert not forward._single_fits(torch.zeros((2, 1), dtype=torch.long), positions_two, two)
     with torch.no_grad():  # built under inference mode: another grad mode takes the guards
         assert not forward._single_fits(ids, positions, one)
+    # Built for this engine's cache: another engine's (sharing the model) is checked against it.
+    assert forward._cache_shape == cache.keys[0].shape
 
 
 def test_compiled_tokens_equal_eager_alone_and_batched_without_recompiling(
