@@ -177,18 +177,14 @@ class Policy:
         if self.name != "slo":
             return None
         seen = self._tpot_tier_seen_ns
-        bound_running = [s.priority for s in running if self._tpot_bound(s)]
-        self._tpot_running_priority = min(bound_running) if bound_running else None
+        bound_running = [s for s in running if self._tpot_bound(s)]
+        bound = bound_running + [s for s in waiting if self._tpot_bound(s)]
+        self._tpot_running_priority = min((s.priority for s in bound_running), default=None)
         if self._tpot_running_priority is None:
             self._lower_held_ns = None
-        present = [
-            objective.tpot_s
-            for sequence in (*running, *waiting)
-            if (objective := self.objectives.get(sequence.priority)) and objective.tpot_s
-        ]
-        for sequence in (*running, *waiting):
-            if self._tpot_bound(sequence):
-                seen[sequence.priority] = now_ns
+        for sequence in bound:
+            seen[sequence.priority] = now_ns
+        present = [tpot for s in bound if (tpot := self.objectives[s.priority].tpot_s)]
         recent_ns = now_ns - int(TPOT_TIER_RECENT_S * 1e9)
         recent = [
             objective.tpot_s
