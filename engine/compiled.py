@@ -159,9 +159,7 @@ class CompiledForward:
                 "the decode forward could not be compiled (%s); it runs eagerly", self.fallback
             )
             return self.eager(input_ids, positions, key_caches, value_caches, batch)
-        self._adopt_single(capture, input_ids, positions, batch)
-        if self.single is not None and self._cache_shape is None:
-            self._cache_shape = key_caches[0].shape
+        self._adopt_single(capture, input_ids, positions, key_caches[0], batch)
         return out
 
     def _adopt_single(
@@ -169,6 +167,7 @@ class CompiledForward:
         capture: _SingleCapture | None,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
+        key_cache: torch.Tensor,
         batch: AttentionBatch,
     ) -> None:
         """Keep the bytecode of a single-sequence compile if it is one whole graph."""
@@ -191,6 +190,7 @@ class CompiledForward:
             generated, dict(function.__globals__), function.__name__, function.__defaults__
         )
         self.single = types.MethodType(direct, self._own.__self__)
+        self._cache_shape = key_cache.shape
 
 
 def compile_forward(forward: Forward, device: torch.device, max_context: int) -> CompiledForward:
