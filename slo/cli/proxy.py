@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from slo.cli.serving import check_positive_seconds, run_until_stopped
+from slo.cli.serving import add_server_flags, check_positive_seconds, run_until_stopped
 from slo.errors import UsageError
 
 HELP = "measure any OpenAI-compatible server: a streaming reverse proxy with the middleware"
@@ -19,32 +19,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--upstream", required=True, help="the engine's base URL, e.g. http://127.0.0.1:8080"
     )
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--port", type=int, default=8000, help="port to bind (default: %(default)s)"
-    )
+    add_server_flags(parser)
     parser.add_argument(
         "--model",
         default="upstream",
         help="model label on metrics and records (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--spec", default=None, help="SLO spec YAML (default: the packaged example spec)"
-    )
-    parser.add_argument(
-        "--store",
-        default="sqlite:///slo-records.db",
-        help="where request records go: sqlite:///FILE or postgresql://... (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--alertmanager-url",
-        default=None,
-        help="push alerts the live SLO evaluator fires to this Alertmanager",
-    )
-    parser.add_argument(
-        "--api-keys", default=None, metavar="FILE", help="require API keys from this YAML file"
     )
     parser.add_argument(
         "--max-connections",
@@ -67,20 +46,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="give up when the upstream sends nothing for this long: 504 (default: %(default)s)",
     )
     parser.add_argument(
-        "--shutdown-timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="on SIGTERM, give in-flight requests this long to finish (default: %(default)s)",
-    )
-    parser.add_argument(
         "--inject-usage",
         action="store_true",
         help="ask streamed requests for usage (stream_options.include_usage) so token counts "
         "are exact on engines that report it; clients that did not ask never see it",
-    )
-    parser.add_argument(
-        "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"
     )
 
 

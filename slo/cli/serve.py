@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from slo.cli.engine_flags import add_engine_flags, engine_overrides
-from slo.cli.serving import check_positive_seconds, run_until_stopped
+from slo.cli.serving import add_server_flags, check_positive_seconds, run_until_stopped
 from slo.errors import UsageError
 
 if TYPE_CHECKING:
@@ -21,12 +21,7 @@ DESCRIPTION = (
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--port", type=int, default=8000, help="port to bind (default: %(default)s)"
-    )
+    add_server_flags(parser)
     parser.add_argument(
         "--model",
         default="bundled:tiny",
@@ -45,20 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=256,
         help="requests allowed to wait for a batch slot before new ones get 429 (default: %(default)s)",
     )
-    parser.add_argument(
-        "--spec", default=None, help="SLO spec YAML (default: the packaged example spec)"
-    )
     add_engine_flags(parser)
-    parser.add_argument(
-        "--store",
-        default="sqlite:///slo-records.db",
-        help="where request records go: sqlite:///FILE or postgresql://... (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--alertmanager-url",
-        default=None,
-        help="push alerts the live SLO evaluator fires to this Alertmanager (e.g. http://127.0.0.1:9093)",
-    )
     parser.add_argument(
         "--request-timeout",
         type=float,
@@ -72,21 +54,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SECONDS",
         help="give up a request still waiting for its first token (queue wait + prefill) after this long",
-    )
-    parser.add_argument(
-        "--api-keys",
-        default=None,
-        metavar="FILE",
-        help="require API keys from this YAML file (hashed; per-key tier and rate limits); "
-        "`slo keys new` writes it",
-    )
-    parser.add_argument(
-        "--shutdown-timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="on SIGTERM, stop accepting and give in-flight requests this long to finish before "
-        "they are cut; every record is flushed either way (default: %(default)s)",
     )
     parser.add_argument(
         "--no-middleware",
@@ -126,9 +93,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         help="slow every engine step down by this much, to drill latency alerts (default: 0)",
-    )
-    parser.add_argument(
-        "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"
     )
 
 

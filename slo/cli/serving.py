@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import signal
 from collections.abc import Callable
 from types import FrameType
@@ -11,6 +12,48 @@ from slo.errors import UsageError
 
 if TYPE_CHECKING:
     from middleware.types import ASGIApp
+
+
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags every HTTP server of the CLI takes (`slo serve`, `slo proxy`): where it listens,
+    what it is judged by, where records and alerts go, keys, shutdown and logging."""
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=8000, help="port to bind (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--spec", default=None, help="SLO spec YAML (default: the packaged example spec)"
+    )
+    parser.add_argument(
+        "--store",
+        default="sqlite:///slo-records.db",
+        help="where request records go: sqlite:///FILE or postgresql://... (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--alertmanager-url",
+        default=None,
+        help="push alerts the live SLO evaluator fires to this Alertmanager (e.g. http://127.0.0.1:9093)",
+    )
+    parser.add_argument(
+        "--api-keys",
+        default=None,
+        metavar="FILE",
+        help="require API keys from this YAML file (hashed; per-key tier and rate limits); "
+        "`slo keys new` writes it",
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, stop accepting and give in-flight requests this long to finish before "
+        "they are cut; every record is flushed either way (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"
+    )
 
 
 def check_positive_seconds(flags: dict[str, float | None]) -> None:
