@@ -15,6 +15,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from slo.cli.paths import output_directory
 from slo.errors import UsageError
 
 # Mixed tiers at a rate the bundled model on two CPU cores serves with room to spare: the
@@ -63,11 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from slo.summary import columns_of
 
     began = time.perf_counter()
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(f"--out {out}: cannot create the directory ({error.strerror})") from None
+    out = output_directory(args.out)
     spec_path = out / "slo.yaml"
     if args.spec:
         if Path(args.spec).resolve() != spec_path.resolve():

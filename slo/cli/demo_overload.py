@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from slo.cli.paths import output_directory
 from slo.errors import UsageError
 
 POLICIES = ("fifo", "slo")
@@ -178,11 +179,7 @@ def render_html(acts: list[Act]) -> str:
 def run_overload(args: argparse.Namespace) -> int:
     from slo.cli.bench.server import embedded_server
 
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(f"--out {out}: cannot create the directory ({error.strerror})") from None
+    out = output_directory(args.out)
     spec_path = out / "overload.yaml"
     if args.spec:
         spec_path = Path(args.spec)

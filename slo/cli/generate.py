@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from slo.cli.paths import output_directory
 from slo.errors import UsageError
 
 HELP = "write Grafana dashboards, Prometheus rules and tests, Alertmanager config, runbooks"
@@ -70,10 +71,7 @@ def generate(spec_path: str | None, out: Path, targets: Targets) -> list[Path]:
     problems = unbucketed_thresholds(spec)
     if problems:
         raise UsageError(problems[0])
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(f"--out {out}: cannot create the directory ({error})") from None
+    output_directory(out)
     links = Links(targets.runbook_url, f"{targets.grafana_url.rstrip('/')}/d/{OVERVIEW_UID}")
     written = write_alerts(spec, out, links, targets.webhook_url)
     written += write_dashboards(spec, out, targets.prometheus_url)
