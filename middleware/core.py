@@ -229,7 +229,7 @@ class LatencyMiddleware:
                 timeline.body_received(clock.now_ns())
         wire = WireReader(strip_usage)
         feed = wire.feed
-        has_token = wire.has_token
+        token_events_in = wire.token_events_in
 
         async def receive_wrapper() -> Message:
             message = replay.pop(0) if replay else await receive()
@@ -261,11 +261,14 @@ class LatencyMiddleware:
                         if sent is not body:
                             message = {**message, "body": sent}
                     else:
-                        carried = has_token(body)
+                        carried = token_events_in(body)
                     if carried:
                         if not token_chunks:
                             timeline.first_token_byte_ns = started
-                        token_chunks.append(started)
+                        if carried == 1:
+                            token_chunks.append(started)
+                        else:  # events that arrived together: one mark each, gaps of 0
+                            token_chunks.extend([started] * carried)
                     await send(message)
                     if not carried and wire.done and not response.delivered:
                         response.delivered = True
@@ -278,7 +281,7 @@ class LatencyMiddleware:
                         carried, sent = feed(body)
                         if sent is not body:
                             message = {**message, "body": sent}
-                        chunk_sent(started, carried > 0)
+                        chunk_sent(started, carried)
                     if not more:
                         held = wire.flush()
                         if held:
@@ -291,7 +294,7 @@ class LatencyMiddleware:
                             )
                 elif body:
                     # A plain reply's first piece carries its text (one token event).
-                    chunk_sent(started, not timeline.body_chunk_ns)
+                    chunk_sent(started, 0 if timeline.body_chunk_ns else 1)
                     keep_body(response, body)
                 await send(message)
                 if body and captured is not None:

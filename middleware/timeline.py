@@ -17,7 +17,9 @@ to e2e exactly and none is negative, even though sending overlaps decoding in a 
 
 TTFT = first byte of the first token's chunk handed to `send` - start; e2e = end of the last
 `send` - start; TPOT = (e2e - TTFT) / (output_tokens - 1); ITL = every gap between consecutive
-token events (a chunk that carries several tokens is one event, as `vllm bench serve` counts).
+token events: each SSE event with text is one, however the bytes arrive (a chunk whose text
+holds several tokens is one event; several events in one chunk are several, 0 s apart), as
+`vllm bench serve` counts.
 """
 
 from __future__ import annotations
@@ -178,12 +180,13 @@ class RequestTimeline:
     def body_received(self, at_ns: int) -> None:
         self.receive_end_ns = at_ns
 
-    def chunk_sent(self, started_ns: int, carries_token: bool = True) -> None:
-        """A body chunk with bytes was handed to `send` at `started_ns`; `carries_token` when
-        it held a token event (text), as the wire parser read it."""
+    def chunk_sent(self, started_ns: int, token_events: int = 1) -> None:
+        """A body chunk with bytes was handed to `send` at `started_ns`, holding
+        `token_events` token events (text), as the wire parser read it. Events sent in one
+        chunk arrived together: each is a mark, with gaps of 0 between them."""
         self.body_chunk_ns.append(started_ns)
-        if carries_token:
-            self.token_chunk_ns.append(started_ns)
+        if token_events:
+            self.token_chunk_ns.extend([started_ns] * token_events)
             if self.first_token_byte_ns is None:
                 self.first_token_byte_ns = started_ns
 

@@ -164,16 +164,18 @@ class WireReader:
         held, self._pending = self._pending, b""
         return held if self.strip_usage else b""
 
-    def has_token(self, data: bytes) -> bool:
-        """Whether one piece of a stream carried a token event (the middleware's hot path:
-        `feed` without the tuple, for a reader that does not rewrite the stream)."""
+    def token_events_in(self, data: bytes) -> int:
+        """How many token events one piece of a stream carried (the middleware's hot path:
+        `feed` without the tuple, for a reader that does not rewrite the stream). A piece can
+        hold several SSE events (an upstream that writes them together, TCP merging them):
+        each is counted."""
         if self._pending or not data.startswith(b"data: {") or data.find(b"\n\n") != len(data) - 2:
-            return self.feed(data)[0] > 0
+            return self.feed(data)[0]
         try:
             chunk = _decode_chunk(memoryview(data)[6:-2])
         except _NOT_DECODED:
-            return False
-        return self._decoded_has_text(chunk)
+            return 0
+        return 1 if self._decoded_has_text(chunk) else 0
 
     def _decoded_has_text(self, chunk: _Chunk) -> bool:
         """Whether a decoded chunk is a token event, counted. The usual delta (one choice with

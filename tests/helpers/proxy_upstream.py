@@ -6,7 +6,8 @@ cost stays low and it can tell when a client walked away.
 POST /v1/chat/completions and /v1/completions: `max_tokens` text chunks; streamed as SSE (a role
 chunk first for chat, text deltas, a finish chunk, `data: [DONE]`) or as one JSON body with
 `usage`. Test knobs in request headers: `x-test-delay-s` (wait before the response headers),
-`x-test-itl-s` (wait between chunks). GET /health answers "ok".
+`x-test-itl-s` (wait between chunks), `x-test-events-per-write` (write that many SSE events in
+one body message, as a busy server or TCP does). GET /health answers "ok".
 """
 
 from __future__ import annotations
@@ -66,13 +67,14 @@ class OpenAIUpstream:
         if request.get("stream"):
             itl_s = float(headers.get("x-test-itl-s", self.itl_s))
             usage = bool((request.get("stream_options") or {}).get("include_usage"))
-            await self._stream(receive, send, chat, tokens, itl_s, usage)
+            per_write = int(headers.get("x-test-events-per-write", 1))
+            await self._stream(receive, send, _events(chat, tokens, usage), itl_s, per_write)
         else:
             await _answer(send, 200, json.dumps(_whole(chat, tokens)).encode())
             self.completed += 1
 
     async def _stream(
-        self, receive: Receive, send: Send, chat: bool, tokens: int, itl_s: float, usage: bool
+        self, receive: Receive, send: Send, events: list[bytes], itl_s: float, per_write: int
     ) -> None:
         gone = asyncio.Event()
 
@@ -84,7 +86,8 @@ class OpenAIUpstream:
         watcher = asyncio.ensure_future(watch())
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         try:
-            for event in _events(chat, tokens, usage):
+            writes = [b"".join(events[i : i + per_write]) for i in range(0, len(events), per_write)]
+            for event in writes:
                 if gone.is_set():
                     self.disconnects += 1
                     return

@@ -198,3 +198,32 @@ def test_client_that_walks_away_closes_the_upstream_stream(
         assert app.disconnects == 1
         assert app.completed == 0
     assert [row["outcome"] for row in records(db)] == ["cancelled"]
+
+
+@pytest.mark.parametrize("per_write", [1, 3, 40])
+def test_each_sse_event_is_a_token_event_however_the_upstream_writes(
+    upstream: tuple[OpenAIUpstream, str], tmp_path: Path, per_write: int
+) -> None:
+    """N content events give N-1 ITL gaps whether the upstream writes one event per write,
+    three, or the whole stream at once (events read together are 0 s apart)."""
+    _app, upstream_url = upstream
+    db = tmp_path / "records.db"
+    tokens = 12
+    with slo_proxy(upstream_url, db) as base_url:
+        response = httpx.post(
+            base_url + "/v1/chat/completions",
+            json={
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": tokens,
+                "stream": True,
+            },
+            headers={"x-test-events-per-write": str(per_write), "x-test-itl-s": "0.002"},
+        )
+        content_events = [line for line in response.text.split("\n\n") if '"content": " t' in line]
+        assert len(content_events) == tokens
+    (row,) = records(db)
+    gaps = json.loads(str(row["itl_s"]))
+    assert len(gaps) == tokens - 1
+    assert row["output_tokens"] == tokens
+    if per_write >= tokens + 2:  # role, every content event and the finish in one write
+        assert gaps == [0.0] * (tokens - 1)

@@ -327,3 +327,33 @@ def test_a_client_that_leaves_after_done_got_everything(store: RecordStore, rais
     assert (record.output_tokens, len(record.itl_s or [])) == (3, 2)
     assert record.e2e_s == pytest.approx(16 * MS)  # ends at [DONE], not at the disconnect
     assert_additive(record)
+
+
+@pytest.mark.parametrize("per_message", [1, 2, 5, 40])
+def test_each_sse_event_counts_however_the_app_groups_them(
+    store: RecordStore, per_message: int
+) -> None:
+    """A mounted app that sends several SSE events in one body message (sse-starlette
+    batching, a generator yielding joined events): each content event is a token event,
+    the ones that left together 0 s apart."""
+    clock = ScriptedClock()
+    events = [chat_delta(role="assistant", content="")]
+    events += [chat_delta(content=f" w{index}") for index in range(10)]
+    events += [sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})]
+    events += [b"data: [DONE]\n\n"]
+    groups = [b"".join(events[i : i + per_message]) for i in range(0, len(events), per_message)]
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        for group in groups:
+            clock.advance_ms(5)
+            await send({"type": "http.response.body", "body": group, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    asyncio.run(call(LatencyMiddleware(app, store=store, clock=clock), clock, {"stream": True}))
+    record = only_record(store)
+    assert record.output_tokens == 10
+    assert record.itl_s is not None and len(record.itl_s) == 9
+    assert record.itl_s.count(0.0) == 9 - (len([g for g in groups if b" w" in g]) - 1)
