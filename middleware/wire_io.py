@@ -8,16 +8,13 @@ from typing import Any
 
 from middleware.timeline import RequestTimeline
 from middleware.types import Message, Receive, Scope
-from middleware.upstream import apply_tgi_headers
+from middleware.upstream import apply_tgi_headers, response_headers
 from middleware.wire import WireReader
 
 # A plain (not streamed) JSON body is kept for its usage up to this size.
 MAX_READ_BODY = 4 << 20
-# Response headers an upstream adapter reads (TGI's timing headers).
-UPSTREAM_HEADERS = frozenset(
-    (b"x-queue-time", b"x-inference-time", b"x-time-per-token", b"x-generated-tokens",
-     b"x-prompt-tokens", b"x-validation-time")
-)  # fmt: skip
+# Response headers an upstream adapter reads (TGI's timing headers), from the registry.
+UPSTREAM_HEADERS = response_headers()
 
 
 async def ask_for_usage(scope: Scope, receive: Receive, replay: list[Message]) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from middleware.upstream.registry import EngineAdapter, register
 from middleware.upstream.report import UpstreamReport
 
 
@@ -43,3 +44,17 @@ def apply_timings(report: UpstreamReport, timings: Mapping[str, Any]) -> None:
     prompt_n = timings.get("prompt_n")
     if report.input_tokens is None and type(prompt_n) is int and prompt_n >= 0:
         report.input_tokens = prompt_n + (report.cached_tokens or 0)
+
+
+# With `--metrics`, its `/metrics` (observed, a 2026 build): busy slots and deferred requests;
+# no KV-cache gauge.
+LLAMA_CPP = register(
+    EngineAdapter(
+        name="llamacpp",
+        body_keys=("timings",),
+        metrics={
+            "llamacpp:requests_processing": "running",
+            "llamacpp:requests_deferred": "queue_depth",
+        },
+    )
+)

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from middleware.upstream.registry import EngineAdapter, register
 from middleware.upstream.report import UpstreamReport
+
+# The response headers read here (lower case), declared once for the middleware.
+HEADERS = frozenset(
+    (b"x-queue-time", b"x-inference-time", b"x-time-per-token", b"x-generated-tokens",
+     b"x-prompt-tokens", b"x-validation-time")
+)  # fmt: skip
 
 
 def _int_header(headers: Mapping[bytes, bytes], name: bytes) -> int | None:
@@ -49,3 +56,15 @@ def apply_tgi_headers(report: UpstreamReport, headers: Mapping[bytes, bytes]) ->
         report.decode_s = decode_ms / 1000
         report.prefill_s = (inference_ms - decode_ms) / 1000
     return True
+
+
+TGI = register(
+    EngineAdapter(
+        name="tgi",
+        headers=HEADERS,
+        metrics={
+            "tgi_queue_size": "queue_depth",
+            "tgi_batch_current_size": "batch_size",
+        },
+    )
+)

@@ -1,0 +1,131 @@
+"""One registry of upstream engines: what each puts on the wire and beside it.
+
+Each engine's module declares one `EngineAdapter`: the response headers and body keys it reads,
+the names of its request spans (OTLP, `POST /v1/traces`) and which span attributes hold its
+phases and counts, and which of its Prometheus `/metrics` families map onto the engine gauges
+the bundled engine fills. Adding an engine is one module that calls `register` and its test.
+
+Nothing here runs per chunk: the middleware derives its header set and span-name lookup from
+the registry once, at import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# What an engine span can tell about one request (`SpanPhases` fields) and the engine gauges a
+# `/metrics` family can feed (`slo.sli` catalog names of the engine gauges and counters).
+SPAN_FIELDS = ("queue_s", "prefill_s", "decode_s", "input_tokens", "output_tokens", "request_id")
+ENGINE_METRIC_TARGETS = ("queue_depth", "running", "batch_size", "kv_usage", "preemptions")
+
+
+@dataclass(frozen=True, slots=True)
+class SpanPhases:
+    """One engine request span, read: seconds and counts, None where the span did not say."""
+
+    trace_id: str
+    request_id: str | None = None
+    queue_s: float | None = None
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    engine: str = ""
+
+
+def _seconds(value: Any, scale: float) -> float | None:
+    if type(value) in (int, float) and 0 <= value < float("inf"):
+        return float(value) * scale
+    return None
+
+
+def _count(value: Any) -> int | None:
+    if type(value) is int and value >= 0:
+        return value
+    if type(value) is float and value.is_integer() and value >= 0:
+        return int(value)
+    return None
+
+
+@dataclass(frozen=True)
+class EngineAdapter:
+    """What one engine reports, by name.
+
+    `span_attributes` maps a `SPAN_FIELDS` name to the engine's span attribute; latencies are
+    in units of `span_unit_s` seconds. `read_span` overrides the attribute map for an engine
+    whose spans need more than a lookup. `metrics` maps a `/metrics` family name (as
+    prometheus_client's parser names it) to one of `ENGINE_METRIC_TARGETS`.
+    """
+
+    name: str
+    headers: frozenset[bytes] = frozenset()
+    body_keys: tuple[str, ...] = ()
+    span_names: frozenset[str] = frozenset()
+    span_attributes: Mapping[str, str] = field(default_factory=dict)
+    span_unit_s: float = 1.0
+    read_span: Callable[[str, Mapping[str, Any]], SpanPhases | None] | None = None
+    metrics: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.span_attributes) - set(SPAN_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"engine adapter {self.name!r}: span_attributes names {sorted(unknown)}; "
+                f"use fields of {SPAN_FIELDS}"
+            )
+        targets = set(self.metrics.values()) - set(ENGINE_METRIC_TARGETS)
+        if targets:
+            raise ValueError(
+                f"engine adapter {self.name!r}: metrics map onto {sorted(targets)}; "
+                f"use one of {ENGINE_METRIC_TARGETS}"
+            )
+
+    def phases(self, trace_id: str, attributes: Mapping[str, Any]) -> SpanPhases | None:
+        """The phases and counts a request span of this engine carries."""
+        if self.read_span is not None:
+            return self.read_span(trace_id, attributes)
+        names = self.span_attributes
+        values: dict[str, Any] = {}
+        for name in ("queue_s", "prefill_s", "decode_s"):
+            if name in names:
+                values[name] = _seconds(attributes.get(names[name]), self.span_unit_s)
+        for name in ("input_tokens", "output_tokens"):
+            if name in names:
+                values[name] = _count(attributes.get(names[name]))
+        if "request_id" in names:
+            request_id = attributes.get(names["request_id"])
+            values["request_id"] = request_id if isinstance(request_id, str) else None
+        return SpanPhases(trace_id=trace_id, engine=self.name, **values)
+
+
+ADAPTERS: dict[str, EngineAdapter] = {}
+
+
+def register(adapter: EngineAdapter) -> EngineAdapter:
+    """Add one engine's adapter; its name and span names must be new."""
+    if adapter.name in ADAPTERS:
+        raise ValueError(f"engine adapter {adapter.name!r} is registered twice")
+    for other in ADAPTERS.values():
+        shared = adapter.span_names & other.span_names
+        if shared:
+            raise ValueError(
+                f"engine adapters {other.name!r} and {adapter.name!r} both claim spans "
+                f"named {sorted(shared)}; a span name must say which engine sent it"
+            )
+    ADAPTERS[adapter.name] = adapter
+    return adapter
+
+
+def adapter_for_span(name: str) -> EngineAdapter | None:
+    """The adapter whose engine names its request spans `name`, if any."""
+    for adapter in ADAPTERS.values():
+        if name in adapter.span_names:
+            return adapter
+    return None
+
+
+def response_headers() -> frozenset[bytes]:
+    """Every response header some adapter reads (lower case)."""
+    return frozenset().union(*(adapter.headers for adapter in ADAPTERS.values()))

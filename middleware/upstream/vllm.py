@@ -1,0 +1,33 @@
+"""vLLM: its OTLP request span and its Prometheus `/metrics` (v1 engine).
+
+Started with `--otlp-traces-endpoint URL` (and `--collect-detailed-traces` for the model
+times), vLLM exports one SERVER span per request, named `llm_request`, a child of the
+request's W3C `traceparent` (vllm/tracing.py `SpanAttributes`, set where the output processor
+finishes a request). Latencies are seconds, as floats. Nothing on its wire tells a phase: the
+stream's first chunk (the role) leaves at prefill end, content deltas may hold several tokens.
+"""
+
+from __future__ import annotations
+
+from middleware.upstream.registry import EngineAdapter, register
+
+VLLM = register(
+    EngineAdapter(
+        name="vllm",
+        span_names=frozenset({"llm_request"}),
+        span_attributes={
+            "request_id": "gen_ai.request.id",
+            "queue_s": "gen_ai.latency.time_in_queue",
+            "prefill_s": "gen_ai.latency.time_in_model_prefill",
+            "decode_s": "gen_ai.latency.time_in_model_decode",
+            "input_tokens": "gen_ai.usage.prompt_tokens",
+            "output_tokens": "gen_ai.usage.completion_tokens",
+        },
+        metrics={
+            "vllm:num_requests_waiting": "queue_depth",
+            "vllm:num_requests_running": "running",
+            "vllm:kv_cache_usage_perc": "kv_usage",
+            "vllm:num_preemptions": "preemptions",
+        },
+    )
+)
