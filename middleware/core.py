@@ -11,19 +11,22 @@ record to the store (off the request path) and the live SLO windows.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from middleware.auth import ApiKeyAuth
 from middleware.bridge import EngineBridge
 from middleware.capture import CaptureBuffer, ContentCapture
 from middleware.clock import Clock, SystemClock
 from middleware.histograms import bucket_counts
+from middleware.intake import SpanJoin, apply_engine_span, serve_traces
+from middleware.intake.propagate import propagate_context
 from middleware.lifespan import Lifespan
 from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
@@ -119,6 +122,10 @@ class LatencyMiddleware:
         auth: ApiKeyAuth | str | Path | None = None,
         capture: ContentCapture | None = None,
         inject_usage: bool = False,
+        traces_path: str | None = "/v1/traces",
+        engine_spans: Literal["auto", "always", "never"] = "auto",
+        engine_span_wait_s: float = 10.0,
+        propagate_trace: bool | None = None,
     ) -> None:
         self.app = app
         self.spec = _load_spec(spec)
@@ -145,6 +152,14 @@ class LatencyMiddleware:
         # Ask streamed requests for `usage` (stream_options.include_usage) so counts are exact
         # on engines that report it; the usage chunk is kept from clients that did not ask.
         self.inject_usage = inject_usage
+        # Engine request spans (OTLP at `traces_path`) joined to the records: see
+        # middleware.intake.join for when a report waits for its span, and how long.
+        self.traces_path = traces_path
+        self.span_join = SpanJoin(engine_span_wait_s, expect=engine_spans)
+        # Send the app (the engine, or `slo proxy`'s upstream) a traceparent of our request
+        # span and an X-Request-Id; by default when our spans are exported (else the parent
+        # would name a span no backend has), and always behind `slo proxy`.
+        self.propagate_trace = self.tracer.enabled if propagate_trace is None else propagate_trace
         self.lifespan = Lifespan(self.close)
         self.requests_seen = 0
         # uuid4 reads the OS entropy pool per call (slow on some VMs): a random prefix per
@@ -182,6 +197,9 @@ class LatencyMiddleware:
         if path == self.slo_path or path == self.slo_path + ".html":
             await self._serve_slo(path.endswith(".html"), scope, send)
             return
+        if path == self.traces_path:
+            await serve_traces(self.span_join, scope, receive, send)
+            return
         route = self.route_label(path)
         if route is None:
             await self.app(scope, receive, send)
@@ -213,6 +231,9 @@ class LatencyMiddleware:
         state["priority"] = tier.priority
         state["request_id"] = request_id
         state["tier"] = tier.name
+        ids: tuple[str, str] | None = None
+        if self.propagate_trace:
+            ids = propagate_context(scope, headers, request_id)
         response = _Response()
         server_timing = self.server_timing
         now_ns = time.perf_counter_ns if isinstance(clock, SystemClock) else clock.now_ns
@@ -345,7 +366,7 @@ class LatencyMiddleware:
                 elif not response.complete:  # the stream did not end: counts so far
                     settle_stream(timeline, wire)
                 output_tokens = self._finish(
-                    timeline, tier.name, route, headers, state, response, raised, captured
+                    timeline, tier.name, route, headers, state, response, raised, captured, ids
                 )
                 if key is not None and self.auth is not None:
                     self.auth.charge_tokens(
@@ -364,8 +385,10 @@ class LatencyMiddleware:
         response: _Response,
         raised: bool,
         captured: CaptureBuffer | None = None,
+        ids: tuple[str, str] | None = None,
     ) -> int:
-        """Report one finished request everywhere; the output tokens it produced."""
+        """Settle one finished request: reported now, or once the engine's span comes (a
+        bounded wait, `middleware.intake.join`); the output tokens it produced."""
         self.requests_seen += 1
         outcome = classify_outcome(
             response.status,
@@ -375,12 +398,45 @@ class LatencyMiddleware:
             raised and not response.delivered,
         )
         status = 500 if raised and not response.started else response.status
+        trace_id = ids[0] if ids is not None else self.tracer.trace_id_from_header(headers)
+
+        def report(span: Any) -> None:
+            if span is not None:
+                apply_engine_span(timeline, span)
+            self._report(timeline, tier, route, headers, response, outcome, status, captured, ids)
+
+        produced_tokens = timeline.breakdown().output_tokens if status < 400 else 0
+        if outcome != "ok" or timeline.engine_reported:
+            report(None)  # no engine span is coming for what never ran in a remote engine
+        else:
+            key = trace_id or f"request:{timeline.request_id}"
+            upstream_id = headers.get("x-request-id") or (
+                timeline.request_id if self.propagate_trace else None
+            )
+            wait_s = self.span_join.settle(key, upstream_id, report)
+            if wait_s is not None:
+                asyncio.get_running_loop().call_later(wait_s, self.span_join.expire)
+        return produced_tokens
+
+    def _report(
+        self,
+        timeline: RequestTimeline,
+        tier: str,
+        route: str,
+        headers: dict[str, str],
+        response: _Response,
+        outcome: str,
+        status: int,
+        captured: CaptureBuffer | None,
+        ids: tuple[str, str] | None,
+    ) -> None:
+        """Report one finished request everywhere: span, metrics, live windows, record."""
         breakdown = timeline.breakdown()
         produced = status < 400 and breakdown.output_tokens > 0
         # Latency histograms (and the live windows on the same buckets) count ok requests only,
         # as `slo check` and the generated rules do; the record keeps what was produced.
         observed = breakdown if produced and outcome == "ok" else None
-        trace_id = self.tracer.trace_id_from_header(headers)
+        trace_id = ids[0] if ids is not None else self.tracer.trace_id_from_header(headers)
         if self.tracer.enabled:
             attributes = span_attributes(
                 self.model, route, tier, status, response.is_stream, timeline, breakdown, outcome
@@ -396,6 +452,7 @@ class LatencyMiddleware:
                     self.tracer.parent_context(headers),
                     f"POST {route}",
                     self._epoch_offset_ns,
+                    ids,
                 )
                 or trace_id
             )
@@ -425,7 +482,6 @@ class LatencyMiddleware:
                     produced,
                 )
             )
-        return breakdown.output_tokens if produced else 0
 
     async def _serve_metrics(self, scope: Scope, send: Send) -> None:
         self.metrics.observe_losses(self.store, self.span_drops)
@@ -459,6 +515,7 @@ class LatencyMiddleware:
 
     def close(self) -> None:
         """Flush records and stop background work (call on shutdown)."""
+        self.span_join.close()  # reports still waiting for an engine span go out without it
         if self.store is not None:
             self.store.close()
         self.live.close()

@@ -236,13 +236,19 @@ class RequestTimeline:
             network_ns = (receive_end - start) + (end - last_chunk)
             decode_ns = last_chunk - first_byte
             detokenize = 0
-            queue_ns, prefill_ns, queue_prefill_ns, other_ns, decode_extra, reach_ns = (
-                self._before_first_byte(receive_end, first_byte)
-            )
-            network_ns += reach_ns
-            decode_ns += decode_extra
-            tokens_source = "chunks"
             report = self.upstream
+            if report is not None and report.from_span:
+                queue_ns, prefill_ns, decode_ns, other_ns, reach_ns = self._engine_span_split(
+                    report, receive_end, last_chunk
+                )
+                queue_prefill_ns = None
+            else:
+                queue_ns, prefill_ns, queue_prefill_ns, other_ns, decode_extra, reach_ns = (
+                    self._before_first_byte(receive_end, first_byte)
+                )
+                decode_ns += decode_extra
+            network_ns += reach_ns
+            tokens_source = "chunks"
             if report is not None and report.output_tokens is not None:
                 output_tokens = report.output_tokens
                 tokens_source = report.tokens_source or "usage"
@@ -273,6 +279,39 @@ class RequestTimeline:
             tokens_source=tokens_source,
         )
 
+    def _proxy_segments(self, receive_end: int, until: int) -> tuple[int, int, int]:
+        """(the engine's start, the proxy's own time, reaching the upstream): behind a proxy
+        its time before it sends upstream is "other" and reaching the upstream is network."""
+        other = reach = 0
+        engine_start = receive_end
+        mark = self.upstream_start_ns
+        if mark is not None:
+            engine_start = min(max(mark, receive_end), until)
+            other = engine_start - receive_end
+            mark = self.upstream_connected_ns
+            if mark is not None:
+                reached = min(max(mark, engine_start), until)
+                reach = reached - engine_start
+                engine_start = reached
+        return engine_start, other, reach
+
+    def _engine_span_split(
+        self, report: UpstreamReport, receive_end: int, last_chunk: int
+    ) -> tuple[int, int, int, int, int]:
+        """The engine's span said queue, prefill and decode: (queue, prefill, decode, other,
+        reaching upstream). They are carved, in that order, out of the engine's part of the
+        critical path (from reaching it to its last token event on the wire); what they leave
+        of it is "other" (the engine's HTTP and tokenization, time no phase names), and a
+        phase longer than what is left is cut to it, so the parts still sum to e2e."""
+        engine_start, other, reach = self._proxy_segments(receive_end, last_chunk)
+        rest = last_chunk - engine_start
+        carved = []
+        for seconds in (report.queue_s, report.prefill_s, report.decode_s):
+            part = min(round((seconds or 0.0) * 1e9), rest)
+            carved.append(part)
+            rest -= part
+        return carved[0], carved[1], carved[2], other + rest, reach
+
     def _before_first_byte(
         self, receive_end: int, first_byte: int
     ) -> tuple[int | None, int | None, int | None, int, int, int]:
@@ -284,17 +323,8 @@ class RequestTimeline:
         (a non-streamed reply's decode too: its first byte comes after the last token); what
         no one reported is "queue_prefill" (the engine's queue and prefill, not split).
         """
-        other = reach = decode = 0
-        engine_start = receive_end
-        mark = self.upstream_start_ns
-        if mark is not None:
-            engine_start = min(max(mark, receive_end), first_byte)
-            other = engine_start - receive_end
-            mark = self.upstream_connected_ns
-            if mark is not None:
-                reached = min(max(mark, engine_start), first_byte)
-                reach = reached - engine_start
-                engine_start = reached
+        decode = 0
+        engine_start, other, reach = self._proxy_segments(receive_end, first_byte)
         rest = first_byte - engine_start
         report = self.upstream
         if report is None:

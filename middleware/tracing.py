@@ -113,6 +113,12 @@ class RequestTracer:
             else None
         )
         self.enabled = self.tracer is not None
+        # The request span takes the ids already sent upstream in `traceparent`, so the
+        # engine's span is its child (middleware.intake.propagate).
+        self._ids: _PresetIds | None = None
+        if self.tracer is not None and hasattr(self.tracer, "id_generator"):
+            self._ids = _PresetIds(self.tracer.id_generator)
+            self.tracer.id_generator = self._ids
 
     @staticmethod
     def parent_context(headers: Mapping[str, str]) -> Context | None:
@@ -136,24 +142,32 @@ class RequestTracer:
         parent: Context | None,
         name: str,
         epoch_offset_ns: int,
+        ids: tuple[str, str] | None = None,
     ) -> str | None:
-        """Emit the request's spans; returns the trace id (hex)."""
+        """Emit the request's spans; returns the trace id (hex). `ids` (trace id, span id in
+        hex) are the server span's when they were already handed on."""
         tracer = self.tracer
         if tracer is None:
             return None
+        if ids is not None and self._ids is not None:
+            self._ids.preset(int(ids[0], 16), int(ids[1], 16))
 
         def wall(ns: int) -> int:
             return ns + epoch_offset_ns
 
         start = timeline.start_ns
         end = start + round(breakdown.e2e_s * 1e9)
-        server = tracer.start_span(
-            name,
-            context=parent,
-            kind=trace.SpanKind.SERVER,
-            start_time=wall(start),
-            attributes=attributes,
-        )
+        try:
+            server = tracer.start_span(
+                name,
+                context=parent,
+                kind=trace.SpanKind.SERVER,
+                start_time=wall(start),
+                attributes=attributes,
+            )
+        finally:
+            if self._ids is not None:
+                self._ids.preset(None, None)
         context = trace.set_span_in_context(server)
         for phase_name, begin, finish in phase_intervals(timeline, breakdown):
             span = tracer.start_span(phase_name, context=context, start_time=wall(begin))
@@ -162,6 +176,29 @@ class RequestTracer:
             server.set_status(trace.Status(trace.StatusCode.ERROR))
         server.end(end_time=wall(end))
         return format(server.get_span_context().trace_id, "032x")
+
+
+class _PresetIds:
+    """An id generator that hands out preset ids once, then defers to the SDK's own."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._trace_id: int | None = None
+        self._span_id: int | None = None
+
+    def preset(self, trace_id: int | None, span_id: int | None) -> None:
+        self._trace_id, self._span_id = trace_id, span_id
+
+    def generate_span_id(self) -> int:
+        span_id, self._span_id = self._span_id, None
+        return self.inner.generate_span_id() if span_id is None else span_id
+
+    def generate_trace_id(self) -> int:
+        trace_id, self._trace_id = self._trace_id, None
+        return self.inner.generate_trace_id() if trace_id is None else trace_id
+
+    def is_trace_id_random(self) -> bool:
+        return bool(getattr(self.inner, "is_trace_id_random", lambda: True)())
 
 
 def phase_intervals(timeline: RequestTimeline, breakdown: Breakdown) -> list[tuple[str, int, int]]:

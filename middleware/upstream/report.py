@@ -21,3 +21,6 @@ class UpstreamReport:
     queue_s: float | None = None
     prefill_s: float | None = None
     decode_s: float | None = None
+    # The phases come from the engine's own request span (`middleware.intake`): they cover
+    # the engine's whole part of the request, streamed or not, decode included.
+    from_span: bool = False

@@ -1,0 +1,64 @@
+"""`POST /v1/traces`: OTLP/HTTP trace exports from the engine, handed to the span join.
+
+Answers as an OTLP/HTTP receiver does: 200 with an empty `ExportTraceServiceResponse` (in
+the request's encoding) once the export is read, 400 with a message naming what is wrong,
+405 for another method, 413 past the size limit. An export is read whole before any of its
+spans is joined, so a malformed body changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+
+from middleware.intake.join import SpanJoin
+from middleware.intake.otlp import MAX_EXPORT_BYTES, IntakeError, decode_export
+from middleware.types import Receive, Scope, Send
+
+
+async def serve_traces(join: SpanJoin, scope: Scope, receive: Receive, send: Send) -> None:
+    headers = {
+        key.decode("latin-1").lower(): value.decode("latin-1")
+        for key, value in scope.get("headers", ())
+    }
+    content_type = headers.get("content-type", "")
+    as_json = content_type.split(";")[0].strip().lower() == "application/json"
+    if scope.get("method") != "POST":
+        await _answer(send, 405, "POST an OTLP/HTTP trace export here", as_json)
+        return
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return  # the exporter went away
+        body += message.get("body", b"")
+        if len(body) > MAX_EXPORT_BYTES:
+            join.counts.rejected += 1
+            await _answer(send, 413, f"export exceeds {MAX_EXPORT_BYTES} bytes", as_json)
+            return
+        if not message.get("more_body", False):
+            break
+    try:
+        spans = decode_export(bytes(body), content_type, headers.get("content-encoding", ""))
+    except IntakeError as error:
+        join.counts.rejected += 1
+        await _answer(send, 400, f"POST /v1/traces: {error}", as_json)
+        return
+    join.add(spans)
+    await _answer(send, 200, None, as_json)
+
+
+async def _answer(send: Send, status: int, message: str | None, as_json: bool) -> None:
+    if as_json or message is not None:
+        # OTLP/HTTP answers a failure with a google.rpc.Status; its JSON form has `message`.
+        payload = {} if message is None else {"code": 3, "message": message}
+        body, content_type = json.dumps(payload).encode(), b"application/json"
+    else:
+        body, content_type = b"", b"application/x-protobuf"  # an empty response message
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type)],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

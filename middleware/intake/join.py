@@ -1,0 +1,221 @@
+"""Join engine request spans to the wire records, exactly once.
+
+Engines export spans in batches: a request's span can come seconds after its response ended,
+before it, twice, or never. A finished request's report (record, histograms, live windows)
+is therefore *settled* here:
+
+- its span is already held (it came first): reported at once with the engine's phases;
+- spans are expected and it has not come: the report waits, at most `wait_s`, and goes out
+  with the span when it comes, or without it (`queue_prefill` as before) when the wait ends;
+- no span is expected: reported at once, as before.
+
+Spans are expected when `expect` is "always", or, with "auto" (the default), once this
+process has received an engine span in the last `AUTO_WINDOW_S`: an engine that exports none
+never delays a report. A span waits for its request at most `hold_s`, and at most `max_held`
+spans wait at once (the oldest dropped first); a second span for a joined request is dropped.
+Every dropped span is counted.
+
+Keys: the trace id (the proxy sends the engine a `traceparent` of its own span), or the
+request id the engine reports (`X-Request-Id`, which vLLM may prefix, e.g. `chatcmpl-<id>`).
+Single-threaded: call it from the event loop that serves the requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from middleware.upstream import SpanPhases
+
+logger = logging.getLogger("middleware.intake")
+
+# With expect="auto", reports wait for spans while the last engine span is this recent.
+AUTO_WINDOW_S = 600.0
+EXPECT_MODES = ("auto", "always", "never")
+
+Report = Callable[[SpanPhases | None], None]
+
+
+@dataclass
+class JoinCounts:
+    spans: int = 0  # engine request spans received
+    joined: int = 0  # spans that gave their request its phases
+    duplicates: int = 0  # spans for a request already joined: dropped
+    unmatched: int = 0  # spans dropped: no request came within hold_s, or too many held
+    waited_in_vain: int = 0  # reports that waited wait_s and went out without a span
+    rejected: int = 0  # exports that could not be read (answered 400)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    deadline: float
+    report: Report
+    request_id: str | None
+
+
+class SpanJoin:
+    def __init__(
+        self,
+        wait_s: float = 10.0,
+        *,
+        hold_s: float = 60.0,
+        max_held: int = 10_000,
+        expect: Literal["auto", "always", "never"] = "auto",
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if expect not in EXPECT_MODES:
+            raise ValueError(f"expect={expect!r}: use one of {', '.join(EXPECT_MODES)}")
+        if wait_s < 0 or hold_s <= 0 or max_held < 1:
+            raise ValueError(
+                f"wait_s={wait_s}, hold_s={hold_s}, max_held={max_held}: the wait must be "
+                ">= 0 s, the hold > 0 s and at least one span held"
+            )
+        self.wait_s = wait_s
+        self.hold_s = hold_s
+        self.max_held = max_held
+        self.expect = expect
+        self.now = now
+        self.counts = JoinCounts()
+        self._last_span_at: float | None = None
+        self._waiting: OrderedDict[str, _Waiting] = OrderedDict()  # trace id -> report
+        self._waiting_by_request: dict[str, str] = {}  # request id -> trace id
+        self._held: OrderedDict[str, tuple[float, SpanPhases]] = OrderedDict()  # early spans
+        self._held_by_request: dict[str, str] = {}
+        self._joined: OrderedDict[str, None] = OrderedDict()  # recent trace ids, for duplicates
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def expects_spans(self) -> bool:
+        if self.expect != "auto":
+            return self.expect == "always"
+        last = self._last_span_at
+        return last is not None and self.now() - last < AUTO_WINDOW_S
+
+    def settle(self, trace_id: str, request_id: str | None, report: Report) -> float | None:
+        """Report one finished request now, or hold it for its span: the seconds it may wait
+        (call `expire` then), or None when it was reported."""
+        span = self._take_held(trace_id, request_id)
+        if span is not None:
+            self._joined_now(trace_id)
+            _safely(report, span)
+            return None
+        if not self.expects_spans() or self.wait_s == 0 or trace_id in self._waiting:
+            _safely(report, None)
+            return None
+        self._waiting[trace_id] = _Waiting(self.now() + self.wait_s, report, request_id)
+        if request_id:
+            self._waiting_by_request[request_id] = trace_id
+        return self.wait_s
+
+    def add(self, spans: list[SpanPhases]) -> None:
+        """Engine spans from one export."""
+        now = self.now()
+        for span in spans:
+            self.counts.spans += 1
+            self._last_span_at = now
+            trace_id = self._waiting_trace(span)
+            if trace_id is not None:
+                waiting = self._waiting.pop(trace_id)
+                if waiting.request_id:
+                    self._waiting_by_request.pop(waiting.request_id, None)
+                self._joined_now(trace_id)
+                _safely(waiting.report, span)
+            elif span.trace_id in self._joined:
+                self.counts.duplicates += 1
+            else:
+                self._hold(span, now)
+        self._drop_stale(now)
+
+    def expire(self) -> None:
+        """Report the requests whose wait is over without a span; drop stale spans."""
+        now = self.now()
+        while self._waiting:
+            trace_id, waiting = next(iter(self._waiting.items()))
+            if waiting.deadline > now:
+                break
+            del self._waiting[trace_id]
+            if waiting.request_id:
+                self._waiting_by_request.pop(waiting.request_id, None)
+            self.counts.waited_in_vain += 1
+            _safely(waiting.report, None)
+        self._drop_stale(now)
+
+    def close(self) -> None:
+        """Shutdown: every waiting request is reported without its span."""
+        while self._waiting:
+            _trace_id, waiting = self._waiting.popitem(last=False)
+            self.counts.waited_in_vain += 1
+            _safely(waiting.report, None)
+        self._waiting_by_request.clear()
+
+    def _waiting_trace(self, span: SpanPhases) -> str | None:
+        if span.trace_id in self._waiting:
+            return span.trace_id
+        for request_id in _request_keys(span.request_id):
+            trace_id = self._waiting_by_request.get(request_id)
+            if trace_id is not None:
+                return trace_id
+        return None
+
+    def _take_held(self, trace_id: str, request_id: str | None) -> SpanPhases | None:
+        key = trace_id if trace_id in self._held else None
+        if key is None and request_id:
+            key = self._held_by_request.get(request_id)
+        if key is None:
+            return None
+        _at, span = self._held.pop(key)
+        for held_request in _request_keys(span.request_id):
+            self._held_by_request.pop(held_request, None)
+        return span
+
+    def _hold(self, span: SpanPhases, now: float) -> None:
+        if span.trace_id in self._held:
+            self.counts.duplicates += 1
+            return
+        self._held[span.trace_id] = (now, span)
+        for request_id in _request_keys(span.request_id):
+            self._held_by_request[request_id] = span.trace_id
+        while len(self._held) > self.max_held:
+            self._drop_oldest_held()
+
+    def _drop_stale(self, now: float) -> None:
+        while self._held and next(iter(self._held.values()))[0] + self.hold_s <= now:
+            self._drop_oldest_held()
+
+    def _drop_oldest_held(self) -> None:
+        _trace_id, (_at, span) = self._held.popitem(last=False)
+        for request_id in _request_keys(span.request_id):
+            self._held_by_request.pop(request_id, None)
+        self.counts.unmatched += 1
+
+    def _joined_now(self, trace_id: str) -> None:
+        self.counts.joined += 1
+        self._joined[trace_id] = None
+        while len(self._joined) > self.max_held:
+            self._joined.popitem(last=False)
+
+
+def _request_keys(request_id: str | None) -> tuple[str, ...]:
+    """The keys an engine's request id can be found under: itself and, for an id the engine
+    prefixed (vLLM's `chatcmpl-<X-Request-Id>`), what follows the first dash."""
+    if not request_id:
+        return ()
+    prefix, dash, rest = request_id.partition("-")
+    return (request_id, rest) if dash and rest and prefix.isalpha() else (request_id,)
+
+
+def _safely(report: Report, span: SpanPhases | None) -> None:
+    try:
+        report(span)
+    except Exception:  # reporting must never break the intake or the request
+        logger.exception("llm-slo: failed to report a request")
