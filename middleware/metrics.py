@@ -17,11 +17,12 @@ and `/metrics` aggregates every worker.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import Any
 
@@ -72,6 +73,12 @@ GPU_GAUGES = ("gpu_utilization", "gpu_memory")
 def _base_name(metric: str, kind: str) -> str:
     # prometheus_client appends `_total` to counters itself.
     return metric[: -len("_total")] if kind == "counter" and metric.endswith("_total") else metric
+
+
+def _labels(name: str, tier: str, model: str) -> tuple[str, ...]:
+    """The catalog metric `name`'s label values, in its label order (tier only if it has one)."""
+    values = {"tier": tier, "model": model}
+    return tuple(values[label] for label in CATALOG[name].labels)
 
 
 # The histograms fed one value per request, in the order `MetricSet.observe` reads them.
@@ -181,6 +188,7 @@ class MetricSet:
         # Other workers read a worker's values from its files: multiprocess mode flushes at once.
         self._flush_every_s = 0.0 if self.multiprocess else FLUSH_EVERY_S
         self._flush_at = 0.0
+        self._engine_wide = False  # engine gauges come from an engine that knows no tiers
         self._queue_depth = {
             tier.name: self.gauges["queue_depth"].labels(tier=tier.name, model=model)
             for tier in spec.tiers
@@ -194,7 +202,7 @@ class MetricSet:
     def _bind_scheduler_metrics(self, spec: SLOSpec, model: str) -> None:
         """Tier isolation: preemptions, queue waits and sheds per tier, chunks per step. Every
         child is made now, at 0, keyed by the tier's priority (what the engine reports)."""
-        preemptions = self._counter("preemptions")
+        preemptions = self._preemption_counter = self._counter("preemptions")
         queue_wait = self._histogram(
             "scheduler_queue_wait", CATALOG["scheduler_queue_wait"].default_buckets
         )
@@ -368,6 +376,33 @@ class MetricSet:
             if amount:
                 self.engine_counters[name].inc(amount)
         self._observe_scheduler(stats)
+
+    def set_engine_gauges(self, values: Mapping[str, float], preempted: float = 0.0) -> None:
+        """Engine gauges from another engine's own numbers (`slo proxy` reading its /metrics),
+        by ENGINE_GAUGES name; a name missing from `values` is not exported (unknown, not 0).
+        `preempted`: preemptions since the last call.
+
+        Such an engine knows nothing of the spec's tiers, so its queue depth and preemptions
+        are engine-wide: they go to the spec's default tier (where requests no rule matches
+        fall), and the other tiers' queue and preemption series are no longer exported (a 0
+        there would say those tiers wait for nothing)."""
+        default, model = self.spec.default_tier, self.model
+        if not self._engine_wide and not self.multiprocess:  # no removal across processes
+            for tier in self.spec.tiers:
+                if tier is not default:
+                    self.gauges["queue_depth"].remove(*_labels("queue_depth", tier.name, model))
+                    self._preemption_counter.remove(*_labels("preemptions", tier.name, model))
+        self._engine_wide = True
+        for name in ENGINE_GAUGES:
+            labels = _labels(name, default.name, model)
+            value = values.get(name)
+            if value is not None:
+                self.gauges[name].labels(*labels).set(value)
+            else:
+                with contextlib.suppress(KeyError):  # older prometheus_client raise when absent
+                    self.gauges[name].remove(*labels)
+        if preempted > 0:
+            self._preemptions[default.priority].inc(preempted)
 
     def _observe_scheduler(self, stats: Any) -> None:
         """Tier-isolation metrics from a step; engines whose StepStats predate them report

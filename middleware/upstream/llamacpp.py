@@ -55,6 +55,7 @@ LLAMA_CPP = register(
         metrics={
             "llamacpp:requests_processing": "running",
             "llamacpp:requests_deferred": "queue_depth",
+            "llamacpp:kv_cache_usage_ratio": "kv_usage",  # older builds only, 0..1
         },
     )
 )

@@ -22,7 +22,10 @@ SGLANG = register(
         metrics={
             "sglang:num_queue_reqs": "queue_depth",
             "sglang:num_running_reqs": "running",
-            "sglang:token_usage": "kv_usage",
+            "sglang:token_usage": "kv_usage",  # KV-cache tokens in use, 0..1
+            # Its preemptions: decode requests retracted when the KV cache runs out (the
+            # counter `sglang:num_retracted_requests_total`).
+            "sglang:num_retracted_requests": "preemptions",
         },
     )
 )

@@ -26,7 +26,8 @@ VLLM = register(
         metrics={
             "vllm:num_requests_waiting": "queue_depth",
             "vllm:num_requests_running": "running",
-            "vllm:kv_cache_usage_perc": "kv_usage",
+            "vllm:kv_cache_usage_perc": "kv_usage",  # 0..1 ("1 means 100 percent usage")
+            "vllm:gpu_cache_usage_perc": "kv_usage",  # its older, deprecated name; same ratio
             "vllm:num_preemptions": "preemptions",
         },
     )

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from slo.cli.serving import add_server_flags, check_positive_seconds, run_until_stopped
 from slo.errors import UsageError
+
+if TYPE_CHECKING:
+    from middleware.metrics import MetricSet
+    from middleware.upstream.engine_metrics import EngineMetricsScraper
 
 HELP = "measure any OpenAI-compatible server: a streaming reverse proxy with the middleware"
 DESCRIPTION = (
@@ -51,6 +56,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="ask streamed requests for usage (stream_options.include_usage) so token counts "
         "are exact on engines that report it; clients that did not ask never see it",
     )
+    parser.add_argument(
+        "--upstream-metrics",
+        default="auto",
+        metavar="URL|auto|off",
+        help="read the engine's Prometheus metrics (vLLM, SGLang, TGI, llama-server) into the "
+        "engine gauges: queue depth, running, batch size, KV cache, preemptions; auto: "
+        "<upstream>/metrics, once it answers (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--upstream-metrics-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often to read them (default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
             "--connect-timeout": connect_timeout_s,
             "--read-timeout": read_timeout_s,
             "--shutdown-timeout": shutdown_timeout_s,
+            "--upstream-metrics-interval": args.upstream_metrics_interval,
         }
     )
     from middleware import LatencyMiddleware
@@ -79,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         raise UsageError(f"--upstream: {error}") from error
+    scrape_url = _metrics_url(args.upstream_metrics, proxy.upstream_url)
     model: str = args.model
     middleware = LatencyMiddleware(
         proxy,
@@ -92,9 +114,16 @@ def run(args: argparse.Namespace) -> int:
     host: str = args.host
     port: int = args.port
     print(f"proxying http://{host}:{port} -> {proxy.upstream_url} (model {model})")
+    scraper = _start_scraper(scrape_url, args.upstream_metrics_interval, middleware.metrics)
+
+    def close() -> None:
+        if scraper is not None:  # first: nothing sets a gauge while the records are flushed
+            scraper.stop()
+        middleware.close()
+
     run_until_stopped(
         middleware,
-        middleware.close,
+        close,
         host=host,
         port=port,
         log_level=args.log_level,
@@ -102,3 +131,26 @@ def run(args: argparse.Namespace) -> int:
         pass_through_headers=True,
     )
     return 0
+
+
+def _metrics_url(choice: str, upstream_url: str) -> str | None:
+    from middleware.upstream.engine_metrics import metrics_url
+
+    try:
+        return metrics_url(choice, upstream_url)
+    except ValueError as error:
+        raise UsageError(f"--upstream-metrics: {error}") from error
+
+
+def _start_scraper(
+    url: str | None, interval_s: float, metrics: MetricSet
+) -> EngineMetricsScraper | None:
+    """Read the engine's /metrics into `metrics` on a thread of its own (None when off)."""
+    if url is None:
+        return None
+    from middleware.upstream.engine_metrics import EngineMetricsScraper
+
+    scraper = EngineMetricsScraper(url, metrics.set_engine_gauges, interval_s=interval_s)
+    print(f"engine metrics: {url} every {interval_s:g} s")
+    scraper.start()
+    return scraper
