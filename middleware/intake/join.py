@@ -207,11 +207,15 @@ class SpanJoin:
 
 def _request_keys(request_id: str | None) -> tuple[str, ...]:
     """The keys an engine's request id can be found under: itself and, for an id the engine
-    prefixed (vLLM's `chatcmpl-<X-Request-Id>`), what follows the first dash."""
+    prefixed (vLLM's `chatcmpl-<X-Request-Id>`, `cmpl-<X-Request-Id>-0` for a prompt of a
+    completion), what follows the first dash, with and without a `-<n>` suffix."""
     if not request_id:
         return ()
     prefix, dash, rest = request_id.partition("-")
-    return (request_id, rest) if dash and rest and prefix.isalpha() else (request_id,)
+    if not (dash and rest and prefix.isalpha()):
+        return (request_id,)
+    head, dash, index = rest.rpartition("-")
+    return (request_id, rest, head) if dash and head and index.isdigit() else (request_id, rest)
 
 
 def _safely(report: Report, span: SpanPhases | None) -> None:

@@ -11,6 +11,7 @@ the registry once, at import.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,8 @@ class EngineAdapter:
     headers: frozenset[bytes] = frozenset()
     body_keys: tuple[str, ...] = ()
     span_names: frozenset[str] = frozenset()
+    # For an engine whose request span names carry the request (SGLang's " Req 1a2b3c4d").
+    span_name_pattern: re.Pattern[str] | None = None
     span_attributes: Mapping[str, str] = field(default_factory=dict)
     span_unit_s: float = 1.0
     read_span: Callable[[str, Mapping[str, Any]], SpanPhases | None] | None = None
@@ -122,6 +125,9 @@ def adapter_for_span(name: str) -> EngineAdapter | None:
     """The adapter whose engine names its request spans `name`, if any."""
     for adapter in ADAPTERS.values():
         if name in adapter.span_names:
+            return adapter
+        pattern = adapter.span_name_pattern
+        if pattern is not None and pattern.fullmatch(name):
             return adapter
     return None
 

@@ -1,16 +1,25 @@
 """SGLang: its OTLP request spans and its Prometheus `/metrics`.
 
-SGLang's request tracing shares vLLM's `gen_ai.latency.*` attribute names.
+With `--enable-trace --otlp-traces-endpoint`, SGLang makes one root span per request, named
+after its role and the request id's first 8 characters (`" Req 1a2b3c4d"` on a unified server,
+`"prefill Req ..."` / `"decode Req ..."` when disaggregated), a child of the request's
+`traceparent`, and sets vLLM's `gen_ai.latency.*` names on it when the request finishes
+(python/sglang/srt/observability/trace.py, `convert_to_gen_ai_span_attrs`): prefill = first
+token - dispatch, decode = finish - first token; `time_in_queue` is defined but not set, so the
+time before prefill stays the queue's. Its request id is its own `rid` (it ignores
+X-Request-Id): joined by trace id.
 """
 
 from __future__ import annotations
+
+import re
 
 from middleware.upstream.registry import EngineAdapter, register
 
 SGLANG = register(
     EngineAdapter(
         name="sglang",
-        span_names=frozenset({"sglang_request"}),
+        span_name_pattern=re.compile(r"(?:prefill |decode )? ?Req [0-9A-Za-z_-]{1,8}"),
         span_attributes={
             "request_id": "gen_ai.request.id",
             "queue_s": "gen_ai.latency.time_in_queue",

@@ -10,9 +10,11 @@ estimated from it: decode = time per token x (generated - 1), prefill = the rest
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from typing import Any
 
-from middleware.upstream.registry import EngineAdapter, register
+from middleware.upstream.registry import EngineAdapter, SpanPhases, register
 from middleware.upstream.report import UpstreamReport
 
 # The response headers read here (lower case), declared once for the middleware.
@@ -58,10 +60,40 @@ def apply_tgi_headers(report: UpstreamReport, headers: Mapping[bytes, bytes]) ->
     return True
 
 
+# Its handler spans (router/src/server.rs `#[instrument(fields(...))]`, exported over OTLP with
+# `--otlp-endpoint`, gRPC only: put an OpenTelemetry Collector in front of `POST /v1/traces`)
+# are children of the request's traceparent and record `queue_time`, `inference_time`,
+# `time_per_token`, ... as Rust `Duration` debug strings ("1.234567ms", "2.5s", "850µs").
+SPAN_NAMES = frozenset({"generate", "generate_stream", "chat_completions", "completions"})
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ns|µs|us|ms|s)\s*")
+_UNIT_S = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def rust_duration_s(value: Any) -> float | None:
+    """Seconds of a Rust `Duration` debug string, None for anything else."""
+    if not isinstance(value, str):
+        return None
+    match = _DURATION.fullmatch(value)
+    if match is None:
+        return None
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def read_tgi_span(trace_id: str, attributes: Any) -> SpanPhases:
+    """TGI tells its queue (batch start - queued) and its inference; inference splits into
+    prefill and decode only by its own per-token average, so the span gives the queue, and the
+    time from it to the first token on the wire is prefill (validation included)."""
+    return SpanPhases(
+        trace_id=trace_id, queue_s=rust_duration_s(attributes.get("queue_time")), engine="tgi"
+    )
+
+
 TGI = register(
     EngineAdapter(
         name="tgi",
         headers=HEADERS,
+        span_names=SPAN_NAMES,
+        read_span=read_tgi_span,
         metrics={
             "tgi_queue_size": "queue_depth",
             "tgi_batch_current_size": "batch_size",

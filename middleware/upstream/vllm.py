@@ -2,9 +2,15 @@
 
 Started with `--otlp-traces-endpoint URL` (and `--collect-detailed-traces` for the model
 times), vLLM exports one SERVER span per request, named `llm_request`, a child of the
-request's W3C `traceparent` (vllm/tracing.py `SpanAttributes`, set where the output processor
-finishes a request). Latencies are seconds, as floats. Nothing on its wire tells a phase: the
-stream's first chunk (the role) leaves at prefill end, content deltas may hold several tokens.
+request's W3C `traceparent` (attribute names: vllm/tracing/utils.py `SpanAttributes`; set in
+vllm/v1/engine/output_processor.py `do_tracing`, which starts and ends the span when the engine
+finishes the request, so it can leave before the response's last byte). Latencies are seconds,
+as floats: queue = scheduled - queued, prefill = first token - scheduled, decode = last token -
+first token. `gen_ai.request.id` is `chatcmpl-<X-Request-Id>` (chat) or
+`cmpl-<X-Request-Id>-0` (completions). It exports over OTLP/HTTP with
+`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf` (gRPC by default). Nothing on its wire tells
+a phase: the stream's first chunk (the role) leaves at prefill end, content deltas may hold
+several tokens.
 """
 
 from __future__ import annotations

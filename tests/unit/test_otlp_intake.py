@@ -86,3 +86,26 @@ def test_a_gzip_bomb_is_refused() -> None:
     bomb = gzip.compress(b"\0" * (20 << 20))
     with pytest.raises(IntakeError, match="exceeds"):
         decode_export(bomb, "application/x-protobuf", "gzip")
+
+
+def test_sglang_and_tgi_spans_are_read_by_their_adapters() -> None:
+    from middleware.upstream import adapter_for_span
+    from middleware.upstream.tgi import rust_duration_s
+
+    assert adapter_for_span(" Req 1a2b3c4d").name == "sglang"  # type: ignore[union-attr]
+    assert adapter_for_span("prefill Req 1a2b3c4d").name == "sglang"  # type: ignore[union-attr]
+    assert adapter_for_span("generate_stream").name == "tgi"  # type: ignore[union-attr]
+    assert adapter_for_span("Required thing") is None
+    assert rust_duration_s("1.5ms") == pytest.approx(0.0015)
+    assert rust_duration_s("850µs") == pytest.approx(0.00085)
+    assert rust_duration_s("2s") == 2.0 and rust_duration_s("soon") is None
+    export = {"resourceSpans": [{"scopeSpans": [{"spans": [
+        {"traceId": "ab" * 16, "name": "generate_stream", "attributes": [
+            {"key": "queue_time", "value": {"stringValue": "12.5ms"}}]},
+        {"traceId": "cd" * 16, "name": " Req 0f0f0f0f", "attributes": [
+            {"key": "gen_ai.latency.time_in_model_prefill", "value": {"doubleValue": 0.02}},
+            {"key": "gen_ai.request.id", "value": {"stringValue": "0f0f0f0f99"}}]},
+    ]}]}]}  # fmt: skip
+    tgi, sglang = decode_export(json.dumps(export).encode(), "application/json")
+    assert tgi.engine == "tgi" and tgi.queue_s == pytest.approx(0.0125)
+    assert sglang.engine == "sglang" and sglang.prefill_s == 0.02 and sglang.queue_s is None

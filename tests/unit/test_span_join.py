@@ -110,3 +110,10 @@ def test_a_failing_report_does_not_break_the_join() -> None:
     join.settle("t2", None, reports.append)
     join.add([span("t1"), span("t2")])
     assert [r.trace_id for r in reports] == ["t2"]
+
+
+def test_a_vllm_completion_prompt_id_finds_its_request() -> None:
+    join, _clock, reports = make()
+    join.settle("ours", "abc7", reports.append)
+    join.add([span("theirs", request_id="cmpl-abc7-0")])
+    assert [r.request_id for r in reports] == ["cmpl-abc7-0"]
