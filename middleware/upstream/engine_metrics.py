@@ -145,7 +145,7 @@ class EngineMetricsScraper:
         interval_s: float = DEFAULT_INTERVAL_S,
     ) -> None:
         if interval_s <= 0:
-            raise ValueError(f"scrape interval must be a positive number of seconds, got {interval_s}")  # fmt: skip
+            raise ValueError(f"scrape interval must be positive seconds, got {interval_s}")
         self.url = url
         self.interval_s = interval_s
         self.timeout_s = max(1.0, min(interval_s, 5.0))
