@@ -415,8 +415,15 @@ class LatencyMiddleware:
             )
             wait_s = self.span_join.settle(key, upstream_id, report)
             if wait_s is not None:
-                asyncio.get_running_loop().call_later(wait_s, self.span_join.expire)
+                asyncio.get_running_loop().call_later(wait_s, self._expire_engine_spans)
         return produced_tokens
+
+    def _expire_engine_spans(self) -> None:
+        """Report the requests whose wait for an engine span is over; a timer that fired
+        early is set again for what is left."""
+        left_s = self.span_join.expire()
+        if left_s is not None:
+            asyncio.get_running_loop().call_later(left_s + 0.001, self._expire_engine_spans)
 
     def _report(
         self,
@@ -484,7 +491,7 @@ class LatencyMiddleware:
             )
 
     async def _serve_metrics(self, scope: Scope, send: Send) -> None:
-        self.metrics.observe_losses(self.store, self.span_drops)
+        self.metrics.observe_losses(self.store, self.span_drops, self.span_join.counts)
         if self.gpu_stats is not None:
             self.metrics.observe_gpus(self.gpu_stats())
         accept = ""

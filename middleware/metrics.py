@@ -67,6 +67,14 @@ ENGINE_COUNTERS = {
 }
 # Counters of the middleware's own losses, read from the store and the span processor.
 LOSS_COUNTERS = ("records_dropped", "records_spooled", "spans_dropped")
+# The span join's counters (middleware.intake.JoinCounts field per catalog name).
+INTAKE_COUNTERS = {
+    "engine_spans_joined": "joined",
+    "engine_spans_unmatched": "unmatched",
+    "engine_spans_duplicate": "duplicates",
+    "engine_span_exports_rejected": "rejected",
+    "engine_span_waits_expired": "waited_in_vain",
+}
 GPU_GAUGES = ("gpu_utilization", "gpu_memory")
 
 
@@ -175,10 +183,10 @@ class MetricSet:
         }
         self._bind_scheduler_metrics(spec, model)
         self.losses: dict[str, Any] = {}
-        for name in LOSS_COUNTERS:
+        for name in (*LOSS_COUNTERS, *INTAKE_COUNTERS):
             self.losses[name] = self._counter(name).labels(model=model)
             self.losses[name].inc(0)  # exported as 0 from the start: alerts need the series
-        self._losses_seen = dict.fromkeys(LOSS_COUNTERS, 0)
+        self._losses_seen = dict.fromkeys((*LOSS_COUNTERS, *INTAKE_COUNTERS), 0)
         self._bounds = {name: buckets_for(name, spec) for name in (*PER_REQUEST, "itl")}
         self._children: dict[tuple[str, str], _Bound] = {}
         self._outcomes: dict[tuple[str, str, str], Any] = {}
@@ -431,9 +439,10 @@ class MetricSet:
             )
             self.gauges["gpu_memory"].labels(model=self.model, gpu=index).set(gpu.memory_used_bytes)
 
-    def observe_losses(self, store: Any | None, span_drops: Any) -> None:
-        """Bring the loss counters up to the running totals of the record store and the span
-        processor (`dropped`, `spooled`; `DropCounter.dropped`).
+    def observe_losses(self, store: Any | None, span_drops: Any, join_counts: Any = None) -> None:
+        """Bring the loss counters up to the running totals of the record store, the span
+        processor and the engine-span join (`dropped`, `spooled`; `DropCounter.dropped`;
+        `JoinCounts`).
 
         Called at scrape time: the totals live where the losses happen (other threads), and
         adding only the difference keeps these real counters, summed across workers.
@@ -443,6 +452,9 @@ class MetricSet:
             "records_spooled": store.spooled if store is not None else 0,
             "spans_dropped": span_drops.dropped,
         }
+        if join_counts is not None:
+            for name, field in INTAKE_COUNTERS.items():
+                totals[name] = getattr(join_counts, field)
         for name, total in totals.items():
             delta = total - self._losses_seen[name]
             if delta > 0:

@@ -218,6 +218,18 @@ _SLIS: tuple[SLI, ...] = (
              "Request records written to the local spool while the record store was out."),
     _counter("spans_dropped", "llm_slo_spans_dropped_total", "spans", None,
              "Spans dropped because the exporter's queue was full."),
+    # Engine request spans taken at POST /v1/traces (middleware.intake).
+    _counter("engine_spans_joined", "llm_slo_engine_spans_joined_total", "spans", None,
+             "Engine request spans joined to their request's record."),
+    _counter("engine_spans_unmatched", "llm_slo_engine_spans_unmatched_total", "spans", None,
+             "Engine request spans dropped: no request of ours came for them in time."),
+    _counter("engine_spans_duplicate", "llm_slo_engine_spans_duplicate_total", "spans", None,
+             "Engine request spans dropped: their request already had one."),
+    _counter("engine_span_exports_rejected", "llm_slo_engine_span_exports_rejected_total",
+             "exports", None, "Trace exports refused (400, 413): not OTLP, malformed, too big."),
+    _counter("engine_span_waits_expired", "llm_slo_engine_span_waits_expired_total",
+             "records", None,
+             "Requests recorded without their engine span after waiting for it (it never came)."),
 )  # fmt: skip
 
 CATALOG: dict[str, SLI] = {sli.name: sli for sli in _SLIS}

@@ -136,19 +136,23 @@ class SpanJoin:
                 self._hold(span, now)
         self._drop_stale(now)
 
-    def expire(self) -> None:
-        """Report the requests whose wait is over without a span; drop stale spans."""
+    def expire(self) -> float | None:
+        """Report the requests whose wait is over without a span; drop stale spans. The
+        seconds until the next wait ends, if one is left (a timer can fire a little early:
+        uvloop's run on the loop's cached millisecond clock)."""
         now = self.now()
         while self._waiting:
             trace_id, waiting = next(iter(self._waiting.items()))
             if waiting.deadline > now:
-                break
+                self._drop_stale(now)
+                return waiting.deadline - now
             del self._waiting[trace_id]
             if waiting.request_id:
                 self._waiting_by_request.pop(waiting.request_id, None)
             self.counts.waited_in_vain += 1
             _safely(waiting.report, None)
         self._drop_stale(now)
+        return None
 
     def close(self) -> None:
         """Shutdown: every waiting request is reported without its span."""

@@ -2,8 +2,8 @@
 
 OTLP/HTTP (opentelemetry-proto's `ExportTraceServiceRequest`) comes as protobuf
 (`application/x-protobuf`) or as JSON (`application/json`: the protobuf JSON mapping, except
-that trace and span ids are hex strings and enums are integers), each gzip-compressed or not
-(`Content-Encoding: gzip`). Only spans an adapter claims by name are read; the rest of the
+that trace and span ids are hex strings and enums are integers), each compressed or not
+(`Content-Encoding: gzip`, or `deflate` as the SDK's exporter can send). Only spans an adapter claims by name are read; the rest of the
 export (the engine's other spans, resources, events) is skipped.
 """
 
@@ -26,13 +26,14 @@ class IntakeError(ValueError):
     """A body `POST /v1/traces` cannot read: the message says what and how to fix it."""
 
 
-def _gunzip(body: bytes) -> bytes:
-    inflater = zlib.decompressobj(wbits=31)
+def _inflate(body: bytes, encoding: str) -> bytes:
+    # wbits: 31 reads a gzip stream, 15 a zlib one (the SDK exporter's "deflate").
+    inflater = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
     try:
         data = inflater.decompress(body, MAX_EXPORT_BYTES)
     except zlib.error as error:
         raise IntakeError(
-            f"body is not gzip ({error}); send it uncompressed or drop Content-Encoding"
+            f"body is not {encoding} ({error}); send it uncompressed or drop Content-Encoding"
         ) from error
     if inflater.unconsumed_tail:
         raise IntakeError(
@@ -43,11 +44,12 @@ def _gunzip(body: bytes) -> bytes:
 
 def decode_export(body: bytes, content_type: str, content_encoding: str = "") -> list[SpanPhases]:
     """The engine request spans of one export, read by their adapters."""
-    if content_encoding.strip().lower() == "gzip":
-        body = _gunzip(body)
-    elif content_encoding.strip().lower() not in ("", "identity"):
+    encoding = content_encoding.strip().lower()
+    if encoding in ("gzip", "deflate"):
+        body = _inflate(body, encoding)
+    elif encoding not in ("", "identity"):
         raise IntakeError(
-            f"Content-Encoding {content_encoding!r} is not supported; use gzip or none"
+            f"Content-Encoding {content_encoding!r} is not supported; use gzip, deflate or none"
         )
     if len(body) > MAX_EXPORT_BYTES:
         raise IntakeError(f"export exceeds {MAX_EXPORT_BYTES} bytes; send smaller batches")

@@ -71,6 +71,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how often to read them (default: %(default)s)",
     )
+    parser.add_argument(
+        "--engine-spans",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="join the engine's own request spans (OTLP/HTTP, POST /v1/traces on this port: "
+        "vLLM, SGLang, TGI) to the records, for queue, prefill and decode: a finished request "
+        "waits up to --engine-span-wait for its span; auto: once the engine has sent one "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--engine-span-wait",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long a finished request waits for its engine span before it is recorded "
+        "without it; above the engine's export delay (vLLM: 5 s) (default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             "--read-timeout": read_timeout_s,
             "--shutdown-timeout": shutdown_timeout_s,
             "--upstream-metrics-interval": args.upstream_metrics_interval,
+            "--engine-span-wait": args.engine_span_wait,
         }
     )
     from middleware import LatencyMiddleware
@@ -110,6 +128,9 @@ def run(args: argparse.Namespace) -> int:
         alertmanager_url=args.alertmanager_url,
         auth=args.api_keys,
         inject_usage=args.inject_usage,
+        engine_spans=args.engine_spans,
+        engine_span_wait_s=args.engine_span_wait,
+        propagate_trace=True,  # the engine's span then lands in our trace, found by its id
     )
     host: str = args.host
     port: int = args.port

@@ -65,6 +65,7 @@ def test_json_with_hex_ids_and_string_ints() -> None:
         (b"plain", "application/json", "gzip", "gzip"),
         (b"{}", "text/plain", "", "Content-Type"),
         (b"{}", "application/json", "br", "Content-Encoding"),
+        (b"plain", "application/json", "deflate", "deflate"),
         (b'{"resourceSpans": 3}', "application/json", "", "resourceSpans"),
         (
             b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "llm_request", '
