@@ -13,11 +13,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+# The docs pages whose examples run too, each a section named after its file.
+DOCS = sorted((ROOT / "docs").glob("*.md"))
 
 
 def sections() -> dict[str, str]:
     parts = re.split(r"^## ", README, flags=re.MULTILINE)
-    return {part.splitlines()[0].strip(): part for part in parts[1:]}
+    found = {part.splitlines()[0].strip(): part for part in parts[1:]}
+    for page in DOCS:
+        found[f"docs/{page.name}"] = page.read_text()
+    return found
 
 
 def blocks(
