@@ -1,0 +1,102 @@
+"""The mounted middleware takes engine spans at POST /v1/traces and joins them to its records:
+a span that came first is used at once, a late one is waited for, none at all leaves the
+record as the wire tells it; the phases always add up to e2e."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from typing import Any
+
+from middleware import LatencyMiddleware, ScriptedClock
+from slo.sli import PHASES
+from slo.store import RecordStore
+from tests.unit.test_middleware_wire import call, only_record, vllm_style_app
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+TRACEPARENT = [(b"traceparent", f"00-{TRACE}-b7ad6b7169203331-01".encode())]
+
+
+def export(trace_id: str, queue_s: float, prefill_s: float, decode_s: float) -> bytes:
+    attributes = {
+        "gen_ai.latency.time_in_queue": queue_s,
+        "gen_ai.latency.time_in_model_prefill": prefill_s,
+        "gen_ai.latency.time_in_model_decode": decode_s,
+        "gen_ai.usage.completion_tokens": 6,
+    }
+    span = {"traceId": trace_id, "spanId": "00f067aa0ba902b7", "name": "llm_request",
+            "attributes": [{"key": k, "value": {"doubleValue": v}} for k, v in attributes.items()]}  # fmt: skip
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
+
+
+async def post_traces(app: Any, body: bytes, content_type: bytes = b"application/json") -> int:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/traces",
+             "headers": [(b"content-type", content_type)]}  # fmt: skip
+    await app(scope, receive, send)
+    return int(sent[0]["status"])
+
+
+def assert_additive(record: Any) -> None:
+    parts = sum(getattr(record, f"{phase}_s") or 0.0 for phase in PHASES)
+    assert math.isclose(parts, record.e2e_s, abs_tol=1e-9)
+
+
+def test_a_span_that_came_first_splits_the_record(store: RecordStore) -> None:
+    clock = ScriptedClock()
+    app = LatencyMiddleware(
+        vllm_style_app(clock, []), store=store, clock=clock, engine_spans="always"
+    )
+
+    async def scenario() -> None:
+        assert await post_traces(app, export(TRACE, 0.012, 0.02, 0.025)) == 200
+        await call(app, clock, {"messages": [], "stream": True}, TRACEPARENT)
+
+    asyncio.run(scenario())
+    record = only_record(store)
+    phases = (record.queue_s, record.prefill_s, record.decode_s)
+    assert all(
+        math.isclose(a, b, abs_tol=1e-9) for a, b in zip(phases, (0.012, 0.02, 0.025), strict=True)
+    )
+    assert record.queue_prefill_s is None and record.trace_id == TRACE
+    assert_additive(record)
+    assert app.span_join.counts.joined == 1
+
+
+def test_a_late_span_is_waited_for_and_none_leaves_the_wire_split(store: RecordStore) -> None:
+    clock = ScriptedClock()
+    app = LatencyMiddleware(
+        vllm_style_app(clock, []), store=store, clock=clock, engine_spans="always"
+    )
+    other = "1" * 32
+
+    async def scenario() -> None:
+        await call(app, clock, {"messages": [], "stream": True}, TRACEPARENT)
+        await call(app, clock, {"messages": [], "stream": True},
+                   [(b"traceparent", f"00-{other}-b7ad6b7169203331-01".encode())])  # fmt: skip
+        store.flush()
+        assert store.query() == []  # both wait for their engine spans
+        assert await post_traces(app, export(TRACE, 0.01, 0.02, 0.03)) == 200
+        assert await post_traces(app, b"garbage", b"application/x-protobuf") == 400
+
+    asyncio.run(scenario())
+    store.flush()
+    (joined,) = store.query()
+    assert joined.trace_id == TRACE and math.isclose(joined.queue_s or 0, 0.01, abs_tol=1e-9)
+    assert math.isclose(joined.decode_s, 0.03, abs_tol=1e-9)
+    app.close()  # shutdown: the one still waiting is written without its span
+    waited = [record for record in store.query() if record.trace_id == other]
+    assert len(waited) == 1 and waited[0].queue_prefill_s is not None
+    assert waited[0].queue_s is None
+    for record in store.query():
+        assert_additive(record)
+    counts = app.span_join.counts
+    assert (counts.joined, counts.waited_in_vain, counts.rejected) == (1, 1, 1)
