@@ -210,7 +210,7 @@ class Exchange:
             prompt_tokens=self.timeline.prompt_tokens,
             include_usage=bool(options.get("include_usage")),
         )
-        sampling = {
+        sampling: dict[str, Any] = {
             key: body[key] for key in ("temperature", "top_p", "top_k", "n", "seed") if key in body
         }
         if asked:
@@ -218,6 +218,7 @@ class Exchange:
         self.facts = RequestFacts(
             self.route, request_id, self.reply.model, self.finish_reason, sampling
         )
+        self.held = (0, 0, 0)  # waiting, running, KV tokens this request holds
         self.span: Span | None = None
         if state.tracer is not None:
             parent = parent_context(config.engine, request.headers)
@@ -225,11 +226,20 @@ class Exchange:
                 state.tracer, config.engine, parent, self.timeline, self.facts
             )
 
+    def hold(self, waiting: int = 0, running: int = 0, kv_tokens: int = 0) -> None:
+        """Change the engine's state and remember this request's share of it."""
+        self.held = (self.held[0] + waiting, self.held[1] + running, self.held[2] + kv_tokens)
+        self.state.change(waiting, running, kv_tokens)
+
+    def release(self) -> None:
+        """Give back what this request still holds (all of it when a client leaves early)."""
+        self.hold(*(-share for share in self.held))
+
     async def tokens(self) -> AsyncIterator[tuple[str, bool]]:
         """(text, is_last) per content event, at the scripted times."""
-        self.state.change(waiting=1)
+        self.hold(waiting=1)
         await asyncio.sleep(self.config.queue_s)
-        self.state.change(waiting=-1, running=1, kv_tokens=self.timeline.prompt_tokens)
+        self.hold(waiting=-1, running=1, kv_tokens=self.timeline.prompt_tokens)
         self.state.metrics.preempted(self.config.preemptions)
         await asyncio.sleep(self.config.prefill_s)
         total, group = self.timeline.completion_tokens, self.config.tokens_per_event
@@ -240,20 +250,21 @@ class Exchange:
                 await asyncio.sleep(self.config.decode_s * size)
             text = "".join(f" t{index}" for index in range(made, made + size))
             made += size
-            self.state.change(kv_tokens=size)
+            self.hold(kv_tokens=size)
             yield text, made == total
 
     async def engine_finished(self) -> None:
         """vLLM and SGLang end their span here, before the last bytes; "early" exports it now,
         synchronously, so it lands before the response ends."""
         t = self.timeline
-        self.state.change(running=-1, kv_tokens=-(t.prompt_tokens + t.completion_tokens))
+        self.release()
         self.state.metrics.finished(t, self.finish_reason)
         if self.span is not None and (self.config.engine != "tgi" or self.config.export == "early"):
             await asyncio.to_thread(self.span.end, t.at(t.e2e_s))
 
     def response_finished(self) -> None:
         """TGI's handler span lives as long as its stream."""
+        self.release()
         if self.span is not None and self.span.is_recording():
             self.span.end(self.timeline.at(self.timeline.e2e_s))
 
@@ -263,8 +274,8 @@ class Exchange:
             async for text, last in self.tokens():
                 if first:
                     first = False
-                    for document in wire.opening(self.reply):
-                        yield wire.sse_event(document)
+                    for role_chunk in wire.opening(self.reply):
+                        yield wire.sse_event(role_chunk)
                 finish = self.finish_reason if last else None
                 completion = self.timeline.completion_tokens
                 yield wire.sse_event(wire.content(self.reply, text, finish, completion))
@@ -278,9 +289,11 @@ class Exchange:
             self.response_finished()
 
     async def plain(self) -> Response:
-        texts = [text async for text, _last in self.tokens()]
-        await self.engine_finished()
-        self.response_finished()
+        try:
+            texts = [text async for text, _last in self.tokens()]
+            await self.engine_finished()
+        finally:
+            self.response_finished()
         t = self.timeline
         document = wire.plain(self.reply, "".join(texts), self.finish_reason, t.completion_tokens)
         headers = {}

@@ -260,6 +260,26 @@ def test_several_events_in_one_write(tmp_path: Path) -> None:
     assert documents[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
 
 
+def test_a_client_leaving_early_frees_its_share(tmp_path: Path) -> None:
+    """A stream dropped after its first token: running and KV gauges go back to 0."""
+    with standin_server("vllm", tmp_path, prefill_s=0, decode_s=0.25, tokens=40) as base_url:
+        body = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+        path = base_url + "/v1/chat/completions"
+        with httpx.stream("POST", path, json=body, timeout=30) as response:
+            reads = response.iter_raw()  # kept: a dropped iterator closes the response
+            next(reads)
+            samples = metric_samples(base_url)
+            assert value(samples, "vllm:num_requests_running") == 1
+            assert value(samples, "vllm:kv_cache_usage_perc") > 0
+
+        def freed() -> bool:
+            samples = metric_samples(base_url)
+            running = value(samples, "vllm:num_requests_running")
+            return running == 0 and value(samples, "vllm:kv_cache_usage_perc") == 0
+
+        wait_until(freed, 10, "the dropped request's share to be given back")
+
+
 @pytest.mark.parametrize(
     ("engine", "mode"),
     [("vllm", "twice"), ("vllm", "never"), ("vllm", "late"), ("vllm", "early"), ("tgi", "early")],
