@@ -218,7 +218,7 @@ TGI_DURATION_BUCKETS = tuple(0.0001 * 1.5**k for k in range(1, 36))
 
 
 def engine_metrics(engine: str, model: str) -> EngineMetrics:
-    kinds: dict[str, type[EngineMetrics]] = {
+    kinds: dict[str, type[VllmMetrics | SglangMetrics | TgiMetrics]] = {
         "vllm": VllmMetrics,
         "sglang": SglangMetrics,
         "tgi": TgiMetrics,
