@@ -45,37 +45,37 @@ class EngineBridge:
     def on_schedule(self, request_id: str, time_ns: int) -> None:
         timeline = self._timelines.get(request_id)
         if timeline is not None:
-            timeline.schedule_ns.append(time_ns)
+            timeline.mark("schedule", time_ns)
 
     def on_prefill_start(self, request_id: str, time_ns: int, num_tokens: int) -> None:
         timeline = self._timelines.get(request_id)
-        if timeline is not None and timeline.prefill_start_ns is None:
-            timeline.prefill_start_ns = time_ns
+        if timeline is not None:
+            timeline.mark("prefill_start", time_ns)
 
     def on_prefix_hit(self, request_id: str, time_ns: int, cached_tokens: int) -> None:
         timeline = self._timelines.get(request_id)
         if timeline is not None:
-            timeline.cached_tokens = cached_tokens
+            timeline.prefix_cached(cached_tokens)
 
     def on_prefill_end(self, request_id: str, time_ns: int) -> None:
         timeline = self._timelines.get(request_id)
-        if timeline is not None and timeline.prefill_end_ns is None:
-            timeline.prefill_end_ns = time_ns
+        if timeline is not None:
+            timeline.mark("prefill_end", time_ns)
 
     def on_token(self, request_id: str, time_ns: int, token_index: int) -> None:
         timeline = self._timelines.get(request_id)
         if timeline is not None:
-            timeline.token_ns.append(time_ns)
+            timeline.mark("token", time_ns)
 
     def on_detokenize(self, request_id: str, time_ns: int, duration_ns: int) -> None:
         timeline = self._timelines.get(request_id)
         if timeline is not None:
-            timeline.detokenize_ns += duration_ns
+            timeline.mark("detokenize", time_ns, duration_ns=duration_ns)
 
     def on_finish(self, request_id: str, time_ns: int, reason: str) -> None:
         timeline = self._timelines.get(request_id)
         if timeline is not None:
-            timeline.finish_reason = reason
+            timeline.mark("finish", time_ns, reason=reason)
 
     def on_step(self, stats: Any) -> None:
         if self._on_step is not None:

@@ -190,6 +190,33 @@ class RequestTimeline:
             if self.first_token_byte_ns is None:
                 self.first_token_byte_ns = started_ns
 
+    def last_byte_sent(self, at_ns: int) -> None:
+        """The answer's last byte so far was handed to `send` by `at_ns` (a later message
+        moves it)."""
+        self.last_byte_ns = at_ns
+
+    def stream_started(self) -> None:
+        """The answer is an SSE stream."""
+        self.streamed = True
+
+    def prefix_cached(self, cached_tokens: int) -> None:
+        """The engine served `cached_tokens` of the prompt from its prefix cache."""
+        self.cached_tokens = cached_tokens
+
+    def take_upstream(self, report: UpstreamReport) -> UpstreamReport:
+        """The counts and phases the engine put on the wire (or in its span)."""
+        self.upstream = report
+        return report
+
+    def take_counts(self, input_tokens: int | None, cached_tokens: int | None) -> None:
+        """Prompt counts the engine reported, where no engine hook said them."""
+        if self.engine_reported:
+            return
+        if input_tokens is not None and not self.input_tokens:
+            self.input_tokens = input_tokens
+        if cached_tokens is not None and not self.cached_tokens:
+            self.cached_tokens = cached_tokens
+
     def body_sent(self, started_ns: int, ended_ns: int, has_bytes: bool) -> None:
         """A body message handed to `send` from `started_ns` to `ended_ns`."""
         if has_bytes:

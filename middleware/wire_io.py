@@ -69,17 +69,12 @@ def read_upstream_headers(
     """Phases an engine put in its response headers (TGI): `headers` holds the
     UPSTREAM_HEADERS found, by lower-case name."""
     if apply_tgi_headers(wire.report, headers):
-        timeline.upstream = wire.report
+        timeline.take_upstream(wire.report)
 
 
 def _take_counts(timeline: RequestTimeline, wire: WireReader) -> None:
-    report = wire.report
-    timeline.upstream = report
-    if not timeline.engine_reported:
-        if report.input_tokens is not None and not timeline.input_tokens:
-            timeline.input_tokens = report.input_tokens
-        if report.cached_tokens is not None and not timeline.cached_tokens:
-            timeline.cached_tokens = report.cached_tokens
+    report = timeline.take_upstream(wire.report)
+    timeline.take_counts(report.input_tokens, report.cached_tokens)
 
 
 def settle_stream(timeline: RequestTimeline, wire: WireReader) -> None:

@@ -17,9 +17,7 @@ def apply_engine_span(timeline: RequestTimeline, span: SpanPhases) -> None:
     """
     if timeline.engine_reported:
         return
-    report = timeline.upstream
-    if report is None:
-        report = timeline.upstream = UpstreamReport()
+    report = timeline.upstream or timeline.take_upstream(UpstreamReport())
     if span.queue_s is not None:
         report.queue_s = span.queue_s
     if span.prefill_s is not None:
@@ -30,8 +28,6 @@ def apply_engine_span(timeline: RequestTimeline, span: SpanPhases) -> None:
     if span.output_tokens is not None and report.tokens_source != "usage":
         report.output_tokens = span.output_tokens
         report.tokens_source = "usage"
-    if span.input_tokens is not None:
-        if report.input_tokens is None:
-            report.input_tokens = span.input_tokens
-        if not timeline.input_tokens:
-            timeline.input_tokens = span.input_tokens
+    if span.input_tokens is not None and report.input_tokens is None:
+        report.input_tokens = span.input_tokens
+    timeline.take_counts(span.input_tokens, None)

@@ -1,0 +1,184 @@
+"""`Exchange`: one measured request, in the starlette responder style.
+
+The app is called with `exchange.receive` and `exchange.send`; they mark the request's
+timeline as its body comes in and its answer goes out, read the answer's wire (token events,
+usage, timings, the upstream's headers) and give the client its server timings. `settle`
+takes the counts once the app is done. Made per request, never shared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from middleware.capture import CaptureBuffer
+from middleware.reporting import server_timing_value, timings_comment
+from middleware.timeline import RequestTimeline
+from middleware.types import Message, Receive, Send
+from middleware.wire import WireReader
+from middleware.wire_io import (
+    UPSTREAM_HEADERS,
+    keep_body,
+    read_upstream_headers,
+    settle_body,
+    settle_stream,
+)
+
+
+class Exchange:
+    __slots__ = (
+        "_feed",
+        "_receive",
+        "_send",
+        "_token_events_in",
+        "body",
+        "captured",
+        "complete",
+        "delivered",
+        "disconnected",
+        "is_stream",
+        "now_ns",
+        "replay",
+        "server_timing",
+        "started",
+        "status",
+        "strip_usage",
+        "timeline",
+        "wire",
+    )
+
+    def __init__(
+        self,
+        timeline: RequestTimeline,
+        receive: Receive,
+        send: Send,
+        now_ns: Callable[[], int],
+        *,
+        replay: list[Message],
+        strip_usage: bool = False,
+        server_timing: bool = True,
+        captured: CaptureBuffer | None = None,
+    ) -> None:
+        self.timeline = timeline
+        self._receive = receive
+        self._send = send
+        self.now_ns = now_ns
+        self.replay = replay  # the request's messages already read (usage asked for)
+        self.strip_usage = strip_usage
+        self.server_timing = server_timing
+        self.captured = captured
+        self.wire = WireReader(strip_usage)
+        self._feed = self.wire.feed
+        self._token_events_in = self.wire.token_events_in
+        self.status = 500
+        self.started = False
+        self.complete = False
+        self.disconnected = False
+        self.is_stream = False
+        # The stream's `data: [DONE]` was handed to the server: the client has the whole answer
+        # even if it closes before the response's last (empty) message (the openai client does).
+        self.delivered = False
+        self.body: bytearray | None = None  # a plain JSON reply, kept for its usage
+
+    async def receive(self) -> Message:
+        message = self.replay.pop(0) if self.replay else await self._receive()
+        kind = message["type"]
+        if kind == "http.request":
+            if self.captured is not None:
+                self.captured.add_request(message.get("body", b""))
+            if not message.get("more_body", False):
+                self.timeline.body_received(self.now_ns())
+        elif kind == "http.disconnect":
+            self.disconnected = True
+        return message
+
+    async def send(self, message: Message) -> None:
+        # The body branch runs once per streamed chunk: keep it to a few operations.
+        if message["type"] == "http.response.body":
+            body = message.get("body")
+            if body and self.is_stream and message.get("more_body", False):
+                await self._stream_chunk(message, body)
+            else:
+                await self._last_or_plain(message, body)
+            return
+        if message["type"] == "http.response.start":
+            message = self._start(message)
+        await self._send(message)
+
+    async def _stream_chunk(self, message: Message, body: bytes) -> None:
+        """A chunk in the middle of a stream: the hot path."""
+        started = self.now_ns()
+        if self.strip_usage:
+            carried, sent = self._feed(body)
+            if sent is not body:
+                message = {**message, "body": sent}
+        else:
+            carried = self._token_events_in(body)
+        self.timeline.chunk_sent(started, carried)
+        await self._send(message)
+        if not carried and self.wire.done and not self.delivered:
+            self.delivered = True
+            self.timeline.last_byte_sent(self.now_ns())  # unless a later message comes
+        if self.captured is not None:
+            self.captured.add_response(body)
+
+    async def _last_or_plain(self, message: Message, body: bytes | None) -> None:
+        started = self.now_ns()
+        more = message.get("more_body", False)
+        timeline = self.timeline
+        if self.is_stream:
+            if body:
+                carried, sent = self._feed(body)
+                if sent is not body:
+                    message = {**message, "body": sent}
+                timeline.chunk_sent(started, carried)
+            if not more:
+                held = self.wire.flush()
+                if held:
+                    message = {**message, "body": message.get("body", b"") + held}
+                settle_stream(timeline, self.wire)
+                if self.server_timing and self.status < 400:
+                    comment = timings_comment(timeline.breakdown())
+                    await self._send(
+                        {"type": "http.response.body", "body": comment, "more_body": True}
+                    )
+        elif body:
+            # A plain reply's first piece carries its text (one token event).
+            timeline.chunk_sent(started, 0 if timeline.body_chunk_ns else 1)
+            keep_body(self, body)
+        await self._send(message)
+        if body and self.captured is not None:
+            self.captured.add_response(body)
+        if not more:
+            timeline.last_byte_sent(self.now_ns())
+            self.complete = True
+
+    def _start(self, message: Message) -> Message:
+        self.status = message["status"]
+        self.started = True
+        raw_headers = list(message.get("headers", ()))
+        upstream_headers: dict[bytes, bytes] = {}
+        for key, value in raw_headers:
+            name = key.lower()
+            if name == b"content-type":
+                if value.startswith(b"text/event-stream"):
+                    self.is_stream = True
+                    self.timeline.stream_started()
+                elif value.startswith(b"application/json"):
+                    self.body = bytearray()
+            elif name in UPSTREAM_HEADERS:
+                upstream_headers[name] = value
+        if upstream_headers:
+            read_upstream_headers(self.timeline, self.wire, upstream_headers)
+        if self.server_timing and not self.is_stream:
+            timing = server_timing_value(self.timeline.breakdown()).encode()
+            raw_headers.append((b"server-timing", timing))
+            message = {**message, "headers": raw_headers}
+        return message
+
+    def settle(self) -> None:
+        """The app is done: take the counts its answer carried (a stream that did not end
+        keeps the counts so far)."""
+        if not self.is_stream:
+            settle_body(self.timeline, self.wire, self.body)
+        elif not self.complete:
+            settle_stream(self.timeline, self.wire)

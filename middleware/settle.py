@@ -1,0 +1,177 @@
+"""`Reporter`: a finished request reported everywhere, once: span, metrics, live windows,
+record; after a bounded wait for the engine's own span when one is expected
+(`middleware.intake.join`)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from middleware.capture import ContentCapture
+from middleware.exchange import Exchange
+from middleware.histograms import bucket_counts
+from middleware.intake import SpanJoin, apply_engine_span
+from middleware.live import LiveSLO
+from middleware.metrics import MetricSet
+from middleware.reporting import classify_outcome, record_fields, span_attributes
+from middleware.tracing import RequestTracer
+from middleware.upstream import SpanPhases
+from slo.store import RecordStore
+
+
+@dataclass(slots=True)
+class Finished:
+    """One request, as the middleware saw it end."""
+
+    exchange: Exchange
+    tier: str
+    route: str
+    headers: dict[str, str]
+    outcome: str
+    status: int
+    # (trace id, span id) of our request span, already handed to the app in `traceparent`.
+    ids: tuple[str, str] | None
+
+
+class Reporter:
+    def __init__(
+        self,
+        *,
+        model: str,
+        metrics: MetricSet,
+        live: LiveSLO,
+        store: RecordStore | None,
+        tracer: RequestTracer,
+        span_join: SpanJoin,
+        capture: ContentCapture | None,
+        propagate_trace: bool,
+        epoch_offset_ns: int,
+    ) -> None:
+        self.model = model
+        self.metrics = metrics
+        self.live = live
+        self.store = store
+        self.tracer = tracer
+        self.span_join = span_join
+        self.capture = capture
+        self.propagate_trace = propagate_trace
+        self.epoch_offset_ns = epoch_offset_ns  # perf_counter_ns -> unix ns, for spans
+        self.requests_seen = 0
+
+    def finish(
+        self,
+        exchange: Exchange,
+        tier: str,
+        route: str,
+        headers: dict[str, str],
+        hint: str | None,
+        raised: bool,
+        ids: tuple[str, str] | None,
+    ) -> int:
+        """Settle one request: reported now, or once the engine's span comes (a bounded
+        wait); the output tokens it produced."""
+        self.requests_seen += 1
+        outcome = classify_outcome(
+            exchange.status,
+            exchange.disconnected,
+            exchange.complete or exchange.delivered,
+            hint,
+            raised and not exchange.delivered,
+        )
+        status = 500 if raised and not exchange.started else exchange.status
+        finished = Finished(exchange, tier, route, headers, outcome, status, ids)
+        timeline = exchange.timeline
+        produced_tokens = timeline.breakdown().output_tokens if status < 400 else 0
+        if outcome != "ok" or timeline.engine_reported:
+            self.report(finished, None)  # no engine span comes for what no engine ran
+            return produced_tokens
+        trace_id = ids[0] if ids is not None else self.tracer.trace_id_from_header(headers)
+        upstream_id = headers.get("x-request-id") or (
+            timeline.request_id if self.propagate_trace else None
+        )
+        wait_s = self.span_join.settle(
+            trace_id or f"request:{timeline.request_id}",
+            upstream_id,
+            lambda span: self.report(finished, span),
+        )
+        if wait_s is not None:
+            asyncio.get_running_loop().call_later(wait_s, self._expire_waits)
+        return produced_tokens
+
+    def _expire_waits(self) -> None:
+        """Report the requests whose wait for an engine span is over; a timer that fired
+        early is set again for what is left."""
+        left_s = self.span_join.expire()
+        if left_s is not None:
+            asyncio.get_running_loop().call_later(left_s + 0.001, self._expire_waits)
+
+    def report(self, finished: Finished, span: SpanPhases | None) -> None:
+        """Report one finished request everywhere: span, metrics, live windows, record."""
+        exchange = finished.exchange
+        timeline = exchange.timeline
+        if span is not None:
+            apply_engine_span(timeline, span)
+        breakdown = timeline.breakdown()
+        status, outcome, tier, route = (
+            finished.status,
+            finished.outcome,
+            finished.tier,
+            finished.route,
+        )
+        produced = status < 400 and breakdown.output_tokens > 0
+        # Latency histograms (and the live windows on the same buckets) count ok requests only,
+        # as `slo check` and the generated rules do; the record keeps what was produced.
+        observed = breakdown if produced and outcome == "ok" else None
+        trace_id = self._emit_span(finished, breakdown)
+        # The gaps are counted on the itl buckets once, for the histogram and the live windows
+        # (both bucket on the catalog's itl bounds plus the spec's thresholds).
+        itl_counts = (
+            bucket_counts(self.live.itl_bounds, observed.itl_s)
+            if observed is not None and observed.itl_s
+            else None
+        )
+        self.metrics.observe(
+            tier, route, outcome, observed, timeline.input_tokens, trace_id, itl_counts
+        )
+        self.live.observe(tier, outcome, observed, itl_counts)
+        if self.store is not None:
+            fields = record_fields(
+                timeline,
+                breakdown,
+                tier,
+                self.model,
+                route,
+                outcome,
+                status,
+                exchange.is_stream,
+                trace_id,
+                produced,
+            )
+            self.store.add(fields)
+
+    def _emit_span(self, finished: Finished, breakdown: Any) -> str | None:
+        """Our request span (when tracing is on); the request's trace id."""
+        ids, headers = finished.ids, finished.headers
+        trace_id = ids[0] if ids is not None else self.tracer.trace_id_from_header(headers)
+        if not self.tracer.enabled:
+            return trace_id
+        exchange = finished.exchange
+        attributes = span_attributes(
+            self.model, finished.route, finished.tier, finished.status, exchange.is_stream,
+            exchange.timeline, breakdown, finished.outcome,
+        )  # fmt: skip
+        captured = exchange.captured
+        if captured is not None and self.capture is not None:
+            attributes["gen_ai.prompt"] = self.capture.text(captured.request)
+            attributes["gen_ai.completion"] = self.capture.text(captured.response)
+        emitted = self.tracer.emit(
+            exchange.timeline,
+            breakdown,
+            attributes,
+            self.tracer.parent_context(headers),
+            f"POST {finished.route}",
+            self.epoch_offset_ns,
+            ids,
+        )
+        return emitted or trace_id
