@@ -41,7 +41,8 @@ class RequestRecord(SQLModel, table=True):
     cached_tokens: int = 0
     # Where the token counts come from (slo.sli.TOKENS_SOURCES): how exact they are.
     tokens_source: str | None = None
-    # Server view, seconds. The breakdown adds up: the phases of slo.sli.PHASES sum to e2e. Phases stay None where no engine reported them.
+    # Server view, seconds. The breakdown adds up: the phases of slo.sli.PHASES sum to e2e.
+    # Phases stay None where no engine reported them.
     e2e_s: float
     ttft_s: float | None = None
     tpot_s: float | None = None
@@ -69,28 +70,59 @@ class RequestRecord(SQLModel, table=True):
         return json.dumps(self.to_dict(), separators=(",", ":"))
 
 
-REQUIRED_STR = ("request_id", "tier")
-OPTIONAL_STR = ("trace_id", "model", "route", "outcome", "tokens_source")
-REQUIRED_FLOAT = ("timestamp", "e2e_s")
-OPTIONAL_FLOAT = (
-    "ttft_s", "tpot_s", "network_s", "queue_s", "prefill_s", "queue_prefill_s", "decode_s",
-    "detokenize_s", "other_s", "client_ttft_s", "client_e2e_s", "client_tpot_s",
-)  # fmt: skip
-INT_FIELDS = ("status_code", "input_tokens", "output_tokens", "cached_tokens")
-LIST_FIELDS = ("itl_s", "client_itl_s")
-FIELD_NAMES: tuple[str, ...] = (
-    "request_id", "trace_id", "timestamp", "tier", "model", "route", "outcome", "status_code",
-    "stream", "input_tokens", "output_tokens", "cached_tokens", "tokens_source", "e2e_s",
-    "ttft_s", "tpot_s", "itl_s", "network_s", "queue_s", "prefill_s", "queue_prefill_s",
-    "decode_s", "detokenize_s", "other_s", "client_ttft_s", "client_e2e_s", "client_tpot_s", "client_itl_s",
-)  # fmt: skip
-_DEFAULTS: dict[str, Any] = {"model": "", "route": "", "outcome": "ok", "status_code": 200,
-                             "stream": False, "input_tokens": 0, "output_tokens": 0,
-                             "cached_tokens": 0}  # fmt: skip
+def _field_groups() -> dict[str, tuple[str, ...]]:
+    """Every field of RequestRecord but the database id, grouped by how it is validated.
+
+    Derived from the model once, at import, so a field added to it is validated, written and
+    read everywhere; a field of a type `validate_record` cannot check stops the import.
+    """
+    kinds: dict[Any, str] = {
+        str: "str",
+        str | None: "str",
+        float: "float",
+        float | None: "float",
+        int: "int",
+        bool: "bool",
+        list[float] | None: "list",
+    }
+    groups: dict[str, list[str]] = {}
+    for name, info in RequestRecord.model_fields.items():
+        if name == "id":
+            continue
+        kind = kinds.get(info.annotation)
+        if kind is None:
+            known = ", ".join(getattr(type_, "__name__", str(type_)) for type_ in kinds)
+            raise TypeError(
+                f"slo/records.py: RequestRecord.{name} is {info.annotation}; validate_record "
+                f"checks {known}: use one of them or teach validate_record the new type"
+            )
+        required = "required" if info.is_required() else "optional"
+        groups.setdefault("all", []).append(name)
+        groups.setdefault(kind, []).append(name)
+        groups.setdefault(f"{required} {kind}", []).append(name)
+    return {group: tuple(names) for group, names in groups.items()}
+
+
+_GROUPS = _field_groups()
+FIELD_NAMES: tuple[str, ...] = _GROUPS["all"]
+REQUIRED_STR: tuple[str, ...] = _GROUPS.get("required str", ())
+OPTIONAL_STR: tuple[str, ...] = _GROUPS.get("optional str", ())
+REQUIRED_FLOAT: tuple[str, ...] = _GROUPS.get("required float", ())
+OPTIONAL_FLOAT: tuple[str, ...] = _GROUPS.get("optional float", ())
+INT_FIELDS: tuple[str, ...] = _GROUPS.get("int", ())
+BOOL_FIELDS: tuple[str, ...] = _GROUPS.get("bool", ())
+LIST_FIELDS: tuple[str, ...] = _GROUPS.get("list", ())
+# Defaults a dict may leave out (None defaults need no entry: a missing key reads as None).
+_DEFAULTS: dict[str, Any] = {
+    name: info.default
+    for name, info in RequestRecord.model_fields.items()
+    if name in FIELD_NAMES and not info.is_required() and info.default is not None
+}
 
 
 _INF = math.inf
-_SECONDS_FIELDS = ("e2e_s", *OPTIONAL_FLOAT)
+# Every float but the timestamp is a duration in seconds.
+_SECONDS_FIELDS = tuple(name for name in _GROUPS.get("float", ()) if name != "timestamp")
 
 
 class RecordError(UsageError):
@@ -144,14 +176,15 @@ def validate_record(data: Mapping[str, Any], where: str = "record") -> dict[str,
             raise fail(name, "a finite number of seconds >= 0")
         values[name] = None if value is None else float(value)
     for name in INT_FIELDS:
-        value = data.get(name, _DEFAULTS[name])
+        value = data.get(name, _DEFAULTS.get(name))
         if type(value) is not int or value < 0:
             raise fail(name, "a whole number >= 0")
         values[name] = value
-    stream = data.get("stream", False)
-    if type(stream) is not bool:
-        raise fail("stream", "true or false")
-    values["stream"] = stream
+    for name in BOOL_FIELDS:
+        value = data.get(name, _DEFAULTS.get(name))
+        if type(value) is not bool:
+            raise fail(name, "true or false")
+        values[name] = value
     for name in LIST_FIELDS:
         value = data.get(name)
         if value is not None and (

@@ -234,6 +234,27 @@ _SLIS: tuple[SLI, ...] = (
 
 CATALOG: dict[str, SLI] = {sli.name: sli for sli in _SLIS}
 LATENCY_SLIS: tuple[str, ...] = tuple(sli.name for sli in _SLIS if sli.is_latency)
+# What the middleware, the live windows, the records and the dashboards derive their lists
+# from (never re-typed there). Each latency SLI's record_field is also the attribute of
+# middleware.timeline.Breakdown that measures it.
+# Latency SLIs with one value per request (ITL has one per gap between tokens).
+PER_REQUEST_LATENCY_SLIS: tuple[str, ...] = tuple(
+    name for name in LATENCY_SLIS if not CATALOG[name].per_token_gap
+)
+
+
+def _phase_field(phase: str) -> str:
+    sli = CATALOG.get(phase)
+    if sli is None or not sli.is_latency or sli.record_field is None:
+        raise ValueError(
+            f"slo/sli.py: phase {phase!r} of PHASES has no latency SLI in the catalog; "
+            "add one with a record_field (every phase is measured, stored and charted)"
+        )
+    return sli.record_field
+
+
+# The record field of each phase, in PHASES order (they sum to e2e_s).
+PHASE_FIELDS: tuple[str, ...] = tuple(_phase_field(phase) for phase in PHASES)
 
 
 def buckets_for(sli_name: str, spec: SLOSpec | None = None) -> tuple[float, ...]:
