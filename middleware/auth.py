@@ -11,6 +11,12 @@ Keys live in a YAML file as SHA-256 hashes, never in clear:
 
 A request carries its key as `Authorization: Bearer KEY` or `X-API-Key: KEY`. A missing or
 unknown key gets 401 with a generic message; a key over its limits gets 429 with Retry-After.
+
+`ApiKeyMiddleware` is the ASGI layer: stacked inside `LatencyMiddleware` (which does it for
+you with `auth=`), its refusals are measured and recorded like any answer. What it tells the
+layers around it goes in `scope["state"]`: `api_key_id`, the `tier` and `priority` the key
+decides, and `charge_tokens(tokens)`, which the measuring layer calls with the request's prompt
+and output tokens once they are counted (the key's tokens-per-minute bucket).
 """
 
 from __future__ import annotations
@@ -19,14 +25,17 @@ import hashlib
 import math
 import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from middleware.clock import Clock, SystemClock
+from middleware.types import ASGIApp, Receive, Scope, Send
 from slo.errors import UsageError
+from slo.spec import SLOSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +137,58 @@ class ApiKeyAuth:
             self._tokens.setdefault(key.id, TokenBucket(key.tokens_per_minute, now_s)).take(
                 tokens, now_s
             )
+
+
+class ApiKeyMiddleware:
+    """Pure ASGI: every request to `routes` needs a valid key within its limits."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        auth: ApiKeyAuth,
+        spec: SLOSpec,
+        routes: Iterable[str],
+        clock: Clock | None = None,
+    ) -> None:
+        self.app = app
+        self.auth = auth
+        self.spec = spec
+        self.routes = frozenset(routes)
+        self.clock = clock or SystemClock()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = scope.get("path", "")
+        if scope["type"] != "http" or route not in self.routes:
+            await self.app(scope, receive, send)
+            return
+        headers = {
+            key.decode("latin-1").lower(): value.decode("latin-1")
+            for key, value in scope.get("headers", ())
+        }
+        decision = self.auth.check(headers, self.clock.wall_s())
+        key = decision.key
+        state = scope.setdefault("state", {})
+        if key is not None:
+            state["api_key_id"] = key.id
+            tier = (
+                self.spec.tier(key.tier)
+                if key.tier is not None
+                else self.spec.resolve_tier(headers, route, key.id)
+            )
+            state["tier"], state["priority"] = tier.name, tier.priority
+            state["charge_tokens"] = self._charger(key)
+        if decision.status is not None:
+            from middleware.reporting import refusal  # the answer's shape lives with the others
+
+            await refusal(decision)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _charger(self, key: ApiKey) -> Any:
+        def charge(tokens: int) -> None:
+            self.auth.charge_tokens(key, tokens, self.clock.wall_s())
+
+        return charge
 
 
 def _presented_key(headers: Mapping[str, str]) -> str | None:

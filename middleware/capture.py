@@ -5,6 +5,10 @@ Turned on (`LatencyMiddleware(..., capture=ContentCapture())`, with tracing on),
 `max_chars` of each request and response body go into the request's SERVER span as
 `gen_ai.prompt` and `gen_ai.completion`, after every redaction pattern replaced its matches.
 Records never carry text, captured or not.
+
+`CaptureMiddleware` is the ASGI layer that collects the bodies (stacked inside
+`LatencyMiddleware` by `capture=`, only when spans are exported); it leaves the request's
+`CaptureBuffer` in `scope["state"]["capture"]` for the layer that writes the span.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from middleware.types import ASGIApp, Message, Receive, Scope, Send
 
 DEFAULT_REDACTIONS: tuple[str, ...] = (
     r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}",  # e-mail addresses
@@ -63,3 +69,32 @@ class CaptureBuffer:
         if self.response_size < self.limit:
             self.response.append(body[: self.limit - self.response_size])
             self.response_size += len(body)
+
+
+class CaptureMiddleware:
+    """Pure ASGI: collects each request's and response's body, bounded, into its state."""
+
+    def __init__(self, app: ASGIApp, capture: ContentCapture, routes: Iterable[str]) -> None:
+        self.app = app
+        self.capture = capture
+        self.routes = frozenset(routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path", "") not in self.routes:
+            await self.app(scope, receive, send)
+            return
+        buffer = CaptureBuffer(self.capture.max_chars * 4)
+        scope.setdefault("state", {})["capture"] = buffer
+
+        async def receive_body() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                buffer.add_request(message.get("body", b""))
+            return message
+
+        async def send_body(message: Message) -> None:
+            await send(message)
+            if message["type"] == "http.response.body" and message.get("body"):
+                buffer.add_response(message["body"])
+
+        await self.app(scope, receive_body, send_body)

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from middleware.auth import ApiKey, ApiKeyAuth
+from middleware.auth import ApiKeyAuth, ApiKeyMiddleware
 from middleware.bridge import EngineBridge
-from middleware.capture import CaptureBuffer, ContentCapture
+from middleware.capture import CaptureMiddleware, ContentCapture
 from middleware.clock import Clock, SystemClock
 from middleware.endpoints import serve_metrics, serve_slo
 from middleware.exchange import Exchange
@@ -30,7 +30,6 @@ from middleware.intake.propagate import propagate_context
 from middleware.lifespan import Lifespan
 from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
-from middleware.reporting import refusal
 from middleware.settle import Reporter
 from middleware.timeline import (
     RequestTimeline,
@@ -40,7 +39,7 @@ from middleware.timeline import (
 from middleware.tracing import DropCounter, RequestTracer
 from middleware.types import ASGIApp, Message, Receive, Scope, Send
 from middleware.wire_io import ask_for_usage
-from slo.spec import SLOSpec, Tier
+from slo.spec import SLOSpec
 from slo.store import RecordStore
 
 logger = logging.getLogger("middleware")
@@ -110,6 +109,12 @@ class LatencyMiddleware:
             auth = ApiKeyAuth.load(auth, {tier.name for tier in self.spec.tiers})
         self.auth = auth
         self.capture = capture
+        # The default stack: API keys, then content capture (only when spans are exported),
+        # each its own ASGI layer inside the measurement, so their answers are measured too.
+        if capture is not None and self.tracer.enabled:
+            self.app = CaptureMiddleware(self.app, capture, self.llm_routes)
+        if auth is not None:
+            self.app = ApiKeyMiddleware(self.app, auth, self.spec, self.llm_routes, self.clock)
         # Ask streamed requests for `usage` (stream_options.include_usage) so counts are exact
         # on engines that report it; the usage chunk is kept from clients that did not ask.
         self.inject_usage = inject_usage
@@ -188,7 +193,7 @@ class LatencyMiddleware:
             for key, value in scope.get("headers", ())
         }
         state = scope.setdefault("state", {})
-        app, key, tier = self._admit(headers, route, state)
+        tier = self.spec.resolve_tier(headers, route, state.get("api_key_id"))
         state["priority"] = tier.priority
         state["request_id"] = request_id
         state["tier"] = tier.name
@@ -198,7 +203,7 @@ class LatencyMiddleware:
         context_token = set_current_timeline(timeline)
         raised = False
         try:
-            await app(scope, exchange.receive, exchange.send)
+            await self.app(scope, exchange.receive, exchange.send)
         except BaseException:
             raised = True
             raise
@@ -208,31 +213,20 @@ class LatencyMiddleware:
             try:
                 exchange.settle()
                 output_tokens = self.reporter.finish(
-                    exchange, tier.name, route, headers, state.get("outcome"), raised, ids
+                    exchange,
+                    state.get("tier", tier.name),  # the API key's layer may have decided it
+                    route,
+                    headers,
+                    state.get("outcome"),
+                    raised,
+                    ids,
+                    state.get("capture"),
                 )
-                if key is not None and self.auth is not None:
-                    used = timeline.input_tokens + output_tokens
-                    self.auth.charge_tokens(key, used, clock.wall_s())
+                charge_tokens = state.get("charge_tokens")
+                if charge_tokens is not None:  # the key's tokens-per-minute bucket
+                    charge_tokens(timeline.input_tokens + output_tokens)
             except Exception:  # reporting must never break the response
                 logger.exception("llm-slo: failed to report request %s", request_id)
-
-    def _admit(
-        self, headers: dict[str, str], route: str, state: dict[str, Any]
-    ) -> tuple[ASGIApp, ApiKey | None, Tier]:
-        """The app to call (a refusal when the key is missing, wrong or over its limit), the
-        caller's key and the request's tier (the key's, else the spec's match rules)."""
-        app = self.app
-        key = None
-        if self.auth is not None:
-            decision = self.auth.check(headers, self.clock.wall_s())
-            key = decision.key
-            if key is not None:
-                state["api_key_id"] = key.id
-            if decision.status is not None:
-                app = refusal(decision)
-        if key is not None and key.tier is not None:
-            return app, key, self.spec.tier(key.tier)
-        return app, key, self.spec.resolve_tier(headers, route, state.get("api_key_id"))
 
     async def _exchange(
         self, scope: Scope, receive: Receive, send: Send, timeline: RequestTimeline
@@ -244,11 +238,6 @@ class LatencyMiddleware:
             strip_usage = await ask_for_usage(scope, receive, replay)
             if replay and not replay[-1].get("more_body", False):
                 timeline.body_received(clock.now_ns())
-        captured = (
-            CaptureBuffer(self.capture.max_chars * 4)
-            if self.capture is not None and self.tracer.enabled
-            else None
-        )
         return Exchange(
             timeline,
             receive,
@@ -257,7 +246,6 @@ class LatencyMiddleware:
             replay=replay,
             strip_usage=strip_usage,
             server_timing=self.server_timing,
-            captured=captured,
         )
 
     @property

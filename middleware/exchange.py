@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from middleware.capture import CaptureBuffer
 from middleware.reporting import server_timing_value, timings_comment
 from middleware.timeline import RequestTimeline
 from middleware.types import Message, Receive, Send
@@ -31,7 +30,6 @@ class Exchange:
         "_send",
         "_token_events_in",
         "body",
-        "captured",
         "complete",
         "delivered",
         "disconnected",
@@ -56,7 +54,6 @@ class Exchange:
         replay: list[Message],
         strip_usage: bool = False,
         server_timing: bool = True,
-        captured: CaptureBuffer | None = None,
     ) -> None:
         self.timeline = timeline
         self._receive = receive
@@ -65,7 +62,6 @@ class Exchange:
         self.replay = replay  # the request's messages already read (usage asked for)
         self.strip_usage = strip_usage
         self.server_timing = server_timing
-        self.captured = captured
         self.wire = WireReader(strip_usage)
         self._feed = self.wire.feed
         self._token_events_in = self.wire.token_events_in
@@ -83,8 +79,6 @@ class Exchange:
         message = self.replay.pop(0) if self.replay else await self._receive()
         kind = message["type"]
         if kind == "http.request":
-            if self.captured is not None:
-                self.captured.add_request(message.get("body", b""))
             if not message.get("more_body", False):
                 self.timeline.body_received(self.now_ns())
         elif kind == "http.disconnect":
@@ -118,8 +112,6 @@ class Exchange:
         if not carried and self.wire.done and not self.delivered:
             self.delivered = True
             self.timeline.last_byte_sent(self.now_ns())  # unless a later message comes
-        if self.captured is not None:
-            self.captured.add_response(body)
 
     async def _last_or_plain(self, message: Message, body: bytes | None) -> None:
         started = self.now_ns()
@@ -146,8 +138,6 @@ class Exchange:
             timeline.chunk_sent(started, 0 if timeline.body_chunk_ns else 1)
             keep_body(self, body)
         await self._send(message)
-        if body and self.captured is not None:
-            self.captured.add_response(body)
         if not more:
             timeline.last_byte_sent(self.now_ns())
             self.complete = True

@@ -8,7 +8,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from middleware.capture import ContentCapture
+from middleware.capture import CaptureBuffer, ContentCapture
 from middleware.exchange import Exchange
 from middleware.histograms import bucket_counts
 from middleware.intake import SpanJoin, apply_engine_span
@@ -32,6 +32,7 @@ class Finished:
     status: int
     # (trace id, span id) of our request span, already handed to the app in `traceparent`.
     ids: tuple[str, str] | None
+    captured: CaptureBuffer | None = None  # the bodies, when content capture is on
 
 
 class Reporter:
@@ -68,6 +69,7 @@ class Reporter:
         hint: str | None,
         raised: bool,
         ids: tuple[str, str] | None,
+        captured: CaptureBuffer | None = None,
     ) -> int:
         """Settle one request: reported now, or once the engine's span comes (a bounded
         wait); the output tokens it produced."""
@@ -80,7 +82,7 @@ class Reporter:
             raised and not exchange.delivered,
         )
         status = 500 if raised and not exchange.started else exchange.status
-        finished = Finished(exchange, tier, route, headers, outcome, status, ids)
+        finished = Finished(exchange, tier, route, headers, outcome, status, ids, captured)
         timeline = exchange.timeline
         produced_tokens = timeline.breakdown().output_tokens if status < 400 else 0
         if outcome != "ok" or timeline.engine_reported:
@@ -161,7 +163,7 @@ class Reporter:
             self.model, finished.route, finished.tier, finished.status, exchange.is_stream,
             exchange.timeline, breakdown, finished.outcome,
         )  # fmt: skip
-        captured = exchange.captured
+        captured = finished.captured
         if captured is not None and self.capture is not None:
             attributes["gen_ai.prompt"] = self.capture.text(captured.request)
             attributes["gen_ai.completion"] = self.capture.text(captured.response)
