@@ -11,6 +11,7 @@ reads (`middleware.live_shared`): `/slo` and the alerts judge the whole server's
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -31,28 +32,46 @@ from middleware.windows import SLOTS_PER_WINDOW, WindowSet
 from slo.alert_rules import alert_rules, histogram_quantile, windows_s
 from slo.arithmetic import attainment, budget_remaining, burn_rate, goodput_checks, verdict
 from slo.objectives import Objective
-from slo.sli import CATALOG, OUTCOMES, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, PHASES, buckets_for
+from slo.sli import (
+    CATALOG,
+    LATENCY_FIELDS,
+    OUTCOMES,
+    OUTCOMES_EXCLUDED_FROM_AVAILABILITY,
+    PER_REQUEST_LATENCY_SLIS,
+    PHASE_FIELDS,
+    PHASES,
+    buckets_for,
+)
 from slo.spec import SLOSpec, Tier
 from slo.units import format_duration
 
 logger = logging.getLogger("middleware.live")
 
-BREAKDOWN_FIELD = {
-    "ttft": "ttft_s",
-    "tpot": "tpot_s",
-    "e2e": "e2e_s",
-    "queue": "queue_s",
-    "prefill": "prefill_s",
-    "decode": "decode_s",
-    "detokenize": "detokenize_s",
-    "network": "network_s",
-    "queue_prefill": "queue_prefill_s",
-    "other": "other_s",
-}
 
+def breakdown_fields(slis: tuple[str, ...]) -> dict[str, str]:
+    """SLI -> the `Breakdown` attribute that measures it: its record field (slo.sli.CATALOG).
+
+    Called once at import: a catalog SLI the breakdown does not carry stops the import,
+    instead of the live windows (or the histograms) leaving it out without a word.
+    """
+    carried = {field.name for field in dataclasses.fields(Breakdown)}
+    measured = {}
+    for name in slis:
+        field = LATENCY_FIELDS.get(name)
+        if field is None or field not in carried:
+            raise TypeError(
+                f"slo/sli.py: SLI {name!r} (record field {field!r}) is not measured by "
+                "middleware.timeline.Breakdown; add the field there and compute it in "
+                "RequestTimeline.breakdown, so /slo, /metrics and `slo check` all see it"
+            )
+        measured[name] = field
+    return measured
+
+
+# Latency SLI (one value per request) -> Breakdown attribute, derived from the catalog.
+BREAKDOWN_FIELD = breakdown_fields(PER_REQUEST_LATENCY_SLIS)
 # The breakdown attribute of each phase (None, an unreported phase, counts as 0 as in
 # `Breakdown.phases`).
-PHASE_FIELDS = tuple(f"{phase}_s" for phase in PHASES)
 _phase_values = attrgetter(*PHASE_FIELDS)  # all of them in one call: this runs per request
 
 
@@ -67,6 +86,20 @@ class _Layout:
     bounds: dict[str, np.ndarray]
     bound_lists: dict[str, list[float]]
     width: int
+
+
+def _measured_field(tier: Tier, sli: str) -> str:
+    """The breakdown field of a latency objective's SLI; one the middleware cannot count
+    fails here, at startup, instead of `/slo` judging it on no events while `slo check`
+    judges it on the records."""
+    field = BREAKDOWN_FIELD.get(sli)
+    if field is None:
+        raise ValueError(
+            f"tier {tier.name!r}: the live windows cannot count SLI {sli!r} (not one of "
+            f"{', '.join(BREAKDOWN_FIELD)}); give it a record field that "
+            "middleware.timeline.Breakdown measures (slo/sli.py), or drop the objective"
+        )
+    return field
 
 
 class TierWindows:
@@ -108,9 +141,9 @@ class TierWindows:
         # What `observe` reads per request, decided once: (breakdown field, first column,
         # bounds) per latency SLI but itl, and the goodput checks (slo.arithmetic).
         self._latency_columns = [
-            (BREAKDOWN_FIELD[sli], start, self.layout.bound_lists[sli])
+            (_measured_field(tier, sli), start, self.layout.bound_lists[sli])
             for sli, start in starts.items()
-            if sli in BREAKDOWN_FIELD
+            if not CATALOG[sli].per_token_gap
         ]
         self._itl_start = starts.get("itl")
         self._goodput_checks = goodput_checks(self.latency_objectives)

@@ -33,28 +33,25 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from middleware.histograms import BucketCounts, HistogramBatch, bucket_counts
 from middleware.timeline import Breakdown
-from slo.sli import CATALOG, OUTCOMES, SHED_REASONS, buckets_for
+from slo.sli import (
+    CATALOG,
+    LATENCY_FIELDS,
+    OUTCOMES,
+    PER_REQUEST_LATENCY_SLIS,
+    SHED_REASONS,
+    buckets_for,
+)
 from slo.spec import SLOSpec
 
 # Longest a request's observations wait before reaching the metrics while requests come in.
 # A scrape always sees them: reading the registry (or `/metrics`) flushes first.
 FLUSH_EVERY_S = 1.0
 
-# Per-request histograms and the record field (of Breakdown) that feeds each.
-REQUEST_HISTOGRAMS = (
-    "ttft",
-    "tpot",
-    "e2e",
-    "queue",
-    "prefill",
-    "decode",
-    "detokenize",
-    "network",
-    "queue_prefill",
-    "other",
-)
+# Per-request latency histograms, from the catalog; each is fed by its record field of
+# Breakdown (the middleware's live windows check at import that it carries every one).
+REQUEST_HISTOGRAMS = PER_REQUEST_LATENCY_SLIS
 # The Breakdown values of REQUEST_HISTOGRAMS, in that order, in one call.
-_latencies = attrgetter(*(f"{name}_s" for name in REQUEST_HISTOGRAMS))
+_latencies = attrgetter(*(LATENCY_FIELDS[name] for name in REQUEST_HISTOGRAMS))
 # Histograms that carry the trace id as an exemplar (OpenMetrics), when there is one.
 EXEMPLAR_HISTOGRAMS = ("ttft", "e2e")
 ENGINE_GAUGES = ("queue_depth", "running", "batch_size", "kv_usage")

@@ -235,8 +235,11 @@ _SLIS: tuple[SLI, ...] = (
 CATALOG: dict[str, SLI] = {sli.name: sli for sli in _SLIS}
 LATENCY_SLIS: tuple[str, ...] = tuple(sli.name for sli in _SLIS if sli.is_latency)
 # What the middleware, the live windows, the records and the dashboards derive their lists
-# from (never re-typed there). Each latency SLI's record_field is also the attribute of
+# from (never re-typed there). A latency SLI's record field is also the attribute of
 # middleware.timeline.Breakdown that measures it.
+LATENCY_FIELDS: dict[str, str] = {
+    sli.name: sli.record_field for sli in _SLIS if sli.is_latency and sli.record_field
+}
 # Latency SLIs with one value per request (ITL has one per gap between tokens).
 PER_REQUEST_LATENCY_SLIS: tuple[str, ...] = tuple(
     name for name in LATENCY_SLIS if not CATALOG[name].per_token_gap
@@ -244,13 +247,13 @@ PER_REQUEST_LATENCY_SLIS: tuple[str, ...] = tuple(
 
 
 def _phase_field(phase: str) -> str:
-    sli = CATALOG.get(phase)
-    if sli is None or not sli.is_latency or sli.record_field is None:
+    field = LATENCY_FIELDS.get(phase)
+    if field is None:
         raise ValueError(
             f"slo/sli.py: phase {phase!r} of PHASES has no latency SLI in the catalog; "
             "add one with a record_field (every phase is measured, stored and charted)"
         )
-    return sli.record_field
+    return field
 
 
 # The record field of each phase, in PHASES order (they sum to e2e_s).
