@@ -3,8 +3,15 @@
 OTLP/HTTP (opentelemetry-proto's `ExportTraceServiceRequest`) comes as protobuf
 (`application/x-protobuf`) or as JSON (`application/json`: the protobuf JSON mapping, except
 that trace and span ids are hex strings and enums are integers), each compressed or not
-(`Content-Encoding: gzip`, or `deflate` as the SDK's exporter can send). Only spans an adapter claims by name are read; the rest of the
-export (the engine's other spans, resources, events) is skipped.
+(`Content-Encoding: gzip`, or `deflate` as the SDK's exporter can send). Only spans an adapter
+claims by name are read, and of those only the attributes their adapter reads; the rest of
+the export (the engine's other spans and attributes, resources, events) is skipped.
+
+An engine exports thousands of request spans a second (vLLM: one per request, 512 per
+export), and the proxy decodes them on the event loop that streams its responses, so the
+protobuf path reads each span's attributes through a lean schema of its own
+(`_lean_export_class`): the same wire format with `attributes` as a map, so the wanted keys
+are looked up in C instead of every KeyValue being walked in Python.
 """
 
 from __future__ import annotations
@@ -13,9 +20,10 @@ import base64
 import json
 import zlib
 from collections.abc import Iterator, Mapping
+from functools import cache
 from typing import Any
 
-from middleware.upstream import SpanPhases, adapter_for_span
+from middleware.upstream import EngineAdapter, SpanPhases, adapter_for_span
 
 # An export larger than this once decompressed is refused (a batch of 512 engine spans with
 # their attributes is well under 1 MiB).
@@ -64,35 +72,119 @@ def decode_export(body: bytes, content_type: str, content_encoding: str = "") ->
             "application/json (OTLP/HTTP)"
         )
     read: list[SpanPhases] = []
-    for name, trace_id, attributes in spans:
-        adapter = adapter_for_span(name)
-        if adapter is None:
-            continue
+    for adapter, trace_id, attributes in spans:
         phases = adapter.phases(trace_id, attributes)
         if phases is not None:
             read.append(phases)
     return read
 
 
-def _protobuf_spans(body: bytes) -> Iterator[tuple[str, str, dict[str, Any]]]:
+class _Claims:
+    """Which adapter claims a span name and which attributes it reads, looked up once per name
+    in one export (an export repeats a few names: vLLM's are all `llm_request`)."""
+
+    def __init__(self) -> None:
+        self._adapters: dict[str, EngineAdapter | None] = {}
+        self._keys: dict[str, frozenset[str] | None] = {}
+
+    def adapter(self, name: str) -> EngineAdapter | None:
+        try:
+            return self._adapters[name]
+        except KeyError:
+            adapter = self._adapters[name] = adapter_for_span(name)
+            return adapter
+
+    def keys(self, adapter: EngineAdapter) -> frozenset[str] | None:
+        """The attribute keys `adapter` reads; None when it reads the span itself (all)."""
+        try:
+            return self._keys[adapter.name]
+        except KeyError:
+            keys = None if adapter.read_span else frozenset(adapter.span_attributes.values())
+            self._keys[adapter.name] = keys
+            return keys
+
+
+def _protobuf_spans(body: bytes) -> Iterator[tuple[EngineAdapter, str, dict[str, Any]]]:
     from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
 
     try:
-        request = ExportTraceServiceRequest.FromString(body)
+        request = _lean_export_class().FromString(body)
     except DecodeError as error:
         raise IntakeError(
             f"body is not an OTLP protobuf ExportTraceServiceRequest: {error}"
         ) from error
+    claims = _Claims()
     for resource_spans in request.resource_spans:
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                if adapter_for_span(span.name) is None:
+                adapter = claims.adapter(span.name)
+                if adapter is None:
                     continue
-                attributes = {item.key: _proto_value(item.value) for item in span.attributes}
-                yield span.name, span.trace_id.hex(), attributes
+                keys, held = claims.keys(adapter), span.attributes
+                if keys is None:
+                    attributes = {key: _proto_value(value) for key, value in held.items()}
+                else:
+                    attributes = {key: _proto_value(held[key]) for key in keys if key in held}
+                yield adapter, span.trace_id.hex(), attributes
+
+
+@cache
+def _lean_export_class() -> Any:
+    """`ExportTraceServiceRequest` cut down to what the intake reads: resource_spans (1) >
+    scope_spans (2) > spans (2) > trace_id (1), name (5) and attributes (9), the attributes as
+    `map<string, AnyValue>`. A map is encoded exactly as a repeated KeyValue {key = 1,
+    value = 2}, so it reads the same bytes; every other field is skipped by the parser. Built
+    in a pool of its own from opentelemetry-proto's AnyValue."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from opentelemetry.proto.common.v1 import common_pb2
+
+    common = descriptor_pb2.FileDescriptorProto()
+    common_pb2.DESCRIPTOR.CopyToProto(common)
+    lean = descriptor_pb2.FileDescriptorProto(
+        name="llm_slo/lean_trace.proto",
+        package="llm_slo.lean",
+        syntax="proto3",
+        dependency=[common.name],
+    )
+    field = descriptor_pb2.FieldDescriptorProto
+    repeated, optional = field.LABEL_REPEATED, field.LABEL_OPTIONAL
+    span = lean.message_type.add(name="Span")
+    entry = span.nested_type.add(name="AttributesEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=field.TYPE_STRING, label=optional)
+    entry.field.add(
+        name="value",
+        number=2,
+        type=field.TYPE_MESSAGE,
+        label=optional,
+        type_name=".opentelemetry.proto.common.v1.AnyValue",
+    )
+    span.field.add(name="trace_id", number=1, type=field.TYPE_BYTES, label=optional)
+    span.field.add(name="name", number=5, type=field.TYPE_STRING, label=optional)
+    span.field.add(
+        name="attributes",
+        number=9,
+        type=field.TYPE_MESSAGE,
+        label=repeated,
+        type_name=".llm_slo.lean.Span.AttributesEntry",
+    )
+    for name, child, number, child_type in (
+        ("ScopeSpans", "spans", 2, "Span"),
+        ("ResourceSpans", "scope_spans", 2, "ScopeSpans"),
+        ("Export", "resource_spans", 1, "ResourceSpans"),
+    ):
+        holder = lean.message_type.add(name=name)
+        holder.field.add(
+            name=child,
+            number=number,
+            type=field.TYPE_MESSAGE,
+            label=repeated,
+            type_name=f".llm_slo.lean.{child_type}",
+        )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(common)
+    pool.Add(lean)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("llm_slo.lean.Export"))
 
 
 def _proto_value(value: Any) -> Any:
@@ -106,13 +198,14 @@ def _proto_value(value: Any) -> Any:
     return getattr(value, kind)
 
 
-def _json_spans(body: bytes) -> Iterator[tuple[str, str, dict[str, Any]]]:
+def _json_spans(body: bytes) -> Iterator[tuple[EngineAdapter, str, dict[str, Any]]]:
     try:
         request = json.loads(body)
     except ValueError as error:
         raise IntakeError(f"body is not JSON: {error}") from error
     if not isinstance(request, dict):
         raise IntakeError("OTLP JSON export must be an object with resourceSpans")
+    claims = _Claims()
     for resource_spans in _list(request, "resourceSpans"):
         scopes = _list(resource_spans, "scopeSpans") or _list(
             resource_spans, "instrumentationLibrarySpans"
@@ -120,13 +213,14 @@ def _json_spans(body: bytes) -> Iterator[tuple[str, str, dict[str, Any]]]:
         for scope_spans in scopes:
             for span in _list(scope_spans, "spans"):
                 name = span.get("name")
-                if not isinstance(name, str) or adapter_for_span(name) is None:
+                adapter = claims.adapter(name) if isinstance(name, str) else None
+                if adapter is None:
                     continue
                 attributes = {
                     item.get("key"): _json_value(item.get("value"))
                     for item in _list(span, "attributes")
                 }
-                yield name, _json_trace_id(span.get("traceId")), attributes
+                yield adapter, _json_trace_id(span.get("traceId")), attributes
 
 
 def _list(holder: Any, key: str) -> list[Any]:

@@ -155,7 +155,11 @@ def send(url: str, export: Export, rate: float, seconds: float | None, stop: lis
     sent.first_sent_s = started
     while not stop[0]:
         due = started + sent.exports * interval_s
-        if seconds is not None and due - started >= seconds:
+        # Paced: a fixed number of exports, by schedule; back to back: until the time is up.
+        if (
+            seconds is not None
+            and (due if interval_s else time.perf_counter()) - started >= seconds
+        ):
             break
         body = export.stamp(sent.exports)
         if (wait_s := due - time.perf_counter()) > 0:
