@@ -13,7 +13,6 @@ torch = pytest.importorskip("torch")
 
 from engine import (  # noqa: E402
     Engine,
-    EngineConfig,
     EngineOverloaded,
     EngineStepFailed,
     RequestStream,
@@ -22,24 +21,16 @@ from engine import (  # noqa: E402
     StepStats,
 )
 from engine.hooks import HookDispatch  # noqa: E402
-from tests.helpers.checkpoints import write_hf_llama  # noqa: E402
+from tests.helpers.checkpoints import checkpoint_fixture, make_engine  # noqa: E402
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
 PROMPTS = [f"request {i}: " + "lorem ipsum " * (i % 5) for i in range(12)]
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_hf_llama(tmp_path_factory.mktemp("hf-llama"), seed=7)
-
-
-def make_engine(checkpoint: Path, **config: Any) -> Engine:
-    return Engine.from_pretrained(checkpoint, EngineConfig(device="cpu", dtype="float32", **config))
+checkpoint = checkpoint_fixture(seed=7)
 
 
 @pytest.fixture
 def engine(checkpoint: Path) -> Iterator[Engine]:
-    engine = make_engine(checkpoint, block_size=8)
+    engine = make_engine(checkpoint)
     yield engine
     engine.stop_sync()
 
@@ -61,12 +52,12 @@ def test_concurrent_greedy_equals_alone(engine: Engine) -> None:
 
 
 def test_preemption_keeps_outputs_and_frees_blocks(checkpoint: Path) -> None:
-    reference = make_engine(checkpoint, block_size=8)
+    reference = make_engine(checkpoint)
     expected = [run(reference.complete(p, GREEDY)).token_ids for p in PROMPTS]
     reference.stop_sync()
 
     # 12 blocks of 8 tokens cannot hold 12 sequences of up to ~90 tokens: preemption must happen.
-    small = make_engine(checkpoint, block_size=8, num_kv_blocks=12)
+    small = make_engine(checkpoint, num_kv_blocks=12)
     preempted = []
     small.add_hooks(type("H", (), {"on_step": lambda self, s: preempted.append(s.num_preempted)})())
 
@@ -98,7 +89,7 @@ def test_cancellation_frees_blocks_within_a_step(engine: Engine) -> None:
 
 
 def test_priority_order_then_fifo(checkpoint: Path) -> None:
-    engine = make_engine(checkpoint, block_size=8, max_batch_size=1)
+    engine = make_engine(checkpoint, max_batch_size=1)
     order: list[str] = []
     engine.add_hooks(type("H", (), {"on_schedule": lambda self, rid, t: order.append(rid)})())
 
@@ -295,7 +286,36 @@ def test_cold_start_is_measured(engine: Engine) -> None:
     engine.start_sync()
     cold = engine.cold_start
     assert cold is not None and cold.load_s > 0 and cold.warmup_s > 0
-    assert engine.gpu_stats() == [] or all(g.memory_total_bytes > 0 for g in engine.gpu_stats())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_stats_report_the_cuda_devices(checkpoint: Path) -> None:
+    """With the engine's weights on a CUDA device, NVML reports every device torch sees, each
+    by its name and total memory, and the one in use holds at least what torch allocated."""
+    engine = make_engine(checkpoint, device="cuda")
+    try:
+        engine.start_sync()
+        allocated = torch.cuda.memory_allocated(0)
+        stats = engine.gpu_stats()
+        _free, total = torch.cuda.mem_get_info(0)
+    finally:
+        engine.stop_sync()
+    assert allocated > 0
+    # NVML lists every device on the machine, CUDA_VISIBLE_DEVICES or not, by its own index.
+    assert len(stats) >= torch.cuda.device_count(), stats
+    assert [s.index for s in stats] == list(range(len(stats)))
+    for s in stats:
+        assert 0 <= s.utilization_percent <= 100, s
+        assert 0 < s.memory_used_bytes <= s.memory_total_bytes, s
+    # The device the engine runs on, by name and size: NVML's total is CUDA's plus what the
+    # driver reserves (a few percent); what it counts in use holds all that torch allocated.
+    ours = [
+        s
+        for s in stats
+        if s.name == torch.cuda.get_device_name(0) and total <= s.memory_total_bytes <= total * 1.05
+    ]
+    assert ours, (torch.cuda.get_device_name(0), total, stats)
+    assert max(s.memory_used_bytes for s in ours) >= allocated, (allocated, stats)
 
 
 def test_complete_delivers_once_with_what_the_stream_delivers(engine: Engine) -> None:
