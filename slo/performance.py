@@ -1,8 +1,10 @@
 """Where observed latency stands against the industry: performance tiers and benchmarks.
 
-Figures from the reference article's tables (see REFERENCE.md): the five performance tiers
-by TTFT, TPOT and throughput, and the industry p50/p95/p99 bands. Throughput there is per GPU;
-we measure per deployment, so divide by the GPU count before comparing across setups.
+This module is where the repository keeps these figures, as numbers: the five performance
+tiers by TTFT, TPOT and throughput, and the typical production p50/p95/p99 bands, taken from
+the "Performance tiers" and "Industry benchmarks" tables of the article on LLM serving latency
+this project grew from (not shipped with it). Throughput there is per GPU; we measure per
+deployment, so divide by the GPU count before comparing across setups.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The README's commands and examples work as written."""
+"""The README's and the docs site's commands and examples work as written."""
 
 from __future__ import annotations
 
@@ -13,15 +13,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.MULTILINE | re.DOTALL)
-# The docs pages whose examples run too, each a section named after its file.
-DOCS = sorted((ROOT / "docs").glob("*.md"))
+# Every page of the docs site, subfolders included, runs its examples too: each page is one
+# section named after its path (`docs/slo-check.md`). A page written by a benchmark
+# (docs/benchmarks/) states its commands as inline code or `text`, so nothing here runs one.
+DOCS = sorted((ROOT / "docs").rglob("*.md"))
+# Languages of blocks that are shown and not run; every other block must be bash or python.
+SHOWN_ONLY = ("yaml", "text")
+OPENING = re.compile(r"^\s*```")
 
 
 def sections() -> dict[str, str]:
     parts = re.split(r"^## ", README, flags=re.MULTILINE)
     found = {part.splitlines()[0].strip(): part for part in parts[1:]}
     for page in DOCS:
-        found[f"docs/{page.name}"] = page.read_text()
+        found[f"docs/{page.relative_to(ROOT / 'docs').as_posix()}"] = page.read_text()
     return found
 
 
@@ -48,6 +53,19 @@ def test_quick_start_has_exactly_two_set_up_commands_and_ci_runs_the_test_one() 
     assert tests in (ROOT / ".ci" / "run").read_text(), (
         "`.ci/run` must run the README's test command word for word"
     )
+
+
+def test_every_code_block_is_run_or_shown_on_purpose() -> None:
+    """A block the runner cannot see (indented, `sh`, a title after the language) would be
+    untested without a word: every fence must open a bash, python, yaml or text block."""
+    unseen = []
+    for title, text in sections().items():
+        fences = [line for line in text.splitlines() if OPENING.match(line)]
+        opening = fences[::2]  # fences alternate: opening, closing
+        seen = [match.group(1) for match in FENCE.finditer(text)]
+        if len(opening) != len(seen) or not set(seen) <= {"bash", "python", *SHOWN_ONLY}:
+            unseen.append((title, opening, seen))
+    assert not unseen, f"blocks the runner would skip or not recognise: {unseen}"
 
 
 @pytest.mark.parametrize(("where", "script"), blocks("bash"), ids=[w for w, _ in blocks("bash")])
