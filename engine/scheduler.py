@@ -1,10 +1,10 @@
 """Continuous-batching scheduler: stall-free steps under a token budget, preemption by recompute.
 
-Each step (`schedule`) the scheduler (1) sheds, under the `slo` policy, waiting requests whose
-TTFT objective is out of reach, (2) reserves a cache slot for the next token of every decoding
+Each step (`schedule`) the scheduler (1) sheds the waiting requests the policy gives up on (the
+`slo` policy: those whose TTFT objective is out of reach), (2) reserves a cache slot for the next token of every decoding
 sequence, preempting the least important running sequence when blocks run out, and (3) fills
 the rest of the step's token budget (`max_num_batched_tokens`) with prefill chunks in the
-policy's order (engine/policy.py): prompts still being prefilled continue, waiting ones are
+policy's order (engine/policies/): prompts still being prefilled continue, waiting ones are
 admitted while the batch size and the free blocks allow; a waiting request of a higher tier
 may preempt a running one of a lower tier. Decodes go first, so a long prompt spans several
 steps instead of stalling every running decode (Sarathi-Serve's stall-free batching).
@@ -19,65 +19,17 @@ hits join the block table (shared, reference counted) and prefill starts after t
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING
 
 from engine.kv_cache import BlockAllocator, OutOfBlocks, blocks_needed, chain_hashes
-from engine.policy import SHED_TTFT_OUT_OF_REACH, Policy
-from engine.sampling import SamplingParams
-from engine.tokenizer import IncrementalDetokenizer
+from engine.policies import SchedulingPolicy, TierObjective, create_policy
+from engine.sequence import Sequence
 
+if TYPE_CHECKING:
+    from engine.config import EngineConfig
 
-@dataclass(eq=False)
-class Sequence:
-    """One request inside the engine."""
-
-    request_id: str
-    prompt_ids: list[int]
-    params: SamplingParams
-    priority: int
-    arrival: int
-    detokenizer: IncrementalDetokenizer
-    deliver: Callable[[Any], None]
-    generator: torch.Generator | None = None
-    # False: the caller hears of the first token and of the end, nothing in between.
-    streaming: bool = True
-    output_ids: list[int] = field(default_factory=list)
-    block_table: list[int] = field(default_factory=list)
-    num_cached: int = 0  # tokens whose keys and values are in the cache
-    draft_cached: int = 0  # the same for the draft model's cache (speculative decoding)
-    block_hashes: list[int] = field(default_factory=list)  # prefix hashes of full blocks
-    prefix_hit_tokens: int = 0  # tokens found in the prefix cache at the last admission
-    text: str = ""  # generated text so far
-    sent_chars: int = 0  # how much of `text` has been handed to the caller
-    sent_tokens: int = 0  # how many of `output_ids` have been handed to the caller
-    finish_reason: str | None = None
-    num_preemptions: int = 0
-    arrival_ns: int = 0  # perf_counter_ns when enqueued: TTFT deadlines and aging count from it
-    queued_ns: int = 0  # when it last joined the waiting queue (arrival, or its preemption)
-    prefilled: bool = False  # every token up to the newest is in the cache: it decodes
-    prefill_started: bool = False  # its first chunk since (re)admission has run
-    last_decode_step: int = 0  # the scheduler step that last decoded it (slo: turns)
-
-    @property
-    def all_ids(self) -> list[int]:
-        return self.prompt_ids + self.output_ids
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.output_ids)
-
-    @property
-    def order(self) -> tuple[int, int]:
-        return (self.priority, self.arrival)
-
-    def lookahead(self, num_speculative: int) -> int:
-        """Draft tokens worth proposing: never past max_tokens (the last slot is the bonus)."""
-        remaining = self.params.max_tokens - len(self.output_ids)
-        return max(0, min(num_speculative, remaining - 1))
+__all__ = ["Scheduler", "Sequence", "StepPlan"]  # Sequence: its old home, for importers
 
 
 @dataclass
@@ -108,7 +60,7 @@ class Scheduler:
         max_batch_size: int,
         max_num_batched_tokens: int,
         num_speculative: int = 0,
-        policy: Policy | None = None,
+        policy: SchedulingPolicy | None = None,
     ) -> None:
         if max_num_batched_tokens < 1:
             raise ValueError(
@@ -119,11 +71,35 @@ class Scheduler:
         self.block_size = block_size
         self.max_batch_size = max_batch_size
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.policy = policy or Policy()
+        # Chosen once, by whoever builds the scheduler; from here on only its protocol is used.
+        self.policy: SchedulingPolicy = policy or create_policy("priority")
         self._waiting: list[Sequence] = []  # in arrival order; the policy orders it per step
         self.running: list[Sequence] = []
         self.num_preempted_total = 0
         self._steps = 0
+
+    @classmethod
+    def from_config(
+        cls, config: EngineConfig, allocator: BlockAllocator, num_speculative: int = 0
+    ) -> Scheduler:
+        """The scheduler an engine runs with `config`: its limits, and its policy chosen by
+        name here, once (the tiers' objectives in seconds, by priority)."""
+        policy = create_policy(
+            config.scheduling,
+            aging_s=config.priority_aging_s,
+            objectives={
+                priority: TierObjective(ttft_s, tpot_s)
+                for priority, (ttft_s, tpot_s) in config.tier_objectives.items()
+            },
+        )
+        return cls(
+            allocator,
+            config.block_size,
+            config.max_batch_size,
+            config.max_num_batched_tokens or config.max_prefill_tokens,
+            num_speculative=num_speculative,
+            policy=policy,
+        )
 
     @property
     def num_waiting(self) -> int:
@@ -158,21 +134,36 @@ class Scheduler:
     def schedule(self, now_ns: int) -> StepPlan:
         """Plan one step at time `now_ns` (perf_counter_ns; injected so tests need no clock)."""
         plan = StepPlan(budget=self.max_num_batched_tokens)
-        if self.policy.sheds:
-            self._shed(now_ns, plan)
+        for sequence, reason in self.policy.shed(
+            self._waiting, self.running, now_ns, self._tokens_per_step()
+        ):
+            self._waiting.remove(sequence)
+            plan.shed.append((sequence, reason))
         self._reserve_decode_slots(now_ns, plan)
         self._steps += 1
         decoding = [s for s in self.running if s.prefilled]
         prefilling = [s for s in self.running if not s.prefilled]
-        plan.tpot_s = self.policy.step_tpot_s([*decoding, *prefilling], self._waiting, now_ns)
-        plan.decodes = self.policy.select_decodes(decoding, self._steps, plan.tpot_s)
+        shape = self.policy.shape_step(decoding, prefilling, self._waiting, now_ns, self._steps)
+        plan.tpot_s, plan.decodes = shape.tpot_s, shape.decodes
         plan.waiting_decodes = len(decoding) - len(plan.decodes)
         plan.budget -= sum(1 + s.lookahead(self.num_speculative) for s in plan.decodes)
-        cap = self.policy.prefill_cap(plan.tpot_s, now_ns)
-        if cap is not None:
-            plan.budget = min(plan.budget, cap)
+        if shape.prefill_cap is not None:
+            plan.budget = min(plan.budget, shape.prefill_cap)
         self._fill_prefill(now_ns, plan)
         return plan
+
+    def step_finished(self, plan: StepPlan, step_s: float) -> None:
+        """The step planned as `plan` ran in `step_s` seconds: the policy learns from it if
+        it did any work (an idle step says nothing about the cost of prefill or decode)."""
+        if plan.chunks or plan.decodes:
+            self.policy.after_step(
+                step_s,
+                plan.tpot_s,
+                plan.decodes,
+                self.max_num_batched_tokens,
+                plan.waiting_decodes,
+                prefill_tokens=plan.prefill_tokens,
+            )
 
     def _tokens_per_step(self) -> int:
         decoding = sum(1 for s in self.running if s.prefilled)
@@ -183,53 +174,6 @@ class Scheduler:
         per_step = self._tokens_per_step()
         work = [s for s in self.running if not s.prefilled] + self._waiting
         return sorted(work, key=lambda s: self.policy.rank(s, now_ns, per_step))
-
-    def _shed(self, now_ns: int, plan: StepPlan) -> None:
-        """Drop waiting requests that can no longer meet their tier's TTFT objective.
-
-        First those out of reach whatever the order: even prefilled next they would miss. Then the queue's depth: a request misses
-        when now + the predicted time to prefill everything ordered before it, and itself,
-        passes its deadline; the lowest tier among those that miss goes first, and the rest
-        are judged again without it (it may have been in their way). Nothing is shed before
-        the prefill-time model has seen enough steps, nor a request that has already streamed
-        tokens (preempted and waiting again), nor one whose tier has no TTFT objective.
-        """
-        model, policy = self.policy.prefill_time, self.policy
-        if not model.ready or not self._waiting:
-            return
-        per_step = self._tokens_per_step()
-
-        def misses(ahead_ns: float, sequence: Sequence) -> bool:
-            return now_ns + ahead_ns > policy.ttft_deadline_ns(sequence)
-
-        eligible = [s for s in self._waiting if not s.output_ids and policy.has_ttft_objective(s)]
-        for sequence in eligible:
-            alone = model.predict_s(sequence.num_tokens, per_step) * 1e9
-            if misses(alone, sequence):
-                self._waiting.remove(sequence)
-                plan.shed.append((sequence, SHED_TTFT_OUT_OF_REACH))
-        candidates = {id(s) for s in eligible if s in self._waiting}
-        order = self._prefill_order(now_ns)
-        while candidates:
-            ahead = 0
-            missed: list[Sequence] = []
-            for sequence in order:
-                if sequence.finish_reason is None and (
-                    sequence in self.running or sequence in self._waiting
-                ):
-                    ahead += sequence.num_tokens - sequence.num_cached
-                    if id(sequence) in candidates and misses(
-                        model.predict_s(ahead, per_step) * 1e9, sequence
-                    ):
-                        missed.append(sequence)
-            if not missed:
-                return
-            lowest = max(s.priority for s in missed)
-            for sequence in missed:
-                if sequence.priority == lowest:
-                    candidates.discard(id(sequence))
-                    self._waiting.remove(sequence)
-                    plan.shed.append((sequence, SHED_TTFT_OUT_OF_REACH))
 
     def _reserve_decode_slots(self, now_ns: int, plan: StepPlan) -> None:
         """Make room for the next token (and any draft tokens to verify) of every decoding
@@ -261,7 +205,6 @@ class Scheduler:
             if id(sequence) in preempted:
                 continue
             if policy.holds_prefill(sequence, now_ns):
-                policy.note_held(now_ns)
                 continue
             if sequence not in self.running and (
                 blocked or not self._admit(sequence, now_ns, plan)

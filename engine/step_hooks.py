@@ -1,14 +1,21 @@
-"""The hooks a step fires about itself rather than about one token: who was admitted
-(`on_schedule`, `on_prefix_hit`) and what the whole step did (`on_step`'s `StepStats`)."""
+"""The hooks a step fires about its batch rather than about one token: who was admitted
+(`on_schedule`, `on_prefix_hit`), whose prefill starts and ends (`on_prefill_start`,
+`on_prefill_end`) and what the whole step did (`on_step`'s `StepStats`), and the same counts
+summed into the engine's totals."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from engine.hooks import StepStats
-from engine.kv_cache import PagedKVCache
-from engine.scheduler import Scheduler, Sequence, StepPlan
+
+if TYPE_CHECKING:
+    from engine.kv_cache import PagedKVCache
+    from engine.outputs import EngineTotals
+    from engine.scheduler import Scheduler, StepPlan
+    from engine.sequence import Sequence
 
 
 def announce_admitted(
@@ -24,6 +31,28 @@ def announce_admitted(
         for sequence in admitted:
             if sequence.prefix_hit_tokens:
                 hook(sequence.request_id, now, sequence.prefix_hit_tokens)
+
+
+def announce_prefill_start(
+    by_event: dict[str, list[Callable[..., None]]], sequences: list[Sequence]
+) -> None:
+    """`on_prefill_start` for every sequence whose first chunk since its (re)admission runs
+    now, with the tokens it has left to prefill."""
+    now = time.perf_counter_ns()
+    for hook in by_event["on_prefill_start"]:
+        for sequence in sequences:
+            if not sequence.prefill_started:
+                hook(sequence.request_id, now, sequence.num_tokens - sequence.num_cached)
+
+
+def announce_prefill_end(
+    by_event: dict[str, list[Callable[..., None]]], completed: list[Sequence]
+) -> None:
+    """`on_prefill_end` for every sequence whose whole prompt is now in the cache."""
+    now = time.perf_counter_ns()
+    for hook in by_event["on_prefill_end"]:
+        for sequence in completed:
+            hook(sequence.request_id, now)
 
 
 def step_stats(
@@ -69,3 +98,24 @@ def step_stats(
         ),
         shed=tuple(shed),
     )
+
+
+def prefix_lookups(admitted: list[Sequence]) -> tuple[int, int]:
+    """Tokens looked up in the prefix cache by the sequences admitted, and those found."""
+    return sum(s.num_tokens for s in admitted), sum(s.prefix_hit_tokens for s in admitted)
+
+
+def add_to_totals(
+    totals: EngineTotals,
+    plan: StepPlan,
+    decode_tokens: int,
+    prefix_tokens: tuple[int, int],
+    speculative_tokens: tuple[int, int],
+) -> None:
+    """Sum what one step computed into the engine's totals (the same counts as `step_stats`)."""
+    totals.prefill_tokens += plan.prefill_tokens
+    totals.decode_tokens += decode_tokens
+    totals.prefix_cache_queried_tokens += prefix_tokens[0]
+    totals.prefix_cache_hit_tokens += prefix_tokens[1]
+    totals.spec_draft_tokens += speculative_tokens[0]
+    totals.spec_accepted_tokens += speculative_tokens[1]

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import torch
 
 import engine.runner as runner
+import engine.step_hooks as step_hooks
 from engine.chunked import prefill_chunks
 from engine.config import EngineConfig, ModelConfig
 from engine.emit import next_output
@@ -32,11 +33,11 @@ from engine.outputs import (
     EngineTotals,
     RequestShed,
 )
-from engine.policy import SHED_QUEUE_FULL, Policy, TierObjective
+from engine.policies import SHED_QUEUE_FULL
 from engine.sampling import sample_tokens
-from engine.scheduler import Scheduler, Sequence, StepPlan
+from engine.scheduler import Scheduler, StepPlan
+from engine.sequence import Sequence
 from engine.speculative import SpeculativeDecoder
-from engine.step_hooks import announce_admitted, step_stats
 from engine.tokenizer import Tokenizer
 
 logger = logging.getLogger("engine")
@@ -76,21 +77,10 @@ class EngineWorker:
             self.device,
             enable_caching=config.enable_prefix_caching,
         )
-        self.policy = Policy(
-            config.scheduling,
-            aging_s=config.priority_aging_s,
-            objectives={
-                priority: TierObjective(ttft_s, tpot_s)
-                for priority, (ttft_s, tpot_s) in config.tier_objectives.items()
-            },
-        )
-        self.scheduler = Scheduler(
+        self.scheduler = Scheduler.from_config(
+            config,
             self.cache.allocator,
-            block_size,
-            config.max_batch_size,
-            config.max_num_batched_tokens or config.max_prefill_tokens,
             num_speculative=config.num_speculative_tokens if draft is not None else 0,
-            policy=self.policy,
         )
         self._default_generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.speculative: SpeculativeDecoder | None = None
@@ -237,6 +227,43 @@ class EngineWorker:
         if self.config.step_delay_s > 0:
             time.sleep(self.config.step_delay_s)
         plan = self.scheduler.schedule(time.perf_counter_ns())
+        self._refuse(plan, shed)
+        prefix_tokens = (0, 0)
+        if plan.admitted:
+            step_hooks.announce_admitted(by_event, plan.admitted)
+            if self.config.enable_prefix_caching:
+                prefix_tokens = step_hooks.prefix_lookups(plan.admitted)
+        if plan.chunks:
+            self._prefill(plan)
+
+        decoding = plan.decodes
+        decode_tokens, speculative_tokens = self._decode(decoding)
+        step_hooks.add_to_totals(
+            self.totals, plan, decode_tokens, prefix_tokens, speculative_tokens
+        )
+
+        self._step_count += 1
+        finished_ns = time.perf_counter_ns()
+        self.scheduler.step_finished(plan, (finished_ns - started_ns) / 1e9)
+        if by_event["on_step"]:
+            stats = step_hooks.step_stats(
+                self._step_count,
+                started_ns,
+                finished_ns,
+                plan,
+                decoding,
+                self.scheduler,
+                self.cache,
+                decode_tokens=decode_tokens,
+                prefix_tokens=prefix_tokens,
+                speculative_tokens=speculative_tokens,
+                shed=shed,
+            )
+            for hook in by_event["on_step"]:
+                hook(stats)
+
+    def _refuse(self, plan: StepPlan, shed: list[tuple[int, str]]) -> None:
+        """End the requests the scheduler shed with a RequestShed; count them in `shed`."""
         for sequence, reason in plan.shed:
             shed.append((sequence.priority, reason))
             self._finish(sequence, "shed")
@@ -248,82 +275,37 @@ class EngineWorker:
                     reason,
                 )
             )
-        caching = self.config.enable_prefix_caching
-        queried = sum(s.num_tokens for s in plan.admitted) if caching else 0
-        hits = sum(s.prefix_hit_tokens for s in plan.admitted) if caching else 0
-        if plan.admitted:
-            announce_admitted(by_event, plan.admitted)
-        if plan.chunks:
-            self._prefill(plan)
 
-        decoding = plan.decodes
-        draft_tokens = accepted_tokens = 0
-        decode_tokens = 0
-        if decoding and self.speculative is not None:
-            result = self._forward(self.speculative.step, decoding)
-            if result is not None:
-                self._register(decoding)
-                draft_tokens, accepted_tokens = result.draft_tokens, result.accepted_tokens
-                for sequence, tokens in zip(decoding, result.tokens, strict=True):
-                    for token in tokens:
-                        decode_tokens += 1
-                        if self._emit(sequence, token):
-                            break
-        elif decoding:
+    def _decode(self, decoding: list[Sequence]) -> tuple[int, tuple[int, int]]:
+        """Run this step's decodes, plainly or speculatively, and stream their tokens;
+        returns the tokens decoded and (drafted, accepted)."""
+        if not decoding:
+            return 0, (0, 0)
+        if self.speculative is None:
             logits = self._forward(runner.decode, decoding)
-            if logits is not None:
-                self._register(decoding)
-                self._sample_and_emit(decoding, logits)
-                decode_tokens = len(decoding)
-        prefill_tokens = plan.prefill_tokens
-        totals = self.totals
-        totals.prefill_tokens += prefill_tokens
-        totals.decode_tokens += decode_tokens
-        totals.prefix_cache_queried_tokens += queried
-        totals.prefix_cache_hit_tokens += hits
-        totals.spec_draft_tokens += draft_tokens
-        totals.spec_accepted_tokens += accepted_tokens
-
-        self._step_count += 1
-        finished_ns = time.perf_counter_ns()
-        if plan.chunks or decoding:  # the slo policy learns from steps that did work
-            step_s = (finished_ns - started_ns) / 1e9
-            if self.policy.sheds:  # its only reader; a fit over the window costs ~30 us a step
-                self.policy.prefill_time.observe(prefill_tokens, step_s)
-            self.policy.after_step(
-                step_s,
-                plan.tpot_s,
-                decoding,
-                self.scheduler.max_num_batched_tokens,
-                plan.waiting_decodes,
-            )
-        if by_event["on_step"]:
-            stats = step_stats(
-                self._step_count,
-                started_ns,
-                finished_ns,
-                plan,
-                decoding,
-                self.scheduler,
-                self.cache,
-                decode_tokens=decode_tokens,
-                prefix_tokens=(queried, hits),
-                speculative_tokens=(draft_tokens, accepted_tokens),
-                shed=shed,
-            )
-            for hook in by_event["on_step"]:
-                hook(stats)
+            if logits is None:
+                return 0, (0, 0)
+            self._register(decoding)
+            self._sample_and_emit(decoding, logits)
+            return len(decoding), (0, 0)
+        result = self._forward(self.speculative.step, decoding)
+        if result is None:
+            return 0, (0, 0)
+        self._register(decoding)
+        decode_tokens = 0
+        for sequence, tokens in zip(decoding, result.tokens, strict=True):
+            for token in tokens:
+                decode_tokens += 1
+                if self._emit(sequence, token):
+                    break
+        return decode_tokens, (result.draft_tokens, result.accepted_tokens)
 
     def _prefill(self, plan: StepPlan) -> None:
         """Run this step's prefill chunks; sample the first token of each prompt completed."""
         by_event = self.hooks.by_event
         sequences = [sequence for sequence, _ in plan.chunks]
         counts = [count for _, count in plan.chunks]
-        now = time.perf_counter_ns()
-        for hook in by_event["on_prefill_start"]:
-            for sequence in sequences:
-                if not sequence.prefill_started:
-                    hook(sequence.request_id, now, sequence.num_tokens - sequence.num_cached)
+        step_hooks.announce_prefill_start(by_event, sequences)
         for sequence in sequences:
             sequence.prefill_started = True
         logits = self._forward(self._prefill_forward(counts), sequences)
@@ -331,10 +313,7 @@ class EngineWorker:
             return
         done = [row for row, s in enumerate(sequences) if s.num_cached == s.num_tokens]
         completed = [sequences[row] for row in done]
-        now = time.perf_counter_ns()
-        for hook in by_event["on_prefill_end"]:
-            for sequence in completed:
-                hook(sequence.request_id, now)
+        step_hooks.announce_prefill_end(by_event, completed)
         self._register(sequences)
         for sequence in completed:
             sequence.prefilled = True

@@ -11,9 +11,11 @@ import pytest
 pytest.importorskip("torch")
 
 from engine.kv_cache import BlockAllocator
-from engine.policy import SHED_TTFT_OUT_OF_REACH, Policy, TierObjective
+from engine.policies import SHED_TTFT_OUT_OF_REACH, TierObjective
+from engine.policies import create_policy as Policy
 from engine.sampling import SamplingParams
-from engine.scheduler import Scheduler, Sequence, StepPlan
+from engine.scheduler import Scheduler, StepPlan
+from engine.sequence import Sequence
 
 BLOCK = 4
 SECOND = 1_000_000_000

@@ -1,0 +1,160 @@
+"""The protocol every scheduling policy implements, and what the policies share.
+
+The scheduler (engine/scheduler.py) owns the queues, the blocks and the step's budget; a
+policy only answers its questions: in what order prefill work goes (`rank`), who may evict
+whom (`may_preempt`, `victim_key`), which waiting requests to give up on (`shed`), how to
+shape a step (`shape_step`, `holds_prefill`, `note_prefill`) and what to learn once it ran
+(`after_step`). A policy that has nothing to say about a question answers with the neutral
+value (`OrderingPolicy` gives those), so the scheduler never asks which policy it holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from engine.sequence import Sequence
+
+# Why a request was refused with a 429 (`RequestShed`, `StepStats.shed`): the slo policy's
+# deadline check, or the waiting queue's bound at submit. slo.sli.SHED_REASONS restates it
+# (the core imports no engine); tests/unit/test_policies.py fails when the two disagree.
+SHED_TTFT_OUT_OF_REACH = "ttft_out_of_reach"
+SHED_QUEUE_FULL = "queue_full"
+SHED_REASONS: tuple[str, ...] = (SHED_TTFT_OUT_OF_REACH, SHED_QUEUE_FULL)
+
+
+@dataclass(frozen=True, slots=True)
+class TierObjective:
+    """A tier's latency objectives as the scheduler needs them (seconds; None: no objective)."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySettings:
+    """Everything any policy is configured with; each class reads the fields it needs."""
+
+    # priority: every `aging_s` seconds of waiting moves a request up one level (None: never).
+    aging_s: float | None = 2.0
+    objectives: dict[int, TierObjective] = field(default_factory=dict)  # slo: by priority
+    default_ttft_s: float = 30.0  # slo: the deadline of a tier without a TTFT objective
+
+
+@dataclass(slots=True)
+class StepShape:
+    """What a policy makes of the step being planned: the TPOT it must fit (None: none), the
+    decodes it runs, and the most prefill tokens it may take (None: the whole budget)."""
+
+    tpot_s: float | None
+    decodes: list[Sequence]
+    prefill_cap: int | None = None
+
+
+@runtime_checkable
+class SchedulingPolicy(Protocol):
+    """What the scheduler asks of a policy; nothing else of one is ever called."""
+
+    name: ClassVar[str]
+
+    def rank(self, sequence: Sequence, now_ns: int, tokens_per_step: int) -> tuple[float, int, int]:
+        """Sort key of prefill work: smaller goes first."""
+        ...
+
+    def victim_key(self, sequence: Sequence) -> tuple[int, int]:
+        """The running sequence with the largest key is preempted first."""
+        ...
+
+    def may_preempt(self, waiting: Sequence, running: Sequence) -> bool:
+        """Whether `waiting` may evict `running` to get a batch slot or blocks."""
+        ...
+
+    def shed(
+        self, waiting: list[Sequence], running: list[Sequence], now_ns: int, tokens_per_step: int
+    ) -> list[tuple[Sequence, str]]:
+        """Waiting sequences to refuse now, each with its reason, in the order given up on."""
+        ...
+
+    def shape_step(
+        self,
+        decoding: list[Sequence],
+        prefilling: list[Sequence],
+        waiting: list[Sequence],
+        now_ns: int,
+        step: int,
+    ) -> StepShape:
+        """The step's TPOT bound, decodes and prefill cap; `step` numbers the steps."""
+        ...
+
+    def holds_prefill(self, sequence: Sequence, now_ns: int) -> bool:
+        """Whether `sequence`'s prefill waits in the step planned now."""
+        ...
+
+    def note_prefill(self, sequence: Sequence) -> None:
+        """A prefill chunk of `sequence` was planned in this step."""
+        ...
+
+    def after_step(
+        self,
+        step_s: float,
+        tpot_s: float | None,
+        decoding: list[Sequence],
+        budget: int,
+        waiting_decodes: int,
+        *,
+        prefill_tokens: int | None = None,
+    ) -> None:
+        """A step that did work took `step_s`: it prefilled `prefill_tokens` (None: not
+        known), decoded `decoding` under the bound `tpot_s`, and left `waiting_decodes`
+        decoding sequences out; `budget` is the step's full token budget."""
+        ...
+
+
+def by_tier_victim_key(sequence: Sequence) -> tuple[int, int]:
+    """The lowest tier (largest priority number) goes first, the newest within it."""
+    return (sequence.priority, sequence.arrival)
+
+
+def by_tier_may_preempt(waiting: Sequence, running: Sequence) -> bool:
+    """Only a strictly more important tier evicts: equal tiers never ping-pong."""
+    return running.priority > waiting.priority
+
+
+class OrderingPolicy:
+    """A policy that only orders and preempts: it sheds nothing and leaves steps as planned."""
+
+    name: ClassVar[str]
+
+    def shed(
+        self, waiting: list[Sequence], running: list[Sequence], now_ns: int, tokens_per_step: int
+    ) -> list[tuple[Sequence, str]]:
+        return []
+
+    def shape_step(
+        self,
+        decoding: list[Sequence],
+        prefilling: list[Sequence],
+        waiting: list[Sequence],
+        now_ns: int,
+        step: int,
+    ) -> StepShape:
+        return StepShape(None, decoding)
+
+    def holds_prefill(self, sequence: Sequence, now_ns: int) -> bool:
+        return False
+
+    def note_prefill(self, sequence: Sequence) -> None:
+        return None
+
+    def after_step(
+        self,
+        step_s: float,
+        tpot_s: float | None,
+        decoding: list[Sequence],
+        budget: int,
+        waiting_decodes: int,
+        *,
+        prefill_tokens: int | None = None,
+    ) -> None:
+        return None

@@ -1,0 +1,318 @@
+"""`slo`: scheduling by each tier's TTFT and TPOT objectives.
+
+Prefill is ordered by slack = TTFT deadline - now - predicted prefill time, the time learned
+from recent steps (`PrefillTimeModel`); it preempts like `priority`; it sheds a waiting
+request, lowest tier first, once its TTFT objective is out of reach; and while a tier with a
+TPOT objective is decoding, it keeps the steps within that objective: it shrinks the prefill
+chunks and decodes the lower tiers' sequences in turns, as many per step as fit. A decode's
+cost grows with its context (its keys and values are read every step), so 24 long batch
+decodes make one step 50x slower than a short premium one; taking turns costs the batch
+little throughput (the same keys are read, over more steps) and bounds premium's ITL.
+
+While such a tier decodes (or prefills), the prefill of the tiers below it without a TPOT
+objective waits (at most `LOWER_PREFILL_MAX_WAIT_S` in a row; a tier above it never waits):
+a chunk is a second forward pass in the step, which costs more than the premium decode
+itself on a small model, so it would be the ITL tail. And for `TPOT_TIER_RECENT_S` after such
+a tier was last seen, the steps between its requests stay within `IDLE_STEP_TPOTS` of its
+TPOT objective: a request that arrives waits for the step in flight, and a full-budget step
+beside every batch decode would land on its TTFT. The two kinds of step (a TPOT-bound tier
+decoding, or only recently seen) keep caps of their own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from engine.policies.base import (
+    SHED_TTFT_OUT_OF_REACH,
+    PolicySettings,
+    StepShape,
+    by_tier_may_preempt,
+    by_tier_victim_key,
+)
+from engine.policies.prefill_time import PrefillTimeModel
+
+if TYPE_CHECKING:
+    from engine.sequence import Sequence
+
+# A step may take this share of the tightest TPOT objective among the decoding sequences (the
+# rest is slack for the noise around a step), and prefill always gets at least this many tokens.
+TPOT_HEADROOM = 0.5
+MIN_CHUNK_TOKENS = 16
+# The smallest step of the lower tiers' decode-context cap (context tokens).
+DECODE_CONTEXT_STEP = 1024
+MAX_GROWTH = 1.25  # the most a cap grows after one step on time
+DECODE_CONTEXT_GROWTH = 256  # context tokens the decode cap grows by after a step on time
+# How long after a TPOT-bound tier's last request its step bound still holds: long enough to
+# span the gaps between its requests, short enough to give the lower tiers full steps back.
+TPOT_TIER_RECENT_S = 10.0
+# Between a TPOT-bound tier's requests, a step may take this many of its TPOT objectives.
+IDLE_STEP_TPOTS = 5.0
+# The longest the lower tiers' prefill waits while a TPOT-bound tier decodes (no starvation).
+LOWER_PREFILL_MAX_WAIT_S = 0.25
+BUSY, IDLE = "busy", "idle"
+
+
+class SloPolicy:
+    """Orders by slack to the TTFT deadline, sheds what cannot make it, and shapes steps to
+    the TPOT objective of the tiers that have one."""
+
+    name: ClassVar[str] = "slo"
+
+    def __init__(self, settings: PolicySettings | None = None) -> None:
+        settings = settings or PolicySettings()
+        self.objectives = dict(settings.objectives)
+        self.default_ttft_s = settings.default_ttft_s
+        self.prefill_time = PrefillTimeModel()
+        self.chunk_cap: int | None = None  # prefill tokens per step while TPOT-bound
+        self.decode_context_cap: int | None = None  # lower-tier decode context per step
+        self._tpot_tier_seen_ns: dict[int, int] = {}  # priority -> when last seen
+        # Which kind of step was planned last (BUSY, IDLE or None), and the caps each kind
+        # keeps while the other is in use.
+        self._regime: str | None = None
+        self._saved_caps: dict[str, tuple[int | None, int | None]] = {}
+        self._lower_held_ns: int | None = None  # lower tiers' prefill held back since
+        self._tpot_running_priority: int | None = None  # see `holds_prefill`
+
+    # ------------------------------------------------------------ order and preemption
+    def ttft_deadline_ns(self, sequence: Sequence) -> int:
+        objective = self.objectives.get(sequence.priority)
+        ttft_s = objective.ttft_s if objective and objective.ttft_s else self.default_ttft_s
+        return sequence.arrival_ns + int(ttft_s * 1e9)
+
+    def has_ttft_objective(self, sequence: Sequence) -> bool:
+        objective = self.objectives.get(sequence.priority)
+        return objective is not None and objective.ttft_s is not None
+
+    def rank(self, sequence: Sequence, now_ns: int, tokens_per_step: int) -> tuple[float, int, int]:
+        remaining = sequence.num_tokens - sequence.num_cached
+        predicted_ns = self.prefill_time.predict_s(remaining, tokens_per_step) * 1e9
+        slack_ns = self.ttft_deadline_ns(sequence) - now_ns - predicted_ns
+        return (slack_ns, sequence.priority, sequence.arrival)
+
+    def victim_key(self, sequence: Sequence) -> tuple[int, int]:
+        return by_tier_victim_key(sequence)
+
+    def may_preempt(self, waiting: Sequence, running: Sequence) -> bool:
+        return by_tier_may_preempt(waiting, running)
+
+    # ------------------------------------------------------------------------ shedding
+    def shed(
+        self, waiting: list[Sequence], running: list[Sequence], now_ns: int, tokens_per_step: int
+    ) -> list[tuple[Sequence, str]]:
+        """Waiting requests that can no longer meet their tier's TTFT objective.
+
+        First those out of reach whatever the order: even prefilled next they would miss.
+        Then the queue's depth: a request misses when now + the predicted time to prefill
+        everything ordered before it, and itself, passes its deadline; the lowest tier among
+        those that miss goes first, and the rest are judged again without it (it may have
+        been in their way). Nothing is shed before the prefill-time model has seen enough
+        steps, nor a request that has already streamed tokens (preempted and waiting again),
+        nor one whose tier has no TTFT objective.
+        """
+        model = self.prefill_time
+        if not model.ready or not waiting:
+            return []
+        left = list(waiting)  # the queue as it stands once those shed so far are gone
+        shed: list[Sequence] = []
+
+        def drop(sequence: Sequence) -> None:
+            left.remove(sequence)
+            shed.append(sequence)
+
+        def misses(ahead_tokens: int, sequence: Sequence) -> bool:
+            ahead_ns = model.predict_s(ahead_tokens, tokens_per_step) * 1e9
+            return now_ns + ahead_ns > self.ttft_deadline_ns(sequence)
+
+        eligible = [s for s in left if not s.output_ids and self.has_ttft_objective(s)]
+        for sequence in [s for s in eligible if misses(s.num_tokens, s)]:
+            drop(sequence)
+        candidates = {id(s) for s in eligible if s in left}
+        work = [s for s in running if not s.prefilled] + left
+        order = sorted(work, key=lambda s: self.rank(s, now_ns, tokens_per_step))
+        while candidates:
+            ahead = 0
+            missed: list[Sequence] = []
+            for sequence in order:
+                if sequence.finish_reason is None and (sequence in running or sequence in left):
+                    ahead += sequence.num_tokens - sequence.num_cached
+                    if id(sequence) in candidates and misses(ahead, sequence):
+                        missed.append(sequence)
+            if not missed:
+                break
+            lowest = max(s.priority for s in missed)
+            for sequence in missed:
+                if sequence.priority == lowest:
+                    candidates.discard(id(sequence))
+                    drop(sequence)
+        return [(sequence, SHED_TTFT_OUT_OF_REACH) for sequence in shed]
+
+    # ------------------------------------------------------------------- step shaping
+    def shape_step(
+        self,
+        decoding: list[Sequence],
+        prefilling: list[Sequence],
+        waiting: list[Sequence],
+        now_ns: int,
+        step: int,
+    ) -> StepShape:
+        tpot_s = self.step_tpot_s([*decoding, *prefilling], waiting, now_ns)
+        decodes = self.select_decodes(decoding, step, tpot_s)
+        return StepShape(tpot_s, decodes, self.prefill_cap(tpot_s, now_ns))
+
+    def step_tpot_s(
+        self, running: list[Sequence], waiting: list[Sequence], now_ns: int
+    ) -> float | None:
+        """The time a step must fit, as a TPOT: the tightest TPOT objective among the
+        sequences this step decodes, prefills or keeps waiting (a request being prefilled
+        counts, or its first step, its TTFT, would run uncapped); else, while such a tier was
+        seen in the last `TPOT_TIER_RECENT_S`, `IDLE_STEP_TPOTS` of its objective. Also
+        switches the caps to this kind of step's, and notes the most important TPOT-bound
+        tier running (decoding or prefilling), whose lower tiers' prefill waits."""
+        seen = self._tpot_tier_seen_ns
+        bound_running = [s for s in running if self._tpot_bound(s)]
+        bound = bound_running + [s for s in waiting if self._tpot_bound(s)]
+        self._tpot_running_priority = min((s.priority for s in bound_running), default=None)
+        if self._tpot_running_priority is None:
+            self._lower_held_ns = None
+        for sequence in bound:
+            seen[sequence.priority] = now_ns
+        present = [tpot for s in bound if (tpot := self.objectives[s.priority].tpot_s)]
+        recent_ns = now_ns - int(TPOT_TIER_RECENT_S * 1e9)
+        recent = [
+            objective.tpot_s
+            for priority, seen_ns in seen.items()
+            if seen_ns >= recent_ns
+            and (objective := self.objectives.get(priority))
+            and objective.tpot_s
+        ]
+        if present:
+            self._use_caps(BUSY)
+            return min(present)
+        if recent:
+            self._use_caps(IDLE)
+            return min(recent) * IDLE_STEP_TPOTS
+        self._use_caps(None)
+        return None
+
+    def _use_caps(self, regime: str | None) -> None:
+        if regime == self._regime:
+            return
+        if self._regime is not None:
+            self._saved_caps[self._regime] = (self.chunk_cap, self.decode_context_cap)
+        self.chunk_cap, self.decode_context_cap = self._saved_caps.get(regime or "", (None, None))
+        self._regime = regime
+
+    def holds_prefill(self, sequence: Sequence, now_ns: int) -> bool:
+        """Whether `sequence`'s prefill waits in the step planned now: it does while a tier
+        of higher priority with a TPOT objective is decoding or prefilling, if its own tier
+        has no TPOT objective, and until the lower tiers have waited
+        `LOWER_PREFILL_MAX_WAIT_S` in a row (counted from the first prefill held). A more
+        important tier never waits for a less important one."""
+        top = self._tpot_running_priority
+        if top is None or sequence.priority <= top or self._tpot_bound(sequence):
+            return False
+        if self._lower_released(now_ns):
+            return False
+        if self._lower_held_ns is None:
+            self._lower_held_ns = now_ns
+        return True
+
+    def note_prefill(self, sequence: Sequence) -> None:
+        """A chunk of `sequence` was planned: a lower tier's ends its wait; a TPOT-bound
+        tier's (a request just admitted) holds the tiers below it from now on, in this step
+        too."""
+        if not self._tpot_bound(sequence):
+            self._lower_held_ns = None
+        else:
+            top = self._tpot_running_priority
+            self._tpot_running_priority = (
+                sequence.priority if top is None else min(top, sequence.priority)
+            )
+
+    def prefill_cap(self, tpot_s: float | None, now_ns: int) -> int | None:
+        """Prefill tokens a step bound by `tpot_s` may take (None: no cap). The step that
+        ends the lower tiers' wait takes as much as a step between premium requests would:
+        one 16-token chunk per wait would leave a long prompt minutes behind."""
+        if tpot_s is None:
+            return None
+        if self._regime == BUSY and self._lower_released(now_ns):
+            idle_cap = self._saved_caps.get(IDLE, (None, None))[0]
+            return None if idle_cap is None else max(idle_cap, self.chunk_cap or 0)
+        return self.chunk_cap
+
+    def _lower_released(self, now_ns: int) -> bool:
+        held = self._lower_held_ns
+        return held is not None and now_ns - held >= LOWER_PREFILL_MAX_WAIT_S * 1e9
+
+    def select_decodes(
+        self, decoding: list[Sequence], step: int, tpot_s: float | None
+    ) -> list[Sequence]:
+        """The decodes of this step: every one, except in a step bound by a TPOT objective
+        (`tpot_s`, from `step_tpot_s`). Then all of the TPOT-bound tiers', and of the others,
+        the longest waiting first, as many as `decode_context_cap` allows (at least one: no
+        sequence stops for good). `step` stamps those chosen, so the others go first next
+        time."""
+        cap = self.decode_context_cap
+        if tpot_s is None or cap is None:
+            return decoding
+        chosen = [s for s in decoding if self._tpot_bound(s)]
+        others = sorted((s for s in decoding if not self._tpot_bound(s)), key=_last_decoded)
+        context = 0
+        for sequence in others:
+            if context and context + sequence.num_tokens > cap:
+                break
+            chosen.append(sequence)
+            context += sequence.num_tokens
+        for sequence in chosen:
+            sequence.last_decode_step = step
+        return chosen
+
+    def _tpot_bound(self, sequence: Sequence) -> bool:
+        objective = self.objectives.get(sequence.priority)
+        return objective is not None and objective.tpot_s is not None
+
+    # ---------------------------------------------------------------------- learning
+    def after_step(
+        self,
+        step_s: float,
+        tpot_s: float | None,
+        decoding: list[Sequence],
+        budget: int,
+        waiting_decodes: int,
+        *,
+        prefill_tokens: int | None = None,
+    ) -> None:
+        """Learn the prefill time from every step that did work (a fit over the window costs
+        ~30 us a step, so only this policy, its one reader, pays it), and adjust the caps
+        from what a step with TPOT-bound decodes really took, in proportion to how far it
+        was from the objective's share (at most halved; the prefill cap grows at most 25%,
+        the decode cap by `DECODE_CONTEXT_GROWTH`). Feedback rather than the prefill-time
+        model: a step's cost grows with context lengths and with whatever else runs on the
+        machine, which a per-token rate does not see. `waiting_decodes`: lower-tier decodes
+        left out."""
+        if prefill_tokens is not None:
+            self.prefill_time.observe(prefill_tokens, step_s)
+        if tpot_s is None:
+            return
+        context = sum(s.num_tokens for s in decoding if not self._tpot_bound(s))
+        if self.chunk_cap is None or self.decode_context_cap is None:
+            self.chunk_cap, self.decode_context_cap = budget, max(context, DECODE_CONTEXT_STEP)
+        # Proportional: a step twice too long halves the caps, a step at half its share
+        # grows them by a quarter; the work per step settles where steps meet the target.
+        factor = min(MAX_GROWTH, max(0.5, tpot_s * TPOT_HEADROOM / max(step_s, 1e-9)))
+        grown = int(self.chunk_cap * factor)
+        if factor > 1:
+            grown = max(grown, self.chunk_cap + MIN_CHUNK_TOKENS)
+        self.chunk_cap = min(budget, max(MIN_CHUNK_TOKENS, grown))
+        if factor < 1:
+            used = min(context, self.decode_context_cap)
+            self.decode_context_cap = max(DECODE_CONTEXT_STEP, int(used * factor))
+        elif waiting_decodes:  # growing a cap nothing presses on would only hide a burst
+            # Additive: one more long decode can cost more than the whole step's slack, so
+            # the cap creeps up and any step over its share cuts it (AIMD, as TCP does).
+            self.decode_context_cap += DECODE_CONTEXT_GROWTH
+
+
+def _last_decoded(sequence: Sequence) -> int:
+    return sequence.last_decode_step
