@@ -86,8 +86,11 @@ def run(args: argparse.Namespace) -> int:
 
     _step("starting the bundled engine behind the latency middleware on 127.0.0.1")
     with embedded_server(spec=str(spec_path), store=f"sqlite:///{store}") as base_url:
-        _step(f"serving at {base_url}; benchmarking ({args.requests} chat requests, "
-              f"{args.rate:g} req/s, tiers {DEMO_TIER_MIX})")  # fmt: skip
+        _step(f"serving at {base_url}")
+        _step(
+            f"benchmarking: {args.requests} chat requests, {args.rate:g} req/s, "
+            f"tiers {DEMO_TIER_MIX}"
+        )
         options = BenchOptions(profile="chat", requests=args.requests, rate=args.rate,
                                tier_mix=DEMO_TIER_MIX, seed=args.seed,
                                duration_limit_s=args.duration_limit, progress=not args.quiet)  # fmt: skip
@@ -129,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
     for path, description in written:
         shown = f"{path}/" if path.is_dir() else str(path)
         print(f"  {shown:<40} {description}")
-    print(f"\nnext: open {out / 'report.html'}; `slo check --spec {spec_path} --results {results}`")
+    print(f"\nnext: open {out / 'report.html'}")
+    print(f"      slo check --spec {spec_path} --results {results}")
     return 0
 
 

@@ -125,9 +125,10 @@ def execute(options: BenchOptions, base_url: str, out: Path) -> RunResult:
                                options.tier_header, options.seed, options.request_timeout_s)  # fmt: skip
     pace = f"Poisson {rate:g} req/s" if concurrency is None else f"concurrency {concurrency}"
     tiers = ", ".join(f"{name}={weight:.2g}" for name, weight in (mix or profile.tier_mix))
+    # Two lines, so that each fits a terminal of 100 columns.
+    print(f"slo bench: {profile.name} profile, {len(plan)} requests, {pace}, tiers {tiers}")
     print(
-        f"slo bench: {profile.name} profile, {len(plan)} requests, {pace}, tiers {tiers}; "
-        f"{base_url} model {info.name} (context {context}"
+        f"slo bench: {base_url}, model {info.name} (context {context}"
         f"{'' if options.max_model_len or info.max_model_len else ', assumed'}), seed {options.seed}",
         flush=True,
     )

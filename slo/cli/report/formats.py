@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import json
 import math
+import textwrap
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -32,12 +34,14 @@ def view_line(report: EvaluationReport) -> str:
     )
 
 
-def observed_text(result: ObjectiveResult) -> str:
+def observed_text(result: ObjectiveResult, named: bool = True) -> str:
+    """What was observed; `named=False` leaves out the percentile the objective already names."""
     objective = result.objective
     if objective.kind == "latency":
         if result.observed_s is None:
             return "-"
-        return f"p{objective.percentile:g} = {format_duration_ms(result.observed_s)}"
+        value = format_duration_ms(result.observed_s)
+        return f"p{objective.percentile:g} = {value}" if named else value
     if objective.kind == "throughput":
         return "-" if result.tokens_per_s is None else f"{result.tokens_per_s:,.0f} tokens/s"
     return "-" if result.attainment is None else f"{result.attainment * 100:.3f}%"
@@ -87,19 +91,59 @@ HEADERS = [
 ]
 
 
-def render_text(report: EvaluationReport, width: int = 140) -> str:
+# The terminal's table keeps to 100 columns: the alerts that would fire (the widest cell) are
+# listed under it, and a long objective name or verdict wraps inside its cell.
+TEXT_WIDTH = 100
+TEXT_HEADERS = [header for header in HEADERS if header != "alerts"]
+
+
+def render_text(report: EvaluationReport, width: int = TEXT_WIDTH) -> str:
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, force_terminal=False, no_color=True)
     for tier in report.tiers:
-        table = Table(title=f"tier {tier.name} — {tier.requests} requests", title_justify="left")
-        for header in HEADERS:
-            table.add_column(header, justify="right" if header in ("events",) else "left")
+        console.print(_text_table(f"tier {tier.name} — {tier.requests} requests", tier.objectives))
         for result in tier.objectives:
-            table.add_row(*_row(result), style=VERDICT_STYLE[result.verdict])
-        console.print(table)
-        console.print(f"  performance tier: {tier.performance.tier} ({tier.performance.reason})")
-    console.print(_summary(report))
-    return buffer.getvalue()
+            if result.alerts:
+                _print_wrapped(
+                    console, f"  would fire for {result.objective.name}: {', '.join(result.alerts)}"
+                )
+        _print_wrapped(
+            console, f"  performance tier: {tier.performance.tier} ({tier.performance.reason})"
+        )
+    _print_wrapped(console, _summary(report))
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+
+
+def _text_table(title: str, results: Sequence[ObjectiveResult]) -> Table:
+    rows = []
+    for result in results:
+        cells = _row(result)
+        cells[HEADERS.index("observed")] = observed_text(result, named=False)
+        del cells[HEADERS.index("alerts")]
+        rows.append((cells, VERDICT_STYLE[result.verdict]))
+    table = Table(title=title, title_justify="left")
+    for index, header in enumerate(TEXT_HEADERS):
+        # Nothing is cut: a column that wraps (the objective, the verdict) is at least as wide
+        # as its longest word, header included; the others never wrap.
+        words = [*header.split(), *(word for cells, _ in rows for word in cells[index].split())]
+        table.add_column(
+            header,
+            justify="right" if header == "events" else "left",
+            min_width=max(len(word) for word in words),
+            max_width=12 if header == "verdict" else None,
+            no_wrap=header not in ("objective", "verdict"),
+        )
+    for cells, style in rows:
+        table.add_row(*cells, style=style)
+    return table
+
+
+def _print_wrapped(console: Console, text: str) -> None:
+    """Plain text wrapped at the console's width, continuation lines indented."""
+    for paragraph in text.splitlines():
+        indent = " " * (len(paragraph) - len(paragraph.lstrip()) + 2)
+        for line in textwrap.wrap(paragraph, console.width, subsequent_indent=indent) or [""]:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _summary(report: EvaluationReport) -> str:
