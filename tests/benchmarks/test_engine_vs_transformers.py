@@ -35,7 +35,7 @@ transformers = pytest.importorskip("transformers")
 
 from engine import Engine, EngineConfig, SamplingParams, StepStats  # noqa: E402
 from engine.hooks import HookDispatch  # noqa: E402
-from tests.helpers.checkpoints import write_hf_llama  # noqa: E402
+from tests.helpers.checkpoints import checkpoint_fixture  # noqa: E402
 
 NEW_TOKENS = 64
 CONCURRENT = 16
@@ -44,19 +44,16 @@ RESULTS: dict[str, float] = {}
 PAIRED: dict[str, list[float]] = {}  # per-pair ratios, transformers time / engine time
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Llama-shaped, small enough for a 2-core CPU: 4 layers, 256 wide, GQA 8/2 heads.
-    return write_hf_llama(
-        tmp_path_factory.mktemp("bench-llama"),
-        seed=11,
-        hidden_size=256,
-        intermediate_size=688,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-    )
+# Llama-shaped, small enough for a 2-core CPU: 4 layers, 256 wide, GQA 8/2 heads.
+checkpoint = checkpoint_fixture(
+    seed=11,
+    hidden_size=256,
+    intermediate_size=688,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+)
 
 
 @pytest.fixture(scope="module")

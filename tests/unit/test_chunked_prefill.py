@@ -10,23 +10,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from engine import Engine, EngineConfig, RequestShed, SamplingParams, StepStats  # noqa: E402
-from tests.helpers.checkpoints import write_hf_llama  # noqa: E402
+from engine import Engine, RequestShed, SamplingParams, StepStats  # noqa: E402
+from tests.helpers.checkpoints import checkpoint_fixture, make_engine  # noqa: E402
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
 # Lengths around the 16-token budget: shorter, one chunk and a bit, several chunks.
 PROMPTS = ["hi", "short prompt " * 2, "a longer prompt that spans chunks " * 4, "xyz " * 40]
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_hf_llama(tmp_path_factory.mktemp("hf-llama-chunked"), seed=11)
-
-
-def make_engine(checkpoint: Path, **config: Any) -> Engine:
-    return Engine.from_pretrained(
-        checkpoint, EngineConfig(device="cpu", dtype="float32", block_size=8, **config)
-    )
+checkpoint = checkpoint_fixture(seed=11)
 
 
 class Recorder:

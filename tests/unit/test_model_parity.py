@@ -10,14 +10,15 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
+from engine import Engine, SamplingParams  # noqa: E402
 from engine.kv_cache import PagedKVCache  # noqa: E402
-from tests.helpers.checkpoints import write_hf_llama  # noqa: E402
+from tests.helpers.checkpoints import (  # noqa: E402
+    CheckpointFactory,
+    checkpoint_fixture,
+    make_engine,
+)
 
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_hf_llama(tmp_path_factory.mktemp("hf-llama"))
+checkpoint = checkpoint_fixture(seed=0)
 
 
 def full_logits(engine: Engine, ids: list[int]) -> torch.Tensor:
@@ -38,12 +39,14 @@ def full_logits(engine: Engine, ids: list[int]) -> torch.Tensor:
     [{}, {"tie_word_embeddings": True}, {"num_key_value_heads": 4}, {"rope_theta": 500000.0}],
     ids=["gqa", "tied", "mha", "theta"],
 )
-def test_logits_match_transformers(tmp_path: Path, overrides: dict[str, object]) -> None:
-    directory = write_hf_llama(tmp_path / "ckpt", seed=3, **overrides)
+def test_logits_match_transformers(
+    llama_checkpoints: CheckpointFactory, overrides: dict[str, object]
+) -> None:
+    directory = llama_checkpoints(seed=3, **overrides)
     reference = transformers.LlamaForCausalLM.from_pretrained(
         directory, torch_dtype=torch.float32
     ).eval()
-    engine = Engine.from_pretrained(directory, EngineConfig(device="cpu", dtype="float32"))
+    engine = make_engine(directory)
     ids = engine.tokenizer.encode("The quick brown fox jumps over the lazy dog. ¿Qué tal?")
     with torch.inference_mode():
         expected = reference(torch.tensor([ids])).logits[0].float()
@@ -56,9 +59,7 @@ def test_greedy_tokens_match_transformers_generate(checkpoint: Path) -> None:
     reference = transformers.LlamaForCausalLM.from_pretrained(
         checkpoint, torch_dtype=torch.float32
     ).eval()
-    engine = Engine.from_pretrained(
-        checkpoint, EngineConfig(device="cpu", dtype="float32", block_size=8)
-    )
+    engine = make_engine(checkpoint)
     prompts = [
         "Hello there",
         "A much longer prompt that spans several KV-cache blocks of eight tokens",
@@ -80,8 +81,8 @@ def test_greedy_tokens_match_transformers_generate(checkpoint: Path) -> None:
 
 
 def test_bfloat16_runs_close_to_float32(checkpoint: Path) -> None:
-    engine32 = Engine.from_pretrained(checkpoint, EngineConfig(device="cpu", dtype="float32"))
-    engine16 = Engine.from_pretrained(checkpoint, EngineConfig(device="cpu", dtype="bfloat16"))
+    engine32 = make_engine(checkpoint)
+    engine16 = make_engine(checkpoint, dtype="bfloat16")
     assert engine16.dtype == torch.bfloat16
     ids = engine32.tokenizer.encode("bfloat16 check")
     top32 = full_logits(engine32, ids).argmax(-1)
@@ -91,7 +92,7 @@ def test_bfloat16_runs_close_to_float32(checkpoint: Path) -> None:
 
 
 def test_packed_weights_are_held_once(checkpoint: Path) -> None:
-    engine = Engine.from_pretrained(checkpoint, EngineConfig(device="cpu", dtype="float32"))
+    engine = make_engine(checkpoint)
     model = engine.model
     layer, packed = model.decoder_layers[0], model.fused[0]
     attn, mlp = layer.self_attn, layer.mlp

@@ -11,24 +11,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from engine import Engine, EngineConfig, SamplingParams, StepStats  # noqa: E402
+from engine import Engine, SamplingParams, StepStats  # noqa: E402
 from engine.kv_cache import BlockAllocator, OutOfBlocks, chain_hashes  # noqa: E402
-from tests.helpers.checkpoints import write_hf_llama  # noqa: E402
+from tests.helpers.checkpoints import checkpoint_fixture, make_engine  # noqa: E402
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
 SYSTEM = "You are a careful assistant. Answer briefly and cite the rule you used. " * 2
 QUESTIONS = [f"Q{i}: what is {i} plus {i}?" for i in range(6)]
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_hf_llama(tmp_path_factory.mktemp("hf-llama"), seed=3)
-
-
-def make_engine(checkpoint: Path, **config: Any) -> Engine:
-    return Engine.from_pretrained(
-        checkpoint, EngineConfig(device="cpu", dtype="float32", block_size=8, **config)
-    )
+checkpoint = checkpoint_fixture(seed=3)
 
 
 @pytest.fixture

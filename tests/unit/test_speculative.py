@@ -11,11 +11,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from engine import Engine, EngineConfig, SamplingParams, StepStats  # noqa: E402
+from engine import Engine, SamplingParams, StepStats  # noqa: E402
 from engine.kv_cache import PagedKVCache  # noqa: E402
 from engine.sampling import probabilities  # noqa: E402
 from engine.speculative import accept_tokens  # noqa: E402
-from tests.helpers.checkpoints import write_hf_llama  # noqa: E402
+from tests.helpers.checkpoints import checkpoint_fixture, make_engine  # noqa: E402
 
 PROMPTS = [f"request {i}: " + "lorem ipsum " * (i % 4) for i in range(8)]
 
@@ -46,14 +46,8 @@ def chi_square(counts: dict[Any, int], expected: dict[Any, float], total: int) -
     return statistic, cells - 1
 
 
-@pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_hf_llama(tmp_path_factory.mktemp("target"), seed=7)
-
-
-@pytest.fixture(scope="module")
-def other_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_hf_llama(tmp_path_factory.mktemp("draft"), seed=8, num_hidden_layers=1)
+target = checkpoint_fixture(seed=7, name="target")
+other_draft = checkpoint_fixture(seed=8, name="other_draft", num_hidden_layers=1)
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +66,6 @@ def near_draft(target: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         noisy = {k: v + 0.05 * torch.randn(v.shape, generator=generator) for k, v in state.items()}
         save_file(noisy, str(path), metadata={"format": "pt"})
     return directory
-
-
-def make_engine(checkpoint: Path, **config: Any) -> Engine:
-    return Engine.from_pretrained(
-        checkpoint, EngineConfig(device="cpu", dtype="float32", block_size=8, **config)
-    )
 
 
 def complete_all(engine: Engine, prompts: list[str], params: Any, together: bool) -> list[Any]:
@@ -143,14 +131,56 @@ def test_accept_resample_rule_preserves_the_target_distribution() -> None:
 
 
 # ------------------------------------------------------------------------- in the engine
-@pytest.mark.parametrize("draft_kind", ["same-model", "other-model"])
+def agreeing_prefix(proposed: tuple[int, ...], wanted: tuple[int, ...]) -> int:
+    """How many leading tokens of `proposed` equal `wanted`'s."""
+    for index, (token, target) in enumerate(zip(proposed, wanted, strict=True)):
+        if token != target:
+            return index
+    return len(proposed)
+
+
+def greedy_acceptance(
+    draft: Engine, prompt_ids: list[int], target_ids: tuple[int, ...], lookahead: int
+) -> tuple[int, int]:
+    """(drafted, accepted) that greedy speculative decoding must count for one request whose
+    plain greedy output is `target_ids`: the prefill gives the first token; then each step the
+    draft proposes its own greedy continuation of what was emitted (up to `lookahead` tokens,
+    never into the last slot), and the prefix that agrees with the target's tokens is kept,
+    plus the target's next token."""
+
+    async def continuation(ids: list[int], count: int) -> tuple[int, ...]:
+        params = SamplingParams(max_tokens=count, temperature=0, ignore_eos=True)
+        return (await draft.complete(ids, params)).token_ids
+
+    async def count() -> tuple[int, int]:
+        drafted = accepted = 0
+        emitted = 1
+        while emitted < len(target_ids):
+            proposing = min(lookahead, len(target_ids) - emitted - 1)
+            if proposing:
+                prefix = list(prompt_ids) + list(target_ids[:emitted])
+                proposal = await continuation(prefix, proposing)
+                wanted = target_ids[emitted : emitted + proposing]
+                agreeing = agreeing_prefix(proposal, wanted)
+            else:
+                agreeing = 0
+            drafted += proposing
+            accepted += agreeing
+            emitted += agreeing + 1
+        return drafted, accepted
+
+    return asyncio.run(count())
+
+
+@pytest.mark.parametrize("draft_kind", ["same-model", "near-model", "other-model"])
 def test_greedy_speculative_equals_plain_greedy(
-    target: Path, other_draft: Path, draft_kind: str
+    target: Path, near_draft: Path, other_draft: Path, draft_kind: str
 ) -> None:
-    draft = target if draft_kind == "same-model" else other_draft
+    draft = {"same-model": target, "near-model": near_draft, "other-model": other_draft}[draft_kind]
     params = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
     plain = make_engine(target)
     spec = make_engine(target, draft_model=str(draft), num_speculative_tokens=3)
+    draft_alone = make_engine(draft)
     steps: list[StepStats] = []
     spec.add_hooks(type("Hooks", (), {"on_step": lambda self, s: steps.append(s)})())
     try:
@@ -160,22 +190,33 @@ def test_greedy_speculative_equals_plain_greedy(
         # max_tokens 1 and 2 leave no room for a draft token: the lookahead shrinks to 0.
         short = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in (1, 2)]
         for short_params in short:
-            want = complete_all(plain, PROMPTS[:2], short_params, together=True)
+            plainly = complete_all(plain, PROMPTS[:2], short_params, together=True)
             got = complete_all(spec, PROMPTS[:2], short_params, together=True)
-            assert [o.token_ids for o in got] == [o.token_ids for o in want]
+            assert [o.token_ids for o in got] == [o.token_ids for o in plainly]
+        per_request = [
+            greedy_acceptance(draft_alone, spec.encode_prompt(prompt), ids, 3)
+            for prompt, ids in zip(PROMPTS, expected, strict=True)
+        ]
     finally:
         plain.stop_sync()
         spec.stop_sync()
+        draft_alone.stop_sync()
     assert alone == expected
     assert together == expected
     drafted = sum(s.spec_draft_tokens for s in steps)
     accepted = sum(s.spec_accepted_tokens for s in steps)
-    assert drafted > 0 and drafted == spec.totals.spec_draft_tokens
+    assert drafted == spec.totals.spec_draft_tokens
+    assert accepted == spec.totals.spec_accepted_tokens
     assert sum(s.decode_tokens for s in steps) == spec.totals.decode_tokens
+    # Exactly the drafts the rule keeps, counted once per request (the prompts alone, then
+    # together; the short requests propose none): a step that dropped good drafts would still
+    # emit the greedy tokens, only slower.
+    want = tuple(sum(column) for column in zip(*per_request, strict=True))
+    assert (drafted, accepted) == (2 * want[0], 2 * want[1]), (draft_kind, per_request)
     if draft_kind == "same-model":
-        assert accepted == drafted  # a draft identical to the target is always right
-    else:
-        assert accepted < drafted
+        assert accepted == drafted > 0  # a draft identical to the target is always right
+    elif draft_kind == "near-model":
+        assert 0 < accepted < drafted  # both branches of the rule, in every run
     assert spec.num_free_blocks == spec.num_blocks
 
 
