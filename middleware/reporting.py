@@ -3,6 +3,7 @@ server timings for the client, and the refusal answers of the auth layer."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -10,7 +11,8 @@ from typing import Any
 from middleware.auth import AuthDecision
 from middleware.timeline import Breakdown, RequestTimeline
 from middleware.types import ASGIApp, Receive, Scope, Send
-from slo.sli import PHASES, outcome_for_status
+from slo.records import FIELD_NAMES, LIST_FIELDS
+from slo.sli import LATENCY_FIELDS, PHASE_FIELDS, PHASES, outcome_for_status
 
 
 def classify_outcome(
@@ -48,7 +50,7 @@ def refusal(decision: AuthDecision) -> ASGIApp:
 _SERVER_TIMING = ", ".join(f"{name};dur=%.3f" for name in PHASES)
 _TIMINGS_COMMENT = (
     b": llm-slo-timings {"
-    + b",".join(b'"%s_s":%%.6f' % name.encode() for name in PHASES)
+    + b",".join(b'"%s":%%.6f' % name.encode() for name in PHASE_FIELDS)
     + b',"e2e_s":%.6f%s,"output_tokens":%d}\n\n'
 )
 
@@ -75,6 +77,23 @@ def timings_comment(breakdown: Breakdown) -> bytes:
     )
 
 
+# The record takes every Breakdown field under its own name (a latency SLI's record field is
+# the Breakdown attribute measuring it: slo.sli.LATENCY_FIELDS), so a new SLI needs no line
+# here. A response that produced no tokens keeps the timeline's cuts (e2e and its phases) and
+# nothing about tokens.
+_BREAKDOWN_FIELDS = tuple(field.name for field in dataclasses.fields(Breakdown))
+_CUT_FIELDS = (LATENCY_FIELDS["e2e"], *PHASE_FIELDS)
+_NOT_PRODUCED: dict[str, Any] = {
+    **dict.fromkeys(name for name in LATENCY_FIELDS.values() if name not in _CUT_FIELDS),
+    "output_tokens": 0,
+    "tokens_source": None,
+}
+_LIST_FIELDS = tuple(name for name in _BREAKDOWN_FIELDS if name in LIST_FIELDS)  # tuples there
+# Every field in the record's order, None until set (the client's view stays None here:
+# `slo bench` fills it).
+_EMPTY_RECORD: dict[str, Any] = dict.fromkeys(FIELD_NAMES)
+
+
 def record_fields(
     timeline: RequestTimeline,
     breakdown: Breakdown,
@@ -88,7 +107,10 @@ def record_fields(
     produced: bool,
 ) -> dict[str, Any]:
     """One record as a plain dict with every field (the store takes dicts; cheap to build)."""
-    return {
+    # One literal merging the breakdown's own dict (C speed: as fast as naming every field).
+    record = {
+        **_EMPTY_RECORD,
+        **vars(breakdown),
         "request_id": timeline.request_id,
         "trace_id": trace_id,
         "timestamp": timeline.wall_start_s,
@@ -99,25 +121,14 @@ def record_fields(
         "status_code": status,
         "stream": stream,
         "input_tokens": timeline.input_tokens,
-        "output_tokens": breakdown.output_tokens if produced else 0,
         "cached_tokens": timeline.cached_tokens,
-        "tokens_source": breakdown.tokens_source if produced else None,
-        "e2e_s": breakdown.e2e_s,
-        "ttft_s": breakdown.ttft_s if produced else None,
-        "tpot_s": breakdown.tpot_s if produced else None,
-        "itl_s": list(breakdown.itl_s) if produced else None,
-        "network_s": breakdown.network_s,
-        "queue_s": breakdown.queue_s,
-        "prefill_s": breakdown.prefill_s,
-        "queue_prefill_s": breakdown.queue_prefill_s,
-        "decode_s": breakdown.decode_s,
-        "detokenize_s": breakdown.detokenize_s,
-        "other_s": breakdown.other_s,
-        "client_ttft_s": None,
-        "client_e2e_s": None,
-        "client_tpot_s": None,
-        "client_itl_s": None,
     }
+    if produced:
+        for name in _LIST_FIELDS:
+            record[name] = list(record[name])
+    else:
+        record.update(_NOT_PRODUCED)
+    return record
 
 
 def span_attributes(
