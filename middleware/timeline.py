@@ -24,16 +24,24 @@ holds several tokens is one event; several events in one chunk are several, 0 s 
 
 from __future__ import annotations
 
-import contextvars
 import operator
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
+from middleware.breakdown import NS, Breakdown
 from middleware.clock import Clock
+from middleware.context import current_timeline, reset_current_timeline, set_current_timeline
 from middleware.upstream import UpstreamReport
 
-NS = 1e-9
+__all__ = [
+    "NS",
+    "Breakdown",
+    "RequestTimeline",
+    "current_timeline",
+    "reset_current_timeline",
+    "set_current_timeline",
+]
 
 ENGINE_EVENTS = (
     "enqueue",
@@ -50,48 +58,6 @@ PROXY_EVENTS = ("upstream_start", "upstream_connected")
 
 # (count, last, gaps in seconds) of a list of marks: see `RequestTimeline._gaps`.
 _Gaps = tuple[int, int | None, tuple[float, ...]]
-
-
-@dataclass(frozen=True)
-class Breakdown:
-    """Everything derived from a finished timeline, in seconds."""
-
-    e2e_s: float
-    ttft_s: float | None
-    tpot_s: float | None
-    itl_s: tuple[float, ...]
-    network_s: float
-    queue_s: float | None
-    prefill_s: float | None
-    decode_s: float
-    detokenize_s: float
-    other_s: float
-    output_tokens: int
-    # The engine's time before the first token when it does not report queue and prefill.
-    queue_prefill_s: float | None = None
-    # Where output_tokens comes from (slo.sli.TOKENS_SOURCES).
-    tokens_source: str = "chunks"
-
-    @property
-    def phases(self) -> dict[str, float]:
-        """The additive parts (unknown ones as 0), in PHASES order: they sum to e2e."""
-        return {
-            "network": self.network_s,
-            "queue": self.queue_s or 0.0,
-            "prefill": self.prefill_s or 0.0,
-            "queue_prefill": self.queue_prefill_s or 0.0,
-            "decode": self.decode_s,
-            "detokenize": self.detokenize_s,
-            "other": self.other_s,
-        }
-
-    @classmethod
-    def _of(cls, **fields: Any) -> Breakdown:
-        # The frozen __init__ pays one object.__setattr__ call per field, and a request makes
-        # two breakdowns on the hot path: fill the instance's dict in one step instead.
-        breakdown = object.__new__(cls)
-        breakdown.__dict__.update(fields)
-        return breakdown
 
 
 @dataclass(slots=True, eq=False)
@@ -236,49 +202,13 @@ class RequestTimeline:
         end = max(self.last_byte_ns or self.clock.now_ns(), start)
         mark = self.receive_end_ns
         receive_end = start if mark is None else min(max(mark, start), end)
-        tokens = self.token_ns
-        queue_prefill_ns: int | None = None
-        if self.engine_reported and tokens:
-            mark = self.enqueue_ns
-            enqueue = receive_end if mark is None else min(max(mark, receive_end), end)
-            schedule = min(max(self.schedule_ns[0], enqueue), end) if self.schedule_ns else enqueue
-            first_token = min(max(tokens[0], schedule), end)
-            last_token = min(max(tokens[-1], first_token), end)
-            resumed_gaps = self._preemption_gaps_ns()
-            decode_total = last_token - first_token
-            preempted = min(resumed_gaps, decode_total)
-            detokenize = min(self.detokenize_ns, decode_total - preempted)
-            network_ns = (receive_end - start) + (end - last_token)
-            queue_ns: int | None = schedule - enqueue + preempted
-            prefill_ns: int | None = first_token - schedule
-            decode_ns = decode_total - preempted - detokenize
-            other_ns = enqueue - receive_end
-            output_tokens, _, itl = self._gaps(tokens, None)
-            tokens_source = "engine"
+        if self.engine_reported and self.token_ns:
+            parts = self._engine_parts(receive_end, end)
         else:
-            mark = self.first_token_byte_ns
-            first_byte = end if mark is None else min(max(mark, receive_end), end)
-            output_tokens, mark, itl = self._gaps(self.token_chunk_ns, first_byte)
-            last_chunk = first_byte if mark is None else min(max(mark, first_byte), end)
-            network_ns = (receive_end - start) + (end - last_chunk)
-            decode_ns = last_chunk - first_byte
-            detokenize = 0
-            report = self.upstream
-            if report is not None and report.from_span:
-                queue_ns, prefill_ns, decode_ns, other_ns, reach_ns = self._engine_span_split(
-                    report, receive_end, last_chunk
-                )
-                queue_prefill_ns = None
-            else:
-                queue_ns, prefill_ns, queue_prefill_ns, other_ns, decode_extra, reach_ns = (
-                    self._before_first_byte(receive_end, first_byte)
-                )
-                decode_ns += decode_extra
-            network_ns += reach_ns
-            tokens_source = "chunks"
-            if report is not None and report.output_tokens is not None:
-                output_tokens = report.output_tokens
-                tokens_source = report.tokens_source or "usage"
+            parts = self._wire_parts(receive_end, end)
+        network, queue, prefill, queue_prefill, decode, detokenize, other = parts[:7]
+        output_tokens, itl, tokens_source = parts[7:]
+        network += receive_end - start
         e2e = end - start
         ttft = (
             None
@@ -295,16 +225,69 @@ class RequestTimeline:
             ttft_s=ttft,
             tpot_s=tpot,
             itl_s=itl,
-            network_s=network_ns * NS,
-            queue_s=None if queue_ns is None else queue_ns * NS,
-            prefill_s=None if prefill_ns is None else prefill_ns * NS,
-            queue_prefill_s=None if queue_prefill_ns is None else queue_prefill_ns * NS,
-            decode_s=decode_ns * NS,
+            network_s=network * NS,
+            queue_s=None if queue is None else queue * NS,
+            prefill_s=None if prefill is None else prefill * NS,
+            queue_prefill_s=None if queue_prefill is None else queue_prefill * NS,
+            decode_s=decode * NS,
             detokenize_s=detokenize * NS,
-            other_s=other_ns * NS,
+            other_s=other * NS,
             output_tokens=output_tokens,
             tokens_source=tokens_source,
         )
+
+    def _engine_parts(self, receive_end: int, end: int) -> tuple[Any, ...]:
+        """The engine marked every phase (its hooks): (network after the body, queue, prefill,
+        queue_prefill, decode, detokenize, other, output tokens, ITL, tokens source)."""
+        tokens = self.token_ns
+        mark = self.enqueue_ns
+        enqueue = receive_end if mark is None else min(max(mark, receive_end), end)
+        schedule = min(max(self.schedule_ns[0], enqueue), end) if self.schedule_ns else enqueue
+        first_token = min(max(tokens[0], schedule), end)
+        last_token = min(max(tokens[-1], first_token), end)
+        decode_total = last_token - first_token
+        preempted = min(self._preemption_gaps_ns(), decode_total)
+        detokenize = min(self.detokenize_ns, decode_total - preempted)
+        output_tokens, _, itl = self._gaps(tokens, None)
+        return (
+            end - last_token,
+            schedule - enqueue + preempted,
+            first_token - schedule,
+            None,
+            decode_total - preempted - detokenize,
+            detokenize,
+            enqueue - receive_end,
+            output_tokens,
+            itl,
+            "engine",
+        )
+
+    def _wire_parts(self, receive_end: int, end: int) -> tuple[Any, ...]:
+        """Seen through the wire (any engine): the same parts, the engine's phases carved out
+        where it reported them (span, timings, headers)."""
+        mark = self.first_token_byte_ns
+        first_byte = end if mark is None else min(max(mark, receive_end), end)
+        output_tokens, mark, itl = self._gaps(self.token_chunk_ns, first_byte)
+        last_chunk = first_byte if mark is None else min(max(mark, first_byte), end)
+        decode = last_chunk - first_byte
+        queue_prefill = None
+        report = self.upstream
+        if report is not None and report.from_span:
+            queue, prefill, decode, other, reach = self._engine_span_split(
+                report, receive_end, last_chunk
+            )
+        else:
+            queue, prefill, queue_prefill, other, decode_extra, reach = self._before_first_byte(
+                receive_end, first_byte
+            )
+            decode += decode_extra
+        tokens_source = "chunks"
+        if report is not None and report.output_tokens is not None:
+            output_tokens = report.output_tokens
+            tokens_source = report.tokens_source or "usage"
+        network = end - last_chunk + reach
+        parts = (network, queue, prefill, queue_prefill, decode, 0, other)
+        return (*parts, output_tokens, itl, tokens_source)
 
     def _proxy_segments(self, receive_end: int, until: int) -> tuple[int, int, int]:
         """(the engine's start, the proxy's own time, reaching the upstream): behind a proxy
@@ -406,28 +389,3 @@ class RequestTimeline:
             if before and after:
                 total += after[0] - before[-1]
         return total
-
-
-_current: contextvars.ContextVar[RequestTimeline | None] = contextvars.ContextVar(
-    "llm_slo_timeline", default=None
-)
-
-
-def current_timeline() -> RequestTimeline | None:
-    """The timeline of the request being handled here, for engines that report phases themselves:
-
-    timeline = current_timeline()
-    if timeline is not None:
-        timeline.mark("prefill_start")
-    """
-    return _current.get()
-
-
-def set_current_timeline(
-    timeline: RequestTimeline | None,
-) -> contextvars.Token[RequestTimeline | None]:
-    return _current.set(timeline)
-
-
-def reset_current_timeline(token: contextvars.Token[RequestTimeline | None]) -> None:
-    _current.reset(token)

@@ -1,7 +1,7 @@
 """An engine's own /metrics read into the engine gauges: each engine's real family names and label
 sets (vLLM and SGLang rendered by prometheus_client, as they are; TGI as metrics-rs renders it;
 llama-server as its server.cpp writes it), several label sets, a counter's increments, text
-that is not Prometheus, and the README's mapping table against the registry."""
+that is not Prometheus, and the docs mapping table (docs/proxy.md) against the registry."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from middleware.upstream.engine_metrics import (
 )
 from slo.spec import SLOSpec
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "proxy.md"
 URL = "http://127.0.0.1:8080/metrics"
 
 
@@ -251,9 +251,9 @@ def test_metrics_url_choices() -> None:
         metrics_url("127.0.0.1:8080/metrics", "http://x")
 
 
-def test_the_readme_table_is_the_registry() -> None:
+def test_the_docs_table_is_the_registry() -> None:
     table = mapping_table()
-    assert table in README.read_text()
+    assert table in DOCS_PAGE.read_text()
     for adapter in ADAPTERS.values():
         for family in adapter.metrics:
             assert f"`{family}`" in table
