@@ -7,10 +7,12 @@ the target's required count or one below it. Events happen mid-step, so the eval
 [now - W, now], Prometheus' closed range on 1m samples and the live rings (slots of W/60, at
 most 30s here) all hold the same events at every whole-minute check.
 
-Hypothesis drives the evaluator and the live windows per example; the examples are collected
-and promtool runs once, on one generated test file with a group per example: its alerts must
-be the evaluator's, and its good/events counts the model's (whose verdict is the same
-`slo.arithmetic.verdict` both other judges gave).
+Hypothesis drives the evaluator and the live windows per example. The promtool test draws its
+own examples of the same strategy (derandomized: the same ones every run, whatever else runs),
+judges each with the evaluator and the live windows as the property does, and runs promtool
+once, on one generated test file with a group per example: its alerts must be the evaluator's,
+and its good/events counts the model's (whose verdict is the same `slo.arithmetic.verdict`
+both other judges gave).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,6 +34,7 @@ from slo.promql import prom_duration
 from slo.records import RequestRecord
 from slo.spec import SLOSpec
 from slo.units import format_duration
+from tests.helpers.drawn_examples import drawn_examples
 from tests.helpers.promtool import promtool_test_rules
 
 STEP_S = 60
@@ -62,7 +64,7 @@ ORIGIN_S = 1_800_000_000 - 1_800_000_000 % 3600
 SPEC_OBJ = SLOSpec.from_yaml(SPEC)
 RULES = [r for r in alert_rules(SPEC_OBJ) if r.kind == "burn_rate"]
 LINKS = Links()
-collected: list[dict[str, Any]] = []
+EXAMPLES = 40
 
 
 @st.composite
@@ -134,9 +136,11 @@ def _live(t: Traffic) -> dict[int, tuple[str, set[tuple[str, str]], float, float
     return seen
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(traffic())
-def test_evaluator_and_live_windows_agree(t: Traffic) -> None:
+Check = tuple[int, set[tuple[str, str]], int, int]  # step, firing alerts, good, events
+
+
+def _judge(t: Traffic) -> list[Check]:
+    """The evaluator's and the live windows' judgement at every check, asserted equal."""
     live = _live(t)
     checks = []
     for step in CHECKS:
@@ -146,7 +150,13 @@ def test_evaluator_and_live_windows_agree(t: Traffic) -> None:
             good, events, SPEC_OBJ.tiers[0].objectives[0].target, SPEC_OBJ.min_events
         )
         checks.append((step, alerts, good, events))
-    collected.append({"traffic": t, "checks": checks})
+    return checks
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traffic())
+def test_evaluator_and_live_windows_agree(t: Traffic) -> None:
+    _judge(t)
 
 
 def _group(index: int, example: dict[str, Any]) -> dict[str, Any]:
@@ -191,8 +201,11 @@ def _group(index: int, example: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_generated_rules_agree_through_promtool(tmp_path: Path) -> None:
-    if not collected:
-        pytest.skip("run with test_evaluator_and_live_windows_agree, which collects the traffic")
-    groups = [_group(i, example) for i, example in enumerate(collected)]
+    examples = [{"traffic": t, "checks": _judge(t)} for t in drawn_examples(traffic(), EXAMPLES)]
+    assert len(examples) >= EXAMPLES // 2, len(examples)
+    # Both kinds of check, or promtool would confirm only silence (or only alerts).
+    fired = [bool(alerts) for example in examples for _, alerts, _, _ in example["checks"]]
+    assert any(fired) and not all(fired)
+    groups = [_group(i, example) for i, example in enumerate(examples)]
     result = promtool_test_rules(tmp_path, SPEC_OBJ, LINKS, groups, STEP_S, "test_judges_agree")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]

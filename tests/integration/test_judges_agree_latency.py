@@ -26,7 +26,9 @@ Alerts: the burn-rate alerts of `slo check` and the live windows must be the sam
 ones, threshold alerts included (p95 above 2x, p50 above 1x the threshold, over 5m: a
 `histogram_quantile` that only the live windows and Prometheus compute), are what promtool must
 see fire. Goodput is judged from whole requests (records, live windows): Prometheus has no
-goodput series, so promtool checks availability, TTFT and e2e. One promtool run, every example.
+goodput series, so promtool checks availability, TTFT and e2e. One promtool run, every example:
+the explicit ones and examples of the same strategy drawn the same way every run, each judged
+by the evaluator and the live windows first (the promtool test needs no other test to run).
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +55,7 @@ from slo.records import RequestRecord
 from slo.sli import CATALOG, buckets_for
 from slo.spec import SLOSpec
 from slo.units import format_duration
+from tests.helpers.drawn_examples import drawn_examples
 from tests.helpers.promtool import promtool_test_rules
 
 STEP_S = 60
@@ -114,7 +116,7 @@ MOVES: dict[str, tuple[tuple[int, int], ...]] = {
     E2E: ((GG, GB), (BG, BB)),
     GOODPUT: ((GG, GB), (GG, BG), (GG, BB), (GG, ERR)),
 }
-collected: list[dict[str, Any]] = []
+EXAMPLES = 40
 
 
 def _good_kinds(name: str) -> tuple[int, ...]:
@@ -303,11 +305,13 @@ def _live(t: Steps) -> dict[int, dict[str, tuple[Any, ...]]]:
     return seen
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(traffic())
-@example(_steady((0, 0, 0, 0, 0)))
-@example(_steady((8, 0, 0, 0, 0)))
-def test_evaluator_and_live_windows_agree(t: Steps) -> None:
+# Nothing at all, and nothing but good requests.
+EXPLICIT_EXAMPLES = [_steady((0, 0, 0, 0, 0)), _steady((8, 0, 0, 0, 0)), *BOUNDARY_EXAMPLES]
+Check = tuple[int, dict[str, tuple[int, int]], set[AlertKey]]  # step, (good, events), firing
+
+
+def _judge(t: Steps) -> list[Check]:
+    """Every judge but Prometheus at every check, asserted to agree; what promtool must see."""
     live = _live(t)
     records = _records(t)
     checks = []
@@ -342,11 +346,17 @@ def test_evaluator_and_live_windows_agree(t: Steps) -> None:
             firing |= live_alerts
             expected[name] = (good, events)
         checks.append((step, expected, firing))
-    collected.append({"traffic": t, "checks": checks})
+    return checks
 
 
-for _boundary in BOUNDARY_EXAMPLES:
-    test_evaluator_and_live_windows_agree = example(_boundary)(
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traffic())
+def test_evaluator_and_live_windows_agree(t: Steps) -> None:
+    _judge(t)
+
+
+for _explicit in EXPLICIT_EXAMPLES:
+    test_evaluator_and_live_windows_agree = example(_explicit)(
         test_evaluator_and_live_windows_agree
     )
 
@@ -425,9 +435,12 @@ def _group(index: int, example_: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_generated_rules_agree_through_promtool(tmp_path: Path) -> None:
-    if not collected:
-        pytest.skip("run with test_evaluator_and_live_windows_agree, which collects the traffic")
-    groups = [_group(i, example_) for i, example_ in enumerate(collected)]
+    traffic_ = EXPLICIT_EXAMPLES + drawn_examples(traffic(), EXAMPLES)
+    examples = [{"traffic": t, "checks": _judge(t)} for t in traffic_]
+    # Both kinds of check, or promtool would confirm only silence (or only alerts).
+    fired = [bool(firing) for example_ in examples for _, _, firing in example_["checks"]]
+    assert any(fired) and not all(fired)
+    groups = [_group(i, example_) for i, example_ in enumerate(examples)]
     result = promtool_test_rules(
         tmp_path, SPEC_OBJ, LINKS, groups, STEP_S, "test_judges_agree_latency"
     )
