@@ -19,11 +19,12 @@ from slo.promql import (
     record_error_ratio,
     selector,
 )
-from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, PHASES
+from slo.sli import CATALOG, LATENCY_SLIS, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, PHASES
 from slo.spec import SLOSpec
 
 RATE = "$__rate_interval"
-LATENCY_PANELS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e")
+# One percentile panel per latency SLI that is not a phase (the phases share one stacked panel).
+LATENCY_PANELS: tuple[str, ...] = tuple(name for name in LATENCY_SLIS if name not in PHASES)
 QUANTILES: tuple[str, ...] = ("0.5", "0.95", "0.99")
 
 

@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from middleware.auth import AuthDecision
+from middleware.otel.request import GenAIRequest
 from middleware.timeline import Breakdown, RequestTimeline
 from middleware.types import ASGIApp, Receive, Scope, Send
 from slo.records import FIELD_NAMES, LIST_FIELDS
@@ -90,8 +91,16 @@ _NOT_PRODUCED: dict[str, Any] = {
 }
 _LIST_FIELDS = tuple(name for name in _BREAKDOWN_FIELDS if name in LIST_FIELDS)  # tuples there
 # Every field in the record's order, None until set (the client's view stays None here:
-# `slo bench` fills it).
-_EMPTY_RECORD: dict[str, Any] = dict.fromkeys(FIELD_NAMES)
+# `slo bench` fills it), and the Breakdown's defaults (`Breakdown._of` may leave them out of
+# the instance's dict).
+_EMPTY_RECORD: dict[str, Any] = {
+    **dict.fromkeys(FIELD_NAMES),
+    **{
+        field.name: field.default
+        for field in dataclasses.fields(Breakdown)
+        if field.default is not dataclasses.MISSING
+    },
+}
 
 
 def record_fields(
@@ -132,39 +141,30 @@ def record_fields(
 
 
 def span_attributes(
-    model: str,
+    request: GenAIRequest,
     route: str,
     tier: str,
     status: int,
-    stream: bool,
     timeline: RequestTimeline,
     breakdown: Breakdown,
     outcome: str,
+    output_tokens: int,
 ) -> dict[str, Any]:
-    """GenAI semantic-convention attributes plus the `gen_ai.latency.*` keys vLLM emits."""
-    attributes: dict[str, Any] = {
-        "http.request.method": "POST",
-        "http.route": route,
-        "http.response.status_code": status,
-        "gen_ai.operation.name": "chat" if "chat" in route else "text_completion",
-        "gen_ai.request.model": model,
-        "gen_ai.response.model": model,
-        "gen_ai.usage.input_tokens": timeline.input_tokens,
-        "llm_slo.tokens_source": breakdown.tokens_source,
-        "gen_ai.usage.output_tokens": breakdown.output_tokens,
-        "gen_ai.request.id": timeline.request_id,
-        "gen_ai.latency.e2e": breakdown.e2e_s,
-        "llm_slo.tier": tier,
-        "llm_slo.outcome": outcome,
-        "llm_slo.stream": stream,
-    }
-    if timeline.finish_reason:
-        attributes["gen_ai.response.finish_reasons"] = (timeline.finish_reason,)
+    """The request span's attributes: the GenAI conventions' (`middleware.otel.request`), HTTP
+    server ones, and ours under `llm_slo.*` (the phases are the child spans)."""
+    attributes = request.span_attributes(timeline.input_tokens, output_tokens)
+    attributes["http.request.method"] = "POST"
+    attributes["http.route"] = route
+    attributes["http.response.status_code"] = status
+    if request.stream and breakdown.ttft_s is not None:
+        attributes["gen_ai.response.time_to_first_chunk"] = breakdown.ttft_s
+    if timeline.cached_tokens:
+        attributes["gen_ai.usage.cache_read.input_tokens"] = timeline.cached_tokens
+    attributes["llm_slo.request_id"] = timeline.request_id
+    attributes["llm_slo.tier"] = tier
+    attributes["llm_slo.outcome"] = outcome
+    attributes["llm_slo.stream"] = request.stream
+    attributes["llm_slo.tokens_source"] = breakdown.tokens_source
     if breakdown.ttft_s is not None:
-        attributes["gen_ai.latency.time_to_first_token"] = breakdown.ttft_s
-    if breakdown.queue_s is not None:
-        attributes["gen_ai.latency.time_in_queue"] = breakdown.queue_s
-    if breakdown.prefill_s is not None:
-        attributes["gen_ai.latency.time_in_model_prefill"] = breakdown.prefill_s
-        attributes["gen_ai.latency.time_in_model_decode"] = breakdown.decode_s
+        attributes["llm_slo.ttft_s"] = breakdown.ttft_s
     return attributes
