@@ -61,7 +61,7 @@ def breakdown_fields(slis: tuple[str, ...]) -> dict[str, str]:
         if field is None or field not in carried:
             raise TypeError(
                 f"slo/sli.py: SLI {name!r} (record field {field!r}) is not measured by "
-                "middleware.timeline.Breakdown; add the field there and compute it in "
+                f"{Breakdown.__module__}.Breakdown; add the field there and compute it in "
                 "RequestTimeline.breakdown, so /slo, /metrics and `slo check` all see it"
             )
         measured[name] = field
@@ -97,7 +97,7 @@ def _measured_field(tier: Tier, sli: str) -> str:
         raise ValueError(
             f"tier {tier.name!r}: the live windows cannot count SLI {sli!r} (not one of "
             f"{', '.join(BREAKDOWN_FIELD)}); give it a record field that "
-            "middleware.timeline.Breakdown measures (slo/sli.py), or drop the objective"
+            f"{Breakdown.__module__}.Breakdown measures (slo/sli.py), or drop the objective"
         )
     return field
 
