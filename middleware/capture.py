@@ -1,10 +1,11 @@
-"""Opt-in capture of request and response bodies into spans, redacted and bounded.
+"""Opt-in capture of request and response content into spans, redacted and bounded.
 
 Off by default: no prompt or completion text goes into records, spans, logs or metric labels.
-Turned on (`LatencyMiddleware(..., capture=ContentCapture())`, with tracing on), the first
-`max_chars` of each request and response body go into the request's SERVER span as
-`gen_ai.prompt` and `gen_ai.completion`, after every redaction pattern replaced its matches.
-Records never carry text, captured or not.
+Turned on (`LatencyMiddleware(..., capture=ContentCapture())`, with tracing on), the request's
+SERVER span carries the GenAI conventions' opt-in attributes `gen_ai.input.messages` and
+`gen_ai.output.messages` (JSON strings in the conventions' message schema: a role and parts
+per message, `middleware.otel.messages`), every text after every redaction pattern replaced
+its matches, and at most `max_chars` of text in each. Records never carry text, captured or not.
 
 `CaptureMiddleware` is the ASGI layer that collects the bodies (stacked inside
 `LatencyMiddleware` by `capture=`, only when spans are exported); it leaves the request's
@@ -17,6 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from middleware.otel.messages import input_messages, output_messages
 from middleware.types import ASGIApp, Message, Receive, Scope, Send
 
 DEFAULT_REDACTIONS: tuple[str, ...] = (
@@ -46,6 +48,13 @@ class ContentCapture:
     def text(self, chunks: list[bytes]) -> str:
         raw = b"".join(chunks)[: self.max_chars * 4].decode("utf-8", errors="replace")
         return self.redact(raw[: self.max_chars])
+
+    def span_attributes(self, buffer: CaptureBuffer) -> dict[str, str]:
+        """`gen_ai.input.messages` and `gen_ai.output.messages` of one captured request."""
+        return {
+            "gen_ai.input.messages": input_messages(buffer.request, self),
+            "gen_ai.output.messages": output_messages(buffer.response, self),
+        }
 
 
 class CaptureBuffer:

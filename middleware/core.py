@@ -30,6 +30,10 @@ from middleware.intake.propagate import propagate_context
 from middleware.lifespan import Lifespan
 from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
+from middleware.otel import GenAIMetrics, ModelLabels
+from middleware.otel.conventions import FALLBACK_PROVIDER
+from middleware.otel.models import MODELS_PATH, read_models_listing
+from middleware.otel.request import operation_for_route
 from middleware.settle import Reporter
 from middleware.timeline import (
     RequestTimeline,
@@ -86,6 +90,11 @@ class LatencyMiddleware:
         engine_spans: Literal["auto", "always", "never"] = "auto",
         engine_span_wait_s: float = 10.0,
         propagate_trace: bool | None = None,
+        provider_name: str = FALLBACK_PROVIDER,
+        models: Iterable[str] = (),
+        genai_metrics: bool = True,
+        meter_provider: Any | None = None,
+        metric_readers: Iterable[Any] = (),
     ) -> None:
         self.app = app
         self.spec = _load_spec(spec)
@@ -101,7 +110,30 @@ class LatencyMiddleware:
         self.server_timing = server_timing
         self.metrics = MetricSet(self.spec, model, registry, routes=self.llm_routes)
         self.span_drops = DropCounter()
-        self.tracer = RequestTracer(tracer_provider, self.span_drops)
+        # GenAI conventions (middleware.otel): model names become metric attributes only from
+        # this allow-list (configured, or listed at /v1/models); gen_ai.* metrics on the SDK's
+        # MeterProvider (OTLP per OTEL_*) and on /metrics, beside the llm_slo_* series.
+        self.model_labels = ModelLabels([model, *models])
+        self.genai = (
+            GenAIMetrics(
+                provider=provider_name,
+                labels=self.model_labels,
+                registry=self.metrics.registry,
+                operations={operation_for_route(route) for route in self.llm_routes},
+                multiprocess=self.metrics.multiprocess,
+                meter_provider=meter_provider,
+                metric_readers=list(metric_readers),
+            )
+            if genai_metrics
+            else None
+        )
+        self.tracer = RequestTracer(
+            tracer_provider,
+            self.span_drops,
+            genai=self.genai,
+            provider_name=provider_name,
+            labels=self.model_labels,
+        )
         self.bridge = EngineBridge(on_step=self.metrics.observe_engine_step)
         self.live = LiveSLO(self.spec, clock=self.clock, alertmanager_url=alertmanager_url)
         self.gpu_stats = gpu_stats
@@ -178,6 +210,9 @@ class LatencyMiddleware:
         if path == self.traces_path:
             await serve_traces(self.span_join, scope, receive, send)
             return
+        if path == MODELS_PATH:  # the listed models become allowed model labels
+            await read_models_listing(self.app, self.model_labels, scope, receive, send)
+            return
         route = self.route_label(path)
         if route is None:
             await self.app(scope, receive, send)
@@ -246,6 +281,8 @@ class LatencyMiddleware:
             replay=replay,
             strip_usage=strip_usage,
             server_timing=self.server_timing,
+            keep_request=self.tracer.wants_requests,
+            server=scope.get("server"),
         )
 
     @property
@@ -258,3 +295,5 @@ class LatencyMiddleware:
         if self.store is not None:
             self.store.close()
         self.live.close()
+        if self.genai is not None:
+            self.genai.close()  # the last OTLP export

@@ -22,11 +22,15 @@ from middleware.wire_io import (
     settle_stream,
 )
 
+# Request bodies kept for their fields up to this size (a long prompt is a few MB of JSON).
+MAX_REQUEST_BODY = 16 << 20
+
 
 class Exchange:
     __slots__ = (
         "_feed",
         "_receive",
+        "_request_body",
         "_send",
         "_token_events_in",
         "body",
@@ -36,6 +40,7 @@ class Exchange:
         "is_stream",
         "now_ns",
         "replay",
+        "server",
         "server_timing",
         "started",
         "status",
@@ -54,6 +59,8 @@ class Exchange:
         replay: list[Message],
         strip_usage: bool = False,
         server_timing: bool = True,
+        keep_request: bool = False,
+        server: object = None,
     ) -> None:
         self.timeline = timeline
         self._receive = receive
@@ -74,11 +81,21 @@ class Exchange:
         # even if it closes before the response's last (empty) message (the openai client does).
         self.delivered = False
         self.body: bytearray | None = None  # a plain JSON reply, kept for its usage
+        # The request body, kept for the model and sampling fields the GenAI conventions
+        # record (read once the request is reported: `middleware.otel.request`).
+        self._request_body: bytearray | None = bytearray() if keep_request else None
+        self.server = server  # the ASGI scope's (host, port) of the listening socket
 
     async def receive(self) -> Message:
         message = self.replay.pop(0) if self.replay else await self._receive()
         kind = message["type"]
         if kind == "http.request":
+            kept = self._request_body
+            if kept is not None:
+                if len(kept) < MAX_REQUEST_BODY:
+                    kept += message.get("body", b"")
+                else:  # past the bound the fields are not read (cut JSON would not parse)
+                    self._request_body = None
             if not message.get("more_body", False):
                 self.timeline.body_received(self.now_ns())
         elif kind == "http.disconnect":
@@ -164,6 +181,12 @@ class Exchange:
             raw_headers.append((b"server-timing", timing))
             message = {**message, "headers": raw_headers}
         return message
+
+    @property
+    def request_body(self) -> bytearray | None:
+        """The request body as received (None when not kept, or past MAX_REQUEST_BODY)."""
+        kept = self._request_body
+        return None if kept is None or len(kept) > MAX_REQUEST_BODY else kept
 
     def settle(self) -> None:
         """The app is done: take the counts its answer carried (a stream that did not end

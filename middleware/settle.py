@@ -153,26 +153,33 @@ class Reporter:
             self.store.add(fields)
 
     def _emit_span(self, finished: Finished, breakdown: Any) -> str | None:
-        """Our request span (when tracing is on); the request's trace id."""
-        ids, headers = finished.ids, finished.headers
-        trace_id = ids[0] if ids is not None else self.tracer.trace_id_from_header(headers)
-        if not self.tracer.enabled:
+        """The request's GenAI-convention telemetry: its `gen_ai.*` metrics and, when tracing
+        is on, its span (named `{operation} {model}`); the request's trace id."""
+        ids, headers, tracer = finished.ids, finished.headers, self.tracer
+        trace_id = ids[0] if ids is not None else tracer.trace_id_from_header(headers)
+        if not tracer.wants_requests:
             return trace_id
         exchange = finished.exchange
+        timeline = exchange.timeline
+        request = tracer.genai_request(finished.route, finished.outcome, exchange)
+        output_tokens = breakdown.output_tokens if finished.status < 400 else 0
+        if tracer.genai is not None:
+            tracer.genai.observe(request, breakdown, timeline.input_tokens, output_tokens)
+        if not tracer.enabled:
+            return trace_id
         attributes = span_attributes(
-            self.model, finished.route, finished.tier, finished.status, exchange.is_stream,
-            exchange.timeline, breakdown, finished.outcome,
+            request, finished.route, finished.tier, finished.status, timeline, breakdown,
+            finished.outcome, output_tokens,
         )  # fmt: skip
         captured = finished.captured
         if captured is not None and self.capture is not None:
-            attributes["gen_ai.prompt"] = self.capture.text(captured.request)
-            attributes["gen_ai.completion"] = self.capture.text(captured.response)
-        emitted = self.tracer.emit(
-            exchange.timeline,
+            attributes.update(self.capture.span_attributes(captured))
+        emitted = tracer.emit(
+            timeline,
             breakdown,
             attributes,
-            self.tracer.parent_context(headers),
-            f"POST {finished.route}",
+            tracer.parent_context(headers),
+            request.span_name,
             self.epoch_offset_ns,
             ids,
         )

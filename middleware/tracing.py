@@ -1,9 +1,11 @@
-"""OpenTelemetry: one SERVER span per request with a child span per phase at its real times.
+"""OpenTelemetry: one SERVER span per request with a child span per phase at its real times,
+and the request's GenAI-convention view (`middleware.otel`) that names the span and feeds the
+`gen_ai.*` metrics.
 
-Off unless a tracer provider with an SDK is configured, either passed in or built from the
-standard `OTEL_*` variables (`OTEL_TRACES_EXPORTER=console|otlp`, `OTEL_SERVICE_NAME`, ...).
-Off means no span objects at all. Spans are made when the request ends, from the timeline,
-with explicit start and end times, so the hot path never touches the tracer.
+Spans are off unless a tracer provider with an SDK is configured, either passed in or built
+from the standard `OTEL_*` variables (`OTEL_TRACES_EXPORTER=console|otlp`, `OTEL_SERVICE_NAME`,
+...). Off means no span objects at all. Spans are made when the request ends, from the
+timeline, with explicit start and end times, so the hot path never touches the tracer.
 """
 
 from __future__ import annotations
@@ -17,6 +19,11 @@ from typing import Any
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 
+from middleware.exchange import Exchange
+from middleware.otel.conventions import FALLBACK_PROVIDER, SCHEMA_URL
+from middleware.otel.metrics import GenAIMetrics
+from middleware.otel.models import ModelLabels
+from middleware.otel.request import GenAIRequest, read_request_body
 from middleware.timeline import Breakdown, RequestTimeline
 
 logger = logging.getLogger("middleware.tracing")
@@ -96,10 +103,24 @@ def is_recording_provider(provider: Any) -> bool:
 
 
 class RequestTracer:
-    """Turns finished timelines into spans."""
+    """Turns finished timelines into spans, and requests into the conventions' terms.
 
-    def __init__(self, provider: Any | None, drops: DropCounter) -> None:
+    `genai`: the `gen_ai.*` metrics (None when off); `provider_name` and `labels` (the model
+    allow-list) make the `GenAIRequest` both the span and the metrics read."""
+
+    def __init__(
+        self,
+        provider: Any | None,
+        drops: DropCounter,
+        *,
+        genai: GenAIMetrics | None = None,
+        provider_name: str = FALLBACK_PROVIDER,
+        labels: ModelLabels | None = None,
+    ) -> None:
         self.drops = drops
+        self.genai = genai
+        self.provider_name = provider_name
+        self.labels = labels if labels is not None else ModelLabels()
         if provider is None:
             global_provider = trace.get_tracer_provider()
             provider = (
@@ -108,7 +129,7 @@ class RequestTracer:
                 else provider_from_environment(drops)
             )
         self.tracer = (
-            provider.get_tracer("llm-slo.middleware")
+            provider.get_tracer("llm-slo.middleware", schema_url=SCHEMA_URL)
             if provider is not None and is_recording_provider(provider)
             else None
         )
@@ -119,6 +140,29 @@ class RequestTracer:
         if self.tracer is not None and hasattr(self.tracer, "id_generator"):
             self._ids = _PresetIds(self.tracer.id_generator)
             self.tracer.id_generator = self._ids
+
+    @property
+    def wants_requests(self) -> bool:
+        """Whether reports need the request's GenAI view (spans or `gen_ai.*` metrics on)."""
+        return self.enabled or self.genai is not None
+
+    def genai_request(self, route: str, outcome: str, exchange: Exchange) -> GenAIRequest:
+        """The conventions' view of one finished request (read once, when it is reported)."""
+        wire = exchange.wire
+        reason = exchange.timeline.finish_reason  # the bundled engine's, where it said
+        reasons = tuple(wire.finish_reasons) or ((reason,) if reason else ())
+        return GenAIRequest.build(
+            route=route,
+            provider=self.provider_name,
+            outcome=outcome,
+            body=read_request_body(exchange.request_body),
+            response_model=wire.response_model,
+            response_id=wire.response_id,
+            finish_reasons=reasons,
+            server=exchange.server,
+            stream=exchange.is_stream,
+            labels=self.labels,
+        )
 
     @staticmethod
     def parent_context(headers: Mapping[str, str]) -> Context | None:
@@ -170,10 +214,17 @@ class RequestTracer:
                 self._ids.preset(None, None)
         context = trace.set_span_in_context(server)
         for phase_name, begin, finish in phase_intervals(timeline, breakdown):
-            span = tracer.start_span(phase_name, context=context, start_time=wall(begin))
+            span = tracer.start_span(
+                phase_name,
+                context=context,
+                start_time=wall(begin),
+                attributes={"llm_slo.phase": phase_name},
+            )
             span.end(end_time=wall(finish))
+        # Error status where the server failed (HTTP semantics for SERVER spans: a 4xx is the
+        # client's); `error.type` names every failure, the client's too.
         if attributes.get("http.response.status_code", 200) >= 500:
-            server.set_status(trace.Status(trace.StatusCode.ERROR))
+            server.set_status(trace.Status(trace.StatusCode.ERROR, attributes.get("error.type")))
         server.end(end_time=wall(end))
         return format(server.get_span_context().trace_id, "032x")
 

@@ -52,7 +52,16 @@ class _Chunk(msgspec.Struct):
     error: Any = None
 
 
+class _Head(msgspec.Struct):
+    """The answer's `id` and `model`: read from the first data event (and a plain body) only,
+    so the per-chunk decode keeps skipping them."""
+
+    id: Any = None
+    model: Any = None
+
+
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_decode_head = msgspec.json.Decoder(_Head).decode
 _NOT_DECODED = msgspec.DecodeError
 
 
@@ -90,13 +99,17 @@ class WireReader:
     """
 
     __slots__ = (
+        "_head_pending",
         "_pending",
         "comments",
         "done",
         "error",
         "events",
+        "finish_reasons",
         "finished",
         "report",
+        "response_id",
+        "response_model",
         "strip_usage",
         "token_events",
     )
@@ -112,6 +125,12 @@ class WireReader:
         # `data: [DONE]` was read: the answer is whole, whatever happens to the connection.
         self.done = False
         self.error: Any = None
+        # The answer's `id`, `model` (first data event or plain body) and each choice's
+        # finish reason, in the order seen (from finish chunks: never the per-token path).
+        self.response_id: Any = None
+        self.response_model: Any = None
+        self.finish_reasons: list[str] = []
+        self._head_pending = True
         # SSE comment lines (`: ...`), kept when asked (slo bench reads the server's timings).
         self.comments: list[bytes] | None = [] if keep_comments else None
         # The client did not ask for usage; the middleware asked for it on its behalf: the
@@ -127,6 +146,8 @@ class WireReader:
             and data.startswith(b"data: {")
             and data.find(b"\n\n") == len(data) - 2
         ):
+            if self._head_pending:
+                self._read_head(data[6:-2])
             try:
                 chunk = _decode_chunk(data[6:-2])
             except _NOT_DECODED:
@@ -171,6 +192,8 @@ class WireReader:
         each is counted."""
         if self._pending or not data.startswith(b"data: {") or data.find(b"\n\n") != len(data) - 2:
             return self.feed(data)[0]
+        if self._head_pending:  # the first event only: one attribute read per chunk after it
+            self._read_head(memoryview(data)[6:-2])
         try:
             chunk = _decode_chunk(memoryview(data)[6:-2])
         except _NOT_DECODED:
@@ -215,11 +238,22 @@ class WireReader:
             if payload == b"[DONE]":
                 self.done = True
             return False, False  # [DONE] or not JSON
+        if self._head_pending:
+            self._read_head(payload)
         try:
             chunk = _decode_chunk(payload)
         except _NOT_DECODED:
             return False, False
         return self._chunk(chunk)
+
+    def _read_head(self, payload: Any) -> None:
+        """The answer's id and model, from the first data event that has a JSON object."""
+        self._head_pending = False
+        try:
+            head = _decode_head(payload)
+        except _NOT_DECODED:
+            return
+        self.response_id, self.response_model = head.id, head.model
 
     def _chunk(self, chunk: _Chunk) -> tuple[bool, bool]:
         self.events += 1
@@ -227,6 +261,7 @@ class WireReader:
             self.error = chunk.error
         if chunk.choices and any(choice.finish_reason for choice in chunk.choices):
             self.finished = True
+            self.finish_reasons.extend(c.finish_reason for c in chunk.choices if c.finish_reason)
         if chunk.usage is not None:
             apply_usage(self.report, chunk.usage)
         if chunk.timings is not None:
@@ -238,6 +273,7 @@ class WireReader:
 
     def read_body(self, body: bytes) -> bool:
         """A plain (not streamed) JSON body: counts from usage/timings; whether it has text."""
+        self._read_head(body)
         try:
             chunk = _decode_chunk(body)
         except _NOT_DECODED:

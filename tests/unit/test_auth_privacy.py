@@ -158,12 +158,12 @@ def test_no_text_in_spans_by_default_and_redacted_when_captured() -> None:
             "prompt": "mail jane.doe@example.com, key sk-live_abcdefghijklmnop, card 4111 1111 1111 1111"
         }
     ).encode()
-    assert not any("prompt" in k or "completion" in k for k in spans_of(None, body))
+    assert not any(k.startswith(("gen_ai.input", "gen_ai.output")) for k in spans_of(None, body))
     attributes = spans_of(ContentCapture(), body)
-    prompt = attributes["gen_ai.prompt"]
+    prompt = attributes["gen_ai.input.messages"]
     assert "jane.doe@example.com" not in prompt and "sk-live_abcdefghijklmnop" not in prompt
     assert "4111 1111 1111 1111" not in prompt and "[REDACTED]" in prompt
-    assert "[REDACTED]" in attributes["gen_ai.completion"]
+    assert "[REDACTED]" in attributes["gen_ai.output.messages"]
 
 
 def test_labels_stay_bounded_under_hostile_input(tmp_path: Path) -> None:

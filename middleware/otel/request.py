@@ -1,0 +1,159 @@
+"""One finished request in the conventions' terms: what the request body asked for, what the
+answer said, and the span name and `gen_ai.*` attributes they make.
+
+Built once per request when it is reported (never per chunk): the body is decoded into a small
+msgspec struct that skips every field it does not name (the messages too), so a long prompt
+costs a scan, not a parse into objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+import middleware.otel.conventions as c
+from middleware.otel.models import MAX_NAME_CHARS, ModelLabels
+
+
+class RequestBody(msgspec.Struct):
+    """The request fields the conventions record; any type is taken, then checked."""
+
+    model: Any = None
+    max_tokens: Any = None
+    max_completion_tokens: Any = None
+    temperature: Any = None
+    top_p: Any = None
+    stream: Any = None
+    n: Any = None
+    seed: Any = None
+
+
+_decode_body = msgspec.json.Decoder(RequestBody).decode
+EMPTY_BODY = RequestBody()
+
+
+def read_request_body(body: bytes | bytearray | None) -> RequestBody:
+    """The fields of a JSON request body; empty where it is missing or not JSON."""
+    if not body:
+        return EMPTY_BODY
+    try:
+        return _decode_body(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return EMPTY_BODY
+
+
+def operation_for_route(route: str) -> str:
+    """`gen_ai.operation.name` of an LLM route: the chat API is `chat`, the rest (the legacy
+    completions API and routes a spec adds) `text_completion`."""
+    return c.CHAT if "chat" in route else c.TEXT_COMPLETION
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if type(value) in (int, float) else None
+
+
+def _name(value: Any) -> str | None:
+    return value[:MAX_NAME_CHARS] if isinstance(value, str) and value else None
+
+
+@dataclass(slots=True)
+class GenAIRequest:
+    """The conventions' view of one finished request."""
+
+    operation: str
+    provider: str
+    request_model: str | None  # as asked (cut to MAX_NAME_CHARS)
+    request_label: str | None  # bounded, for metrics
+    response_model: str | None
+    response_label: str | None
+    response_id: str | None
+    finish_reasons: tuple[str, ...]
+    error_type: str | None  # the outcome of a failed request, else None
+    server_address: str | None
+    server_port: int | None
+    stream: bool
+    body: RequestBody
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        route: str,
+        provider: str,
+        outcome: str,
+        body: RequestBody,
+        response_model: Any,
+        response_id: Any,
+        finish_reasons: tuple[str, ...],
+        server: Any,
+        stream: bool,
+        labels: ModelLabels,
+    ) -> GenAIRequest:
+        request_model = _name(body.model)
+        response = _name(response_model)
+        host, port = (
+            server if isinstance(server, tuple | list) and len(server) == 2 else (None, None)
+        )
+        return cls(
+            operation=operation_for_route(route),
+            provider=provider,
+            request_model=request_model,
+            request_label=labels.label(request_model),
+            response_model=response,
+            response_label=labels.label(response),
+            response_id=_name(response_id),
+            finish_reasons=finish_reasons,
+            error_type=None if outcome == "ok" else outcome,
+            server_address=host if isinstance(host, str) and host else None,
+            server_port=port if type(port) is int else None,
+            stream=stream,
+            body=body,
+        )
+
+    @property
+    def span_name(self) -> str:
+        """`{gen_ai.operation.name} {gen_ai.request.model}`; the operation alone when no model
+        was named, or a model nobody listed (span names are indexed by backends: a client
+        must not be able to make one per request)."""
+        label = self.request_label
+        if label is None or label == c.OTHER_MODEL:
+            return self.operation
+        return f"{self.operation} {label}"
+
+    def span_attributes(self, input_tokens: int, output_tokens: int) -> dict[str, Any]:
+        """The conventions' attributes of the request span (`gen_ai.*`, error, server)."""
+        attributes: dict[str, Any] = {c.OPERATION: self.operation, c.PROVIDER: self.provider}
+        optional = {
+            c.REQUEST_MODEL: self.request_model,
+            c.RESPONSE_MODEL: self.response_model,
+            c.RESPONSE_ID: self.response_id,
+            c.ERROR_TYPE: self.error_type,
+            c.SERVER_ADDRESS: self.server_address,
+            c.SERVER_PORT: self.server_port if self.server_address is not None else None,
+        }
+        attributes.update((key, value) for key, value in optional.items() if value is not None)
+        if self.finish_reasons:
+            attributes[c.FINISH_REASONS] = self.finish_reasons
+        attributes[c.INPUT_TOKENS] = input_tokens
+        attributes[c.OUTPUT_TOKENS] = output_tokens
+        body = self.body
+        max_tokens = _int(body.max_tokens)
+        sampling = {
+            c.MAX_TOKENS: _int(body.max_completion_tokens) if max_tokens is None else max_tokens,
+            c.TEMPERATURE: _number(body.temperature),
+            c.TOP_P: _number(body.top_p),
+            c.SEED: _int(body.seed),
+        }
+        attributes.update((key, value) for key, value in sampling.items() if value is not None)
+        choices = _int(body.n)
+        if choices is not None and choices != 1:  # conditionally required: given and != 1
+            attributes[c.CHOICE_COUNT] = choices
+        if self.stream:  # conditionally required: if and only if the request is streaming
+            attributes[c.STREAM] = True
+        return attributes
