@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -136,7 +136,7 @@ def test_records_metrics_spans_agree_with_the_client(
         assert {"receive", "queue", "prefill", "decode", "send"} <= names
         for child in children:
             assert server.start_time <= child.start_time <= child.end_time <= server.end_time
-        assert server.attributes["gen_ai.latency.time_to_first_token"] > 0
+        assert server.attributes["llm_slo.ttft_s"] > 0
         assert server.attributes["gen_ai.request.model"] == MODEL
     assert app.span_drops.dropped == 0
 
@@ -217,26 +217,44 @@ def test_works_in_starlette_and_fastapi_apps(tmp_path: Path) -> None:
             assert metric_value(text, "llm_slo_inter_token_latency_seconds_count") == 3 * 4
 
 
-def test_two_uvicorn_workers_add_up(tmp_path: Path) -> None:
-    (tmp_path / "two_workers_app.py").write_text(
-        textwrap.dedent(f"""
-        from starlette.applications import Starlette
-        from starlette.responses import JSONResponse
-        from starlette.routing import Route
-        from middleware import LatencyMiddleware
+TWO_WORKERS_APP = """
+import os
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from middleware import LatencyMiddleware
 
-        async def complete(request):
-            return JSONResponse({{"choices": [{{"text": "hi"}}]}})
+async def complete(request):
+    return JSONResponse({{"choices": [{{"text": "hi"}}]}}, headers={{"x-worker": str(os.getpid())}})
 
-        async def health(request):
-            return JSONResponse({{"ok": True}})
+async def health(request):
+    return JSONResponse({{"ok": True}})
 
-        app = LatencyMiddleware(
-            Starlette(routes=[Route("/v1/completions", complete, methods=["POST"]), Route("/health", health)]),
-            store="sqlite:///{tmp_path / "records.db"}", model="m",
-        )
-    """)
+routes = [Route("/v1/completions", complete, methods=["POST"]), Route("/health", health)]
+app = LatencyMiddleware(Starlette(routes=routes), store="sqlite:///{store}", model="m")
+"""
+
+
+def counted_in_file(counter_file: Path, scratch: Path) -> float:
+    """`llm_slo_requests_total{outcome="ok"}` in one process's counter file, read alone by
+    prometheus_client's own multiprocess collector (a copy in a folder of its own)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    scratch.mkdir()
+    (scratch / counter_file.name).write_bytes(counter_file.read_bytes())
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(scratch))
+    return sum(
+        sample.value
+        for family in registry.collect()
+        for sample in family.samples
+        if sample.name == "llm_slo_requests_total" and sample.labels.get("outcome") == "ok"
     )
+
+
+def test_two_uvicorn_workers_add_up(tmp_path: Path) -> None:
+    (tmp_path / "two_workers_app.py").write_text(TWO_WORKERS_APP.format(store=tmp_path / "r.db"))
     metrics_dir = tmp_path / "prometheus"
     metrics_dir.mkdir()
     port = free_port()
@@ -245,36 +263,30 @@ def test_two_uvicorn_workers_add_up(tmp_path: Path) -> None:
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
         "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.getcwd()}",
     }
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "two_workers_app:app",
-            "--workers",
-            "2",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-        cwd=tmp_path,
-    )
+    command = [sys.executable, "-m", "uvicorn", "two_workers_app:app", "--workers", "2"]
+    command += ["--port", str(port), "--log-level", "warning"]
+    process = subprocess.Popen(command, env=env, cwd=tmp_path)
     try:
         base_url = f"http://127.0.0.1:{port}"
         wait_until_ready(base_url + "/health", process=process)
+        served: Counter[str] = Counter()
+        # A fresh connection per request, so both workers take some.
         for _ in range(40):
-            # A fresh connection per request, so both workers take some.
-            assert (
-                httpx.post(
-                    base_url + "/v1/completions", headers={"connection": "close"}
-                ).status_code
-                == 200
-            )
+            response = httpx.post(base_url + "/v1/completions", headers={"connection": "close"})
+            assert response.status_code == 200
+            served[response.headers["x-worker"]] += 1
+        assert len(served) == 2, f"one worker took every request: {served}"
         text = httpx.get(base_url + "/metrics").text
+        # Each worker counted exactly the requests it served, in its own file (every worker's
+        # file exists from its start, its label children born at zero: the files alone prove
+        # nothing), and /metrics, from whichever worker answers, gives their sum.
+        files = sorted(path.name for path in metrics_dir.iterdir())
+        for pid, count in served.items():
+            counter_file = metrics_dir / f"counter_{pid}.db"
+            assert counter_file.is_file(), files
+            counted = counted_in_file(counter_file, tmp_path / f"read-{pid}")
+            assert counted == count, (pid, counted, served, files)
         assert metric_value(text, "llm_slo_requests_total", outcome="ok") == 40
-        assert len(list(metrics_dir.glob("counter_*.db"))) >= 2  # both workers wrote counts
     finally:
         process.terminate()
         process.wait(timeout=30)
