@@ -140,12 +140,12 @@ class GenAIMetrics:
                 self._flush_at = now + self._flush_every_s
                 self.prometheus.flush()
         if self.direct:  # never under our lock: the SDK's collection takes its own locks
-            values = (breakdown.e2e_s, ttft, tpot, input_tokens, output_tokens, *(input_tokens, output_tokens))  # fmt: skip
-            self._record(bound, values)
+            tokens = (input_tokens, output_tokens)
+            self._record(bound, (breakdown.e2e_s, ttft, tpot, *tokens, *tokens))
 
     def _record(self, bound: _Bound, values: tuple[Any, ...]) -> None:
-        cells = (bound.duration, bound.ttft, bound.tpot, bound.input_tokens, bound.output_tokens, *bound.usage)  # fmt: skip
-        for cell, value in zip(cells, values, strict=True):
+        cells = (bound.duration, bound.ttft, bound.tpot, bound.input_tokens, bound.output_tokens)
+        for cell, value in zip((*cells, *bound.usage), values, strict=True):
             if cell is not None and value is not None:
                 instrument = self.instruments[cell.instrument.name]
                 if isinstance(cell, HistogramCell):

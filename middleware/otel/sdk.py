@@ -8,9 +8,9 @@ per attribute set, and that aggregation reads the cell the middleware fills
 delta as the reader prefers, while a request pays a bisect per value instead of `record()`.
 
 The aggregation objects are the SDK's own classes (it tells a metric's data type by them) with
-`aggregate`/`collect` replaced. The SDK learns an attribute set from one `record(0)` when its cell is made (a marker the
-aggregation ignores), and again at every collection (a callback of an instrument that reports
-nothing): a delta reader drops its aggregations after each collection.
+`aggregate`/`collect` replaced. The SDK learns an attribute set from one `record(0)` when its
+cell is made (a marker the aggregation ignores), and again at every collection (the callback
+of an instrument that reports nothing): a delta reader drops its aggregations after each one.
 
 Where this extension point is not as expected (`bridge_works()` fails: an SDK that changed it)
 or the MeterProvider is the caller's own (its Views are fixed), values go through `record()`.
