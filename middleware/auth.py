@@ -22,6 +22,7 @@ and output tokens once they are counted (the key's tokens-per-minute bucket).
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import secrets
 import threading
@@ -178,8 +179,6 @@ class ApiKeyMiddleware:
             state["tier"], state["priority"] = tier.name, tier.priority
             state["charge_tokens"] = self._charger(key)
         if decision.status is not None:
-            from middleware.reporting import refusal  # the answer's shape lives with the others
-
             await refusal(decision)(scope, receive, send)
             return
         await self.app(scope, receive, send)
@@ -189,6 +188,23 @@ class ApiKeyMiddleware:
             self.auth.charge_tokens(key, tokens, self.clock.wall_s())
 
         return charge
+
+
+def refusal(decision: AuthDecision) -> ASGIApp:
+    """A tiny ASGI app answering 401 or 429 in OpenAI's error shape."""
+    kind = "authentication_error" if decision.status == 401 else "rate_limit_error"
+    body = json.dumps(
+        {"error": {"message": decision.message, "type": kind, "param": None, "code": None}}
+    ).encode()
+    headers = [(b"content-type", b"application/json")]
+    if decision.status == 429:
+        headers.append((b"retry-after", str(max(1, math.ceil(decision.retry_after_s))).encode()))
+
+    async def respond(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": decision.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return respond
 
 
 def _presented_key(headers: Mapping[str, str]) -> str | None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from middleware import slo_page
 from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
+from middleware.slo_page import respond as slo_page_answer
 from middleware.types import Scope, Send
 
 
@@ -24,7 +24,7 @@ async def serve_slo(
     live: LiveSLO, metrics: MetricSet, as_html: bool, scope: Scope, send: Send
 ) -> None:
     query = scope.get("query_string", b"").decode("latin-1")
-    code, content_type, body = slo_page.respond(live, as_html, query, metrics)
+    code, content_type, body = slo_page_answer(live, as_html, query, metrics)
     await _answer(send, code, content_type, body)
 
 

@@ -1,17 +1,13 @@
 """What the middleware reports about one finished request: outcome, record, span attributes,
-server timings for the client, and the refusal answers of the auth layer."""
+server timings for the client."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 from typing import Any
 
-from middleware.auth import AuthDecision
 from middleware.otel.request import GenAIRequest
 from middleware.timeline import Breakdown, RequestTimeline
-from middleware.types import ASGIApp, Receive, Scope, Send
 from slo.records import FIELD_NAMES, LIST_FIELDS
 from slo.sli import LATENCY_FIELDS, PHASE_FIELDS, PHASES, outcome_for_status
 
@@ -26,23 +22,6 @@ def classify_outcome(
     if hint:
         return hint
     return outcome_for_status(status)
-
-
-def refusal(decision: AuthDecision) -> ASGIApp:
-    """A tiny ASGI app answering 401 or 429 in OpenAI's error shape."""
-    kind = "authentication_error" if decision.status == 401 else "rate_limit_error"
-    body = json.dumps(
-        {"error": {"message": decision.message, "type": kind, "param": None, "code": None}}
-    ).encode()
-    headers = [(b"content-type", b"application/json")]
-    if decision.status == 429:
-        headers.append((b"retry-after", str(max(1, math.ceil(decision.retry_after_s))).encode()))
-
-    async def respond(scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": decision.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-    return respond
 
 
 # Both answers are %-formatted in one step from a template made once. "%.6f" rounds exactly as
