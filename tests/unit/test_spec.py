@@ -61,7 +61,7 @@ def test_example_spec_has_the_three_industry_tiers() -> None:
     assert [tier.name for tier in spec.tiers] == ["premium", "standard", "batch"]
     assert "p95 ttft <= 200ms" in [o.name for o in spec.tier("premium").objectives]
     assert "p95 ttft <= 500ms" in [o.name for o in spec.tier("standard").objectives]
-    assert "p99 e2e <= 30s" in [o.name for o in spec.tier("batch").objectives]
+    assert "p99 e2e <= 20s" in [o.name for o in spec.tier("batch").objectives]
 
 
 @pytest.mark.parametrize(
