@@ -1,6 +1,7 @@
 """Run an engine stand-in (tests/helpers/engine_standins.py) under a real uvicorn process, and
-receive OTLP/HTTP traces in the test: a small receiver that decodes `ExportTraceServiceRequest`
-bodies (protobuf or JSON, gzip, deflate or plain) into `ReceivedSpan`s.
+receive OTLP/HTTP in the test: a small receiver that decodes `ExportTraceServiceRequest`
+bodies (protobuf or JSON, gzip, deflate or plain) into `ReceivedSpan`s, and metric exports
+(POST /v1/metrics) into `ReceivedPoint`s (tests/helpers/otlp_metrics.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from slo.cli.bench.server import free_port, stop_process
+from tests.helpers.otlp_metrics import ReceivedPoint, decode_metrics
 from tests.helpers.polling import wait_until_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +49,14 @@ class ReceivedSpan:
 
 @dataclass
 class OtlpReceiver:
-    url: str
+    url: str  # .../v1/traces
     spans: list[ReceivedSpan] = field(default_factory=list)
+    points: list[ReceivedPoint] = field(default_factory=list)  # from .../v1/metrics
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL, for OTEL_EXPORTER_OTLP_ENDPOINT (exporters add /v1/traces, ...)."""
+        return self.url.removesuffix("/v1/traces")
 
     def named(self, predicate: Any) -> list[ReceivedSpan]:
         return [span for span in list(self.spans) if predicate(span.name)]
@@ -133,7 +141,9 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
                 body = zlib.decompress(body)
             content_type = self.headers.get("content-type", "")
             arrived_s = time.monotonic()
-            for span in decode_export(body, content_type):
+            if self.path == "/v1/metrics":
+                receiver.points.extend(decode_metrics(body, content_type))
+            for span in decode_export(body, content_type) if self.path != "/v1/metrics" else ():
                 receiver.spans.append(
                     ReceivedSpan(
                         **span,
