@@ -9,6 +9,7 @@ from typing import Any
 
 from engine.architectures import architecture_fields
 from engine.errors import CheckpointError
+from engine.policies import POLICY_NAMES
 
 __all__ = ["CheckpointError", "EngineConfig", "ModelConfig"]
 
@@ -139,7 +140,7 @@ class EngineConfig:
     # torch.compile the decode forward (engine/compiled.py): faster decode steps for a one-time
     # compile during warm-up (tens of seconds on a CPU, cached on disk by inductor after that).
     compile: bool = False
-    # Tier isolation (engine/policy.py, engine/scheduler.py). Tokens one step computes: every
+    # Tier isolation (engine/policies/, engine/scheduler.py). Tokens one step computes: every
     # running decode first, prefill chunks fill the rest, so a long prompt spans several steps
     # instead of stalling the decodes. None: max_prefill_tokens.
     max_num_batched_tokens: int | None = None
@@ -155,9 +156,11 @@ class EngineConfig:
             raise ValueError(
                 f"EngineConfig.quantization is {self.quantization!r}; use None, 'int8' or 'int4'"
             )
-        if self.scheduling not in ("fifo", "priority", "slo"):
+        if self.scheduling not in POLICY_NAMES:
+            names = [repr(name) for name in POLICY_NAMES]
             raise ValueError(
-                f"EngineConfig.scheduling is {self.scheduling!r}; use 'fifo', 'priority' or 'slo'"
+                f"EngineConfig.scheduling is {self.scheduling!r}; "
+                f"use {', '.join(names[:-1])} or {names[-1]}"
             )
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
             raise ValueError(

@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection
 
 from engine.outputs import RequestOutput
 from engine.sampling import held_back_length, stop_string_hit
-from engine.scheduler import Sequence
+from engine.sequence import Sequence
 
 
 def next_output(

@@ -28,7 +28,7 @@ from engine.model import LlamaForCausalLM
 from engine.outputs import ColdStart, EngineTotals, RequestOutput, RequestTooLarge
 from engine.quantize import quantize_model
 from engine.sampling import SamplingParams
-from engine.scheduler import Sequence
+from engine.sequence import Sequence
 from engine.stream import RequestStream
 from engine.tokenizer import IncrementalDetokenizer, Tokenizer
 from engine.warmup import warm_up

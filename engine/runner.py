@@ -10,7 +10,7 @@ import torch
 
 from engine.kv_cache import PagedKVCache
 from engine.model import LlamaForCausalLM
-from engine.scheduler import Sequence
+from engine.sequence import Sequence
 
 
 def prefill(

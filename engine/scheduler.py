@@ -29,7 +29,7 @@ from engine.sequence import Sequence
 if TYPE_CHECKING:
     from engine.config import EngineConfig
 
-__all__ = ["Scheduler", "Sequence", "StepPlan"]  # Sequence: its old home, for importers
+__all__ = ["Scheduler", "StepPlan"]
 
 
 @dataclass

@@ -27,7 +27,7 @@ from engine.kv_cache import PagedKVCache
 from engine.model import LlamaForCausalLM
 from engine.runner import run_tokens
 from engine.sampling import SamplingParams, probabilities
-from engine.scheduler import Sequence
+from engine.sequence import Sequence
 
 
 @dataclass

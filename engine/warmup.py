@@ -9,7 +9,7 @@ import torch
 import engine.runner as runner
 from engine.compiled import compile_forward
 from engine.sampling import SamplingParams
-from engine.scheduler import Sequence
+from engine.sequence import Sequence
 from engine.tokenizer import IncrementalDetokenizer, Tokenizer
 from engine.worker import EngineWorker
 
