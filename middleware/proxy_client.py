@@ -1,6 +1,6 @@
 """A lean HTTP/1.1 client for `slo proxy`: keep-alive connections to one upstream, parsed in C.
 
-Chosen by measurement (see the README's `slo proxy` section): httpx parses HTTP/1.1 in pure
+Chosen by measurement (see docs/proxy.md): httpx parses HTTP/1.1 in pure
 Python (h11) and pays for it on every streamed chunk; aiohttp has a C parser but wraps each
 chunk in its own stream and task machinery. Here each connection is an `asyncio.Protocol` fed
 straight into httptools (llhttp, the parser uvicorn uses), and a body piece reaches the proxy
