@@ -6,7 +6,7 @@ How an OpenSLO objective becomes ours:
   unit): "target of requests <sli> <= value".
 - ratioMetric whose good (or bad) query selects a histogram bucket of one of our latency
   metrics (`..._bucket{le="0.5"}`): the same, with the bucket bound as threshold.
-- any other ratioMetric (e.g. the README's 2xx over all requests) is read as availability;
+- any other ratioMetric (e.g. docs/slo-spec.md's 2xx over all requests) is read as availability;
   a note says so.
 The tier comes from `metadata.labels.tier` (default: one tier named "default"); the window
 from `timeWindow[0].duration`. Timeslices budgeting is refused: we count events.
