@@ -35,6 +35,7 @@ from starlette.routing import Route
 from slo.cli import main
 from slo.records import read_jsonl
 from tests.helpers.servers import free_port, slo_serve, wait_until_ready
+from tests.helpers.tier_specs import every_tier_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -247,6 +248,12 @@ def test_check_and_report_read_what_bench_wrote(served: str, tmp_path: Path) -> 
     run, page = tmp_path / "run.jsonl", tmp_path / "report.html"
     assert main(["bench", "--url", served, "--profile", "voice", "--requests", "8",
                  "--out", str(run), "--quiet"]) == 0  # fmt: skip
-    assert main(["check", "--results", str(run)]) in (0, 1)  # a verdict, not bad input
+    # A verdict, not bad input, and the right one: objectives no run misses, then one no run
+    # meets, over the tiers the run holds.
+    tiers = {record.tier for record in read_jsonl(run)}
+    for objectives, verdict in (("availability >= 50%", 0), ("p99 ttft <= 1us", 1)):
+        spec = tmp_path / f"spec-{verdict}.yaml"
+        spec.write_text(every_tier_spec(tiers, objectives))
+        assert main(["check", "--spec", str(spec), "--results", str(run)]) == verdict, objectives
     assert main(["report", "--results", str(run), "--out", str(page)]) == 0
     assert page.read_text().count("<svg") == 6

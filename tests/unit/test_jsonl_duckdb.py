@@ -155,9 +155,21 @@ def test_a_bad_line_is_left_to_the_reference_reader(tmp_path: Path, name: str) -
 
 
 def test_a_path_with_glob_characters_is_read_as_named(tmp_path: Path) -> None:
-    path = write_sample_file(sample_records(50), tmp_path / "run[1].jsonl")
-    assert evaluate_jsonl(SLOSpec.default(), path) is None  # the reference reader reads it
-    assert _slo("check", "--results", str(path)).returncode in (0, 1)
+    """`run[1].jsonl` as a glob names `run1.jsonl`: a decoy there with other records must not
+    be what `slo check` judges. The report is the reference reader's on the named file, and
+    the exit code its verdict (the decoy's would be the other one)."""
+    spec = _spec(tmp_path, "tiers:\n- name: premium\n  objectives: [p50 ttft <= 300ms]\n")
+    rows = [r | {"tier": "premium"} for r in sample_records(50)]
+    path = write_sample_file(rows, tmp_path / "run[1].jsonl")
+    slow = [r | {"ttft_s": 1.0, "e2e_s": r["e2e_s"] + 1.0} for r in rows[:7]]
+    write_sample_file(slow, tmp_path / "run1.jsonl")
+    assert evaluate_jsonl(spec, path) is None  # the reference reader reads it
+    want = reference(spec, path)
+    assert want["records"] == 50 and want["all_met"] is True
+    spec_path = str(tmp_path / "slo.yaml")
+    result = _slo("check", "--spec", spec_path, "--results", str(path), "--format", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout) == want
 
 
 def test_the_record_format_lists_match_slo_records() -> None:
