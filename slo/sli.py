@@ -235,8 +235,8 @@ _SLIS: tuple[SLI, ...] = (
 CATALOG: dict[str, SLI] = {sli.name: sli for sli in _SLIS}
 LATENCY_SLIS: tuple[str, ...] = tuple(sli.name for sli in _SLIS if sli.is_latency)
 # What the middleware, the live windows, the records and the dashboards derive their lists
-# from (never re-typed there). A latency SLI's record field is also the attribute of
-# middleware.timeline.Breakdown that measures it.
+# from (never re-typed there). A latency SLI's record field is also the attribute of the
+# middleware's Breakdown (middleware/breakdown.py) that measures it.
 LATENCY_FIELDS: dict[str, str] = {
     sli.name: sli.record_field for sli in _SLIS if sli.is_latency and sli.record_field
 }
