@@ -113,7 +113,7 @@ class LatencyMiddleware:
         # GenAI conventions (middleware.otel): model names become metric attributes only from
         # this allow-list (configured, or listed at /v1/models); gen_ai.* metrics on the SDK's
         # MeterProvider (OTLP per OTEL_*) and on /metrics, beside the llm_slo_* series.
-        self.model_labels = ModelLabels([model, *models])
+        self.model_labels = ModelLabels([*models, *([model] if model != "unknown" else [])])
         self.genai = (
             GenAIMetrics(
                 provider=provider_name,

@@ -52,16 +52,11 @@ SERVER_PORT = "server.port"
 CHAT = "chat"
 TEXT_COMPLETION = "text_completion"
 
-# `attributes.gen_ai.address_and_port` + `attributes.gen_ai.common` + response model and
-# provider (`metric_attributes.gen_ai`), in the order they become Prometheus labels.
-METRIC_ATTRIBUTES = (
-    OPERATION,
-    PROVIDER,
-    REQUEST_MODEL,
-    RESPONSE_MODEL,
-    SERVER_ADDRESS,
-    SERVER_PORT,
-)
+# What we set of `metric_attributes.gen_ai` (common attributes, response model, provider), in
+# the order they become Prometheus labels. Its `server.address` (recommended) and `server.port`
+# (required only with an address) are left off: a server's own address is one value shared by
+# every series of a replica, which the Prometheus target and the OTLP resource already carry.
+METRIC_ATTRIBUTES = (OPERATION, PROVIDER, REQUEST_MODEL, RESPONSE_MODEL)
 
 # `gen_ai.provider.name` when nobody says: ours for the bundled engine, the engine's own name
 # when `slo proxy` can tell it (its /v1/models `owned_by`), else a custom value naming the wire

@@ -118,6 +118,8 @@ def _choices_of_stream(chunks: list[bytes]) -> list[dict[str, Any]] | None:
             piece = piece if isinstance(piece, str) else choice.get("text")
             if isinstance(piece, str):
                 into["text"].append(piece)
+    if not joined:
+        return None  # not a stream of chunks either
     return [{"message": {"content": "".join(c["text"])}} for _, c in sorted(joined.items())]
 
 

@@ -97,6 +97,7 @@ class GenAIMetrics:
         registry.register(_Flusher(self))  # before the metrics: a scrape flushes first
         self.prometheus = PrometheusSide(registry, c.INSTRUMENTS)
         self._owns_provider = meter_provider is None
+        self._closed = False
         # Through our cells where we build the provider and the SDK takes our View; else (the
         # caller's provider, or an SDK whose hook changed) every value goes through record().
         self.direct = meter_provider is not None or not sdk.bridge_works()
@@ -200,6 +201,8 @@ class GenAIMetrics:
             self.prometheus.flush()
 
     def close(self) -> None:
-        """Export what is left (OTLP) and stop the provider we made."""
-        if self._owns_provider:
+        """Export what is left (OTLP) and stop the provider we made (once: the middleware's
+        close runs at shutdown and again at exit)."""
+        if self._owns_provider and not self._closed:
+            self._closed = True
             self.meter_provider.shutdown()

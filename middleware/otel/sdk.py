@@ -258,6 +258,7 @@ def build_provider(
         metric_readers=list(readers),
         resource=resource(),
         views=cell_views(table, lock, instruments),
+        shutdown_on_exit=False,  # LatencyMiddleware.close() shuts it down (lifespan, CLI)
     )
 
 
@@ -272,7 +273,11 @@ def bridge_works() -> bool:
     spec = Instrument("llm_slo.self_test", "histogram", "s", "", ("k",), (1.0,))
     table, lock, reader = CellTable(), threading.Lock(), InMemoryMetricReader()
     try:
-        provider = MeterProvider(metric_readers=[reader], views=cell_views(table, lock, [spec]))
+        provider = MeterProvider(
+            metric_readers=[reader],
+            views=cell_views(table, lock, [spec]),
+            shutdown_on_exit=False,
+        )
         histogram = create_instruments(provider.get_meter("self-test"), [spec])[spec.name]
         cell, _ = table.cell(spec, {"k": "v"})
         histogram.record(0, {"k": "v"})

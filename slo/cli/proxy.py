@@ -81,6 +81,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "--provider-name",
+        default="auto",
+        help="gen_ai.provider.name on the GenAI-convention spans and metrics; auto: the "
+        "engine's name from its /v1/models owned_by (vllm, sglang, llama_cpp, ...), read once "
+        "at startup with the models it lists (default: %(default)s)",
+    )
+    parser.add_argument(
         "--engine-span-wait",
         type=float,
         default=10.0,
@@ -120,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--upstream: {error}") from error
     scrape_url = _metrics_url(args.upstream_metrics, proxy.upstream_url)
     model: str = args.model
+    provider_name, listed = _provider_and_models(args.provider_name, proxy.upstream_url)
     middleware = LatencyMiddleware(
         proxy,
         spec=args.spec,
@@ -131,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
         engine_spans=args.engine_spans,
         engine_span_wait_s=args.engine_span_wait,
         propagate_trace=True,  # the engine's span then lands in our trace, found by its id
+        provider_name=provider_name,
+        models=listed,
     )
     host: str = args.host
     port: int = args.port
@@ -152,6 +162,15 @@ def run(args: argparse.Namespace) -> int:
         pass_through_headers=True,
     )
     return 0
+
+
+def _provider_and_models(choice: str, upstream_url: str) -> tuple[str, list[str]]:
+    """gen_ai.provider.name (`auto`: from the upstream's /v1/models) and the models it lists
+    (allowed as model labels; more are learned as clients list them through the proxy)."""
+    from middleware.otel import fetch_listing, provider_for_owner
+
+    listed, owner = fetch_listing(upstream_url)
+    return (provider_for_owner(owner) if choice == "auto" else choice), listed
 
 
 def _metrics_url(choice: str, upstream_url: str) -> str | None:

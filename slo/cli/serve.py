@@ -94,6 +94,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="slow every engine step down by this much, to drill latency alerts (default: 0)",
     )
+    parser.add_argument(
+        "--provider-name",
+        default="llm_slo",
+        help="gen_ai.provider.name on the GenAI-convention spans and metrics "
+        "(default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
             gpu_stats=engine.gpu_stats,
             alertmanager_url=args.alertmanager_url,
             auth=args.api_keys,
+            provider_name=args.provider_name,
         )
         engine.add_hooks(middleware.engine_hooks())
         if engine.cold_start is not None:
