@@ -1,8 +1,8 @@
 """The `gen_ai.*` metrics' own aggregation: one cell per (instrument, attribute set).
 
 Per request a value costs a bisect and a few list and float updates under one lock: the
-OpenTelemetry SDK's `record()` checks and hashes the attributes of every call, some 20 times
-the cost (a request records five values). The SDK reads the cells when a reader collects
+OpenTelemetry SDK's `record()` cleans and hashes the attributes of every call, many times that
+(a request records seven values). The SDK reads the cells when a reader collects
 (`middleware.otel.sdk`), the Prometheus side adds what is new since its last flush
 (`middleware.otel.prometheus`). Cells are cumulative: totals since the cell was made.
 """

@@ -109,3 +109,31 @@ def test_listings_and_owners() -> None:
     assert provider_for_owner("vllm") == "vllm"
     assert provider_for_owner("llamacpp") == "llama_cpp"
     assert provider_for_owner("someone") == provider_for_owner(None) == "openai_compatible"
+
+
+def test_the_proxy_reads_its_upstreams_listing_once() -> None:
+    import http.server
+    import threading
+
+    from middleware.otel import fetch_listing
+
+    class Listing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"data": [{"id": "qwen-7b", "owned_by": "sglang"}]}'
+            self.send_response(200 if self.path == "/v1/models" else 404)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Listing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        assert fetch_listing(url) == (["qwen-7b"], "sglang")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert fetch_listing(url, timeout_s=0.5) == ([], None)  # gone: configured labels only
