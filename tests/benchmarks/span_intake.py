@@ -102,3 +102,12 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024  # kB
     raise AssertionError(f"/proc/{pid}/status has no VmRSS")
+
+
+def core_busy_s(core: int) -> float:
+    """Seconds `core` has spent on anything but idle since boot (/proc/stat)."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{core} "):
+            user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, line.split()[1:9])
+            return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    raise AssertionError(f"/proc/stat has no cpu{core}")
