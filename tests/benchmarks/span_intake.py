@@ -23,6 +23,8 @@ from tests.conftest import require_or_skip
 GOAL_SPANS_PER_S = 5000.0
 SPANS_PER_EXPORT = 512  # the OpenTelemetry SDK's BatchSpanProcessor max_export_batch_size
 MAX_HELD = SpanJoin().max_held  # what `slo proxy` holds at most (its SpanJoin defaults)
+MINUTES = float(os.environ.get("LLM_SLO_BENCH_SPAN_MINUTES", "10"))  # of the memory run
+RSS_EVERY_S = 10.0
 
 
 def two_cores() -> tuple[int, int]:

@@ -39,11 +39,12 @@ from typing import Any
 import pytest
 
 from slo.cli.bench.server import free_port
-from tests.benchmarks.bench_record import ROOT, load_average, stamp, table, write_section
+from tests.benchmarks.bench_record import ROOT, load_average, write_section
 from tests.benchmarks.span_intake import (
     GOAL_SPANS_PER_S,
     MAX_HELD,
-    SPANS_PER_EXPORT,
+    MINUTES,
+    RSS_EVERY_S,
     core_busy_s,
     expected_unmatched,
     exporter,
@@ -54,6 +55,7 @@ from tests.benchmarks.span_intake import (
     servers,
     two_cores,
 )
+from tests.benchmarks.span_intake_page import intake_page, memory_page
 from tests.benchmarks.test_proxy_overhead import (
     LOADS,
     NGINX_CONF,
@@ -74,8 +76,6 @@ TITLE = "Engine span intake: `slo proxy` taking OTLP request spans"
 STEADY = LOADS["64 streams"]
 SETTLE_S = 2.0  # spans flow this long before streams are measured: the proxy holds its maximum
 FLAT_OUT_S = 5.0  # the exporter alone, back to back: the proxy's capacity and CPU per span
-MINUTES = float(os.environ.get("LLM_SLO_BENCH_SPAN_MINUTES", "10"))
-RSS_EVERY_S = 10.0
 
 
 def rounds(
@@ -101,10 +101,6 @@ def added_ttft_p99_ms(runs: dict[str, list[Measured]]) -> dict[str, float]:
         return statistics.median(statistics.quantiles(r.ttft_s, n=100)[98] for r in runs[name])
 
     return {name: round((p99(name) - p99("direct")) * 1e3, 3) for name in ("slo proxy", "nginx")}
-
-
-def ratio(measured: float, limit: float) -> float:
-    return round(measured / limit, 3) if limit else float("inf")
 
 
 @pytest.mark.timeout(1200)
@@ -204,96 +200,6 @@ def intake_goals(report: dict[str, Any]) -> list[tuple[str, float, float, bool]]
     ]
 
 
-def intake_page(report: dict[str, Any], goals: list[Any], load_at_start: str) -> str:
-    streams = []
-    for phase in ("no spans", "5,000 spans/s"):
-        figures = report[phase]
-        for name in ("direct", "slo proxy", "nginx"):
-            proxied = name != "direct"
-            streams.append(
-                [
-                    phase,
-                    name,
-                    figures["ttft_p50_ms"][name],
-                    figures["added_ttft_p50_ms"][name] if proxied else "",
-                    figures["added_ttft_p99_ms"][name] if proxied else "",
-                    figures["cpu_us_per_event"][name] if proxied else "",
-                    figures["cpu_us_per_event"]["ratio slo/nginx (goal <= 3)"] if proxied else "",
-                    figures["events_per_s"][name],
-                    figures["throughput_vs_direct"][name] if proxied else "",
-                ]
-            )
-    spans = []
-    for phase in ("spans paced", "spans back to back"):
-        sent = report[phase]
-        spans.append(
-            [
-                "5,000/s, 64 streams running" if phase == "spans paced" else "back to back, alone",
-                sent["exports"],
-                ", ".join(f"{k}: {v}" for k, v in sent["statuses"].items()),
-                sent["achieved_spans_per_s"],
-                ratio(sent["achieved_spans_per_s"], GOAL_SPANS_PER_S),
-                f"{sent['export_ms_p50']} / {sent['export_ms_p99']} / {sent['export_ms_max']}",
-                sent["max_lag_ms"] if phase == "spans paced" else "",
-            ]
-        )
-    flat = report["spans back to back"]
-    cpu_share = flat["proxy_cpu_us_per_span"] * GOAL_SPANS_PER_S / 1e6
-    return "\n\n".join(
-        [
-            "## While proxying 64 streams",
-            stamp(load_at_start),
-            '`python -m pytest tests/benchmarks/test_engine_span_intake.py -o addopts="" -s '
-            "-p no:cacheprovider -k while_proxying`: `slo proxy` and nginx pinned to one core; "
-            "upstream, clients and span exporter on the other. Medians of "
-            f"{ROUNDS} interleaved rounds of 64 steady streams (35 SSE events each, 10 ms apart). "
-            "Other processes took "
-            f"{report['no spans']['others_on_proxy_core']:.0%} (no spans) and "
-            f"{report['5,000 spans/s']['others_on_proxy_core']:.0%} (spans) of the proxies' core "
-            "meanwhile.",
-            table(
-                [
-                    "spans",
-                    "variant",
-                    "TTFT p50 ms",
-                    "added p50 ms",
-                    "added p99 ms",
-                    "CPU us/event",
-                    "CPU slo/nginx",
-                    "events/s",
-                    "vs direct",
-                ],
-                streams,
-            ),
-            f"Engine spans ({SPANS_PER_EXPORT} per OTLP/HTTP protobuf export, unknown traces):",
-            table(
-                [
-                    "exporter",
-                    "exports",
-                    "answers",
-                    "spans/s taken",
-                    "ratio to 5,000",
-                    "export ms p50 / p99 / max",
-                    "max lag ms",
-                ],
-                spans,
-            ),
-            f"Proxy CPU per span (back to back): {flat['proxy_cpu_us_per_span']} us, so 5,000 "
-            f"spans/s take {cpu_share:.1%} of its core. /metrics: "
-            + ", ".join(f"`{k}` {v:g}" for k, v in report["proxy /metrics"].items()),
-            goals_table(goals),
-        ]
-    )
-
-
-def goals_table(goals: list[tuple[str, float, float, bool]]) -> str:
-    rows = [
-        [goal, f"{measured:g}", f"{limit:g}", ratio(measured, limit), "yes" if met else "**no**"]
-        for goal, measured, limit, met in goals
-    ]
-    return table(["goal", "measured", "limit", "ratio", "met"], rows)
-
-
 def sample_while(sender: subprocess.Popen[bytes], pid: int, port: int) -> list[dict[str, float]]:
     """Every RSS_EVERY_S while the sender runs: minutes, RSS, CPU share, spans dropped."""
     series: list[dict[str, float]] = []
@@ -373,28 +279,3 @@ def flatness(series: list[dict[str, float]]) -> dict[str, Any]:
         "rss_slope_last_half_mib_per_min": round(slope.slope, 3),
         "flat": max(last) <= limit,
     }
-
-
-def memory_page(
-    report: dict[str, Any], series: list[dict[str, float]], goals: list[Any], load_at_start: str
-) -> str:
-    sent = report["spans"]
-    rows = [[s["minute"], s["rss_mib"], s["cpu_share"], f"{s['unmatched']:g}"] for s in series]
-    return "\n\n".join(
-        [
-            "## Memory for unmatched spans",
-            stamp(load_at_start),
-            f"`LLM_SLO_BENCH_SPAN_MINUTES={MINUTES:g} python -m pytest "
-            'tests/benchmarks/test_engine_span_intake.py -o addopts="" -s -p no:cacheprovider '
-            "-k memory`: `slo proxy` alone on one core, 5,000 vLLM spans/s for traces it never "
-            f"saw, {SPANS_PER_EXPORT} per export, for {MINUTES:g} minutes; RSS "
-            f"(/proc/PID/status VmRSS) every {RSS_EVERY_S:g} s. RSS before the spans: "
-            f"{report['rss_before_mib']} MiB. Exports: {sent['exports']} "
-            f"({', '.join(f'{k}: {v}' for k, v in sent['statuses'].items())}), "
-            f"{sent['achieved_spans_per_s']} spans/s, export ms p50 / p99 / max "
-            f"{sent['export_ms_p50']} / {sent['export_ms_p99']} / {sent['export_ms_max']}. "
-            f"Slope of RSS over the last half: {report['rss_slope_last_half_mib_per_min']} MiB/min.",
-            table(["minute", "RSS MiB", "proxy CPU (of its core)", "unmatched spans"], rows),
-            goals_table(goals),
-        ]
-    )
