@@ -34,6 +34,7 @@ from middleware.otel import GenAIMetrics, ModelLabels
 from middleware.otel.conventions import FALLBACK_PROVIDER
 from middleware.otel.models import MODELS_PATH, read_models_listing
 from middleware.otel.request import operation_for_route
+from middleware.otel.sdk import metrics_wanted
 from middleware.settle import Reporter
 from middleware.timeline import (
     RequestTimeline,
@@ -92,7 +93,7 @@ class LatencyMiddleware:
         propagate_trace: bool | None = None,
         provider_name: str = FALLBACK_PROVIDER,
         models: Iterable[str] = (),
-        genai_metrics: bool = True,
+        genai_metrics: bool | None = None,
         meter_provider: Any | None = None,
         metric_readers: Iterable[Any] = (),
     ) -> None:
@@ -112,8 +113,13 @@ class LatencyMiddleware:
         self.span_drops = DropCounter()
         # GenAI conventions (middleware.otel): model names become metric attributes only from
         # this allow-list (configured, or listed at /v1/models); gen_ai.* metrics on the SDK's
-        # MeterProvider (OTLP per OTEL_*) and on /metrics, beside the llm_slo_* series.
+        # MeterProvider (OTLP per OTEL_*) and on /metrics, beside the llm_slo_* series, when
+        # OpenTelemetry is on (middleware.otel.sdk.metrics_wanted): off costs nothing.
         self.model_labels = ModelLabels([*models, *([model] if model != "unknown" else [])])
+        self.tracer = RequestTracer(
+            tracer_provider, self.span_drops, provider_name=provider_name, labels=self.model_labels
+        )
+        readers = list(metric_readers)
         self.genai = (
             GenAIMetrics(
                 provider=provider_name,
@@ -122,18 +128,12 @@ class LatencyMiddleware:
                 operations={operation_for_route(route) for route in self.llm_routes},
                 multiprocess=self.metrics.multiprocess,
                 meter_provider=meter_provider,
-                metric_readers=list(metric_readers),
+                metric_readers=readers,
             )
-            if genai_metrics
+            if metrics_wanted(genai_metrics, self.tracer.enabled, meter_provider, readers)
             else None
         )
-        self.tracer = RequestTracer(
-            tracer_provider,
-            self.span_drops,
-            genai=self.genai,
-            provider_name=provider_name,
-            labels=self.model_labels,
-        )
+        self.tracer.genai = self.genai
         self.bridge = EngineBridge(on_step=self.metrics.observe_engine_step)
         self.live = LiveSLO(self.spec, clock=self.clock, alertmanager_url=alertmanager_url)
         self.gpu_stats = gpu_stats

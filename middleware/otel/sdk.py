@@ -196,13 +196,37 @@ def resource() -> Resource:
     return found.merge(Resource({"service.instance.id": str(uuid.uuid4())}))
 
 
+def _exporters_named() -> list[str]:
+    names = os.environ.get("OTEL_METRICS_EXPORTER", "").split(",")
+    return [name.strip().lower() for name in names if name.strip()]
+
+
+def metrics_wanted(
+    explicit: bool | None, tracing: bool, meter_provider: Any, readers: Sequence[Any]
+) -> bool:
+    """Whether to make the `gen_ai.*` metrics: as asked; else when OpenTelemetry is on (a
+    provider or readers passed in, spans exported, or OTEL_METRICS_EXPORTER / an OTLP endpoint
+    set; `OTEL_METRICS_EXPORTER=prometheus` for /metrics alone). Off, they cost nothing."""
+    if explicit is not None:
+        return explicit
+    if meter_provider is not None or readers:
+        return True
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    endpoint = any(
+        os.environ.get(name)
+        for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+    )
+    named = [name for name in _exporters_named() if name != "none"]
+    return tracing or bool(named) or (endpoint and not _exporters_named())
+
+
 def readers_from_environment() -> list[MetricReader]:
     """Push readers the standard variables ask for: OTEL_METRICS_EXPORTER=otlp|console (or an
     OTLP endpoint set without it); none when OTEL_SDK_DISABLED=true."""
     if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return []
-    names = [n.strip().lower() for n in os.environ.get("OTEL_METRICS_EXPORTER", "").split(",")]
-    names = [name for name in names if name]
+    names = _exporters_named()
     if not names and any(
         os.environ.get(name)
         for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")

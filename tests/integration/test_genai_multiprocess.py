@@ -1,6 +1,7 @@
 """The `gen_ai_*` series of a multi-worker server add up on /metrics, as the `llm_slo_*` ones do:
 three worker processes (PROMETHEUS_MULTIPROC_DIR set, as a multi-worker server sets it) each
-serve the same requests; the last one's /metrics counts all of them."""
+serve the same requests; the last one's /metrics counts all of them. Without
+OTEL_METRICS_EXPORTER (or spans on) there are no gen_ai series: OpenTelemetry off costs nothing."""
 
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ def total(text: str, name: str, **labels: str) -> float:
 def test_workers_add_up(tmp_path: Path) -> None:
     files = tmp_path / "prometheus"
     files.mkdir()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(files), "PYTHONPATH": str(ROOT)}
+    # OTEL_METRICS_EXPORTER=prometheus: the gen_ai metrics on /metrics alone.
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(files), "PYTHONPATH": str(ROOT),
+           "OTEL_METRICS_EXPORTER": "prometheus"}  # fmt: skip
     outputs = [
         subprocess.run(
             [sys.executable, "-c", WORKER, role],
@@ -63,3 +66,8 @@ def test_workers_add_up(tmp_path: Path) -> None:
     assert total(text, "gen_ai_server_time_to_first_token_seconds_count") == workers * ok
     sent = sum(body["max_tokens"] for _, body, _, failed in REQUESTS if not failed)
     assert total(text, "gen_ai_client_inference_usage_output_tokens_total") == workers * sent
+    env.pop("OTEL_METRICS_EXPORTER")
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)  # a server of its own, OpenTelemetry off
+    off = subprocess.run([sys.executable, "-c", WORKER, "scrape"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120, check=True).stdout  # fmt: skip
+    assert "gen_ai_" not in off and total(off, "llm_slo_requests_total") == len(REQUESTS)
