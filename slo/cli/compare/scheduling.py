@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from slo.cli.engine_flags import SCHEDULING
 from slo.errors import SpecError, UsageError
 
 if TYPE_CHECKING:
     from slo.spec import SLOSpec
 
-POLICIES = ("fifo", "priority", "slo")
+POLICIES = SCHEDULING  # the engine's policies, as `slo serve --scheduling` names them
 
 
 def is_scheduling(variants_text: str) -> bool:
