@@ -4,8 +4,12 @@ A tier is matched on the `x-llm-tier` header by its own name unless it is the de
 (which takes every request no other tier matches); objectives are written as the spec writes
 them. `spec_yaml` gives the YAML a spec file holds; `spec` the parsed `SLOSpec`.
 
-    spec_yaml(tier("premium", "p95 ttft <= 250ms"), tier("standard", "p95 ttft <= 5s",
-              default=True), window="10m", alert_policy=burn_policy(page(1, "1m", "20s", 2)))
+    spec_yaml(
+        make_tier("premium", "p95 ttft <= 250ms"),
+        make_tier("standard", "p95 ttft <= 5s", default=True),
+        window="10m",
+        alert_policy=burn_policy(burn_alert("page", "1m", "20s", 2), thresholds=()),
+    )
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import yaml
 from slo.spec import SLOSpec
 
 HEADER = "x-llm-tier"
-_BY_NAME: Any = object()  # `tier(match=...)` default: the header, valued the tier's name
+_BY_NAME: Any = object()  # `make_tier(match=...)` default: the header, valued the tier's name
 
 
 def header_match(*values: str) -> dict[str, Any]:
@@ -26,7 +30,7 @@ def header_match(*values: str) -> dict[str, Any]:
     return {"header": HEADER, "values": list(values)}
 
 
-def tier(
+def make_tier(
     name: str,
     *objectives: str,
     priority: int | None = None,
@@ -47,22 +51,27 @@ def tier(
     return body
 
 
-def burn_rate(severity: str, long: str, short: str, factor: float) -> dict[str, Any]:
+def burn_alert(severity: str, long: str, short: str, factor: float) -> dict[str, Any]:
     """One multi-window burn-rate alert of an alert policy."""
     return {"severity": severity, "long": long, "short": short, "factor": factor}
+
+
+def threshold_alert(percentile: float, factor: float) -> dict[str, Any]:
+    """One threshold alert of an alert policy: the percentile above factor x its objective."""
+    return {"percentile": percentile, "factor": factor}
 
 
 def burn_policy(
     *burn_rates: dict[str, Any],
     min_events: int = 5,
-    thresholds: Iterable[dict[str, Any]] = (),
+    thresholds: Iterable[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """An alert policy: these burn rates, these threshold alerts (none unless given)."""
-    return {
-        "min_events": min_events,
-        "burn_rates": list(burn_rates),
-        "thresholds": list(thresholds),
-    }
+    """An alert policy: these burn rates, and these threshold alerts (None: the spec's default
+    ones; () for none)."""
+    policy: dict[str, Any] = {"min_events": min_events, "burn_rates": list(burn_rates)}
+    if thresholds is not None:
+        policy["thresholds"] = list(thresholds)
+    return policy
 
 
 def spec_yaml(
@@ -92,8 +101,8 @@ def premium_batch_spec(premium_objectives: str, batch_objectives: str = "p99 e2e
     """SLO spec YAML: premium (priority 0) and batch (priority 2, the default tier), matched on
     `x-llm-tier`; objectives as the spec writes them, comma-separated."""
     return spec_yaml(
-        tier("premium", *_split(premium_objectives), priority=0),
-        tier(
+        make_tier("premium", *_split(premium_objectives), priority=0),
+        make_tier(
             "batch",
             *_split(batch_objectives),
             priority=2,
@@ -108,7 +117,7 @@ def every_tier_spec(tiers: Iterable[str], *objectives: str) -> str:
     first request on (min_events 1): a verdict for whatever a run holds."""
     names = sorted(tiers)
     return spec_yaml(
-        *(tier(name, *objectives, default=index == 0) for index, name in enumerate(names)),
+        *(make_tier(name, *objectives, default=index == 0) for index, name in enumerate(names)),
         min_events=1,
     )
 

@@ -7,20 +7,15 @@ from typing import Any
 import pytest
 
 from slo.cli.bench.summary import render_summary
-from slo.spec import SLOSpec
 from slo.summary import columns_of, good_requests, summarize
+from tests.helpers.tier_specs import make_tier, spec
 
-SPEC = SLOSpec.from_yaml(
-    """
-version: 1
-tiers:
-  - name: premium
-    match: {header: x-llm-tier, values: [premium]}
-    objectives: [p95 ttft <= 200ms, p95 tpot <= 50ms, p95 itl <= 1ms, goodput >= 95%]
-  - name: standard
-    default: true
-    objectives: [p95 ttft <= 500ms]
-"""
+SPEC = spec(
+    make_tier(
+        "premium", "p95 ttft <= 200ms", "p95 tpot <= 50ms", "p95 itl <= 1ms", "goodput >= 95%"
+    ),
+    make_tier("standard", "p95 ttft <= 500ms", default=True),
+    window=None,
 )
 
 

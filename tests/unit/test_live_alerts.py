@@ -10,29 +10,15 @@ from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
 from middleware.timeline import Breakdown
 from slo.spec import SLOSpec
+from tests.helpers.tier_specs import burn_alert, burn_policy, make_tier, spec_yaml, threshold_alert
 
-SPEC = """
-version: 1
-window: 1h
-tiers:
-  - name: premium
-    priority: 0
-    match: {header: x-llm-tier, values: [premium]}
-    objectives:
-      - p95 ttft <= 200ms
-      - availability >= 99%
-  - name: standard
-    priority: 1
-    default: true
-    objectives:
-      - p95 ttft <= 500ms
-alert_policy:
-  min_events: 10
-  burn_rates:
-    - {severity: page, long: 10m, short: 1m, factor: 5}
-  thresholds:
-    - {percentile: 95, factor: 2}
-"""
+SPEC = spec_yaml(
+    make_tier("premium", "p95 ttft <= 200ms", "availability >= 99%", priority=0),
+    make_tier("standard", "p95 ttft <= 500ms", priority=1, default=True),
+    alert_policy=burn_policy(
+        burn_alert("page", "10m", "1m", 5), min_events=10, thresholds=[threshold_alert(95, 2)]
+    ),
+)
 
 
 def breakdown(ttft_s: float) -> Breakdown:
@@ -109,18 +95,16 @@ def test_errors_burn_availability_and_windows_slide() -> None:
     assert names(live) == set()
 
 
-ITL_SPEC = """
-version: 1
-window: 1h
-tiers:
-  - name: premium
-    priority: 0
-    default: true
-    objectives:
-      - p95 ttft <= 200ms
-      - 99% of gaps itl <= 50ms
-      - goodput >= 95%
-"""
+ITL_SPEC = spec_yaml(
+    make_tier(
+        "premium",
+        "p95 ttft <= 200ms",
+        "99% of gaps itl <= 50ms",
+        "goodput >= 95%",
+        priority=0,
+        default=True,
+    )
+)
 
 
 def test_itl_gaps_counted_once_for_metrics_and_windows_give_the_same_status() -> None:

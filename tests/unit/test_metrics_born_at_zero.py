@@ -19,21 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from middleware import LatencyMiddleware
 from middleware.metrics import PER_REQUEST
 from slo.sli import CATALOG, OUTCOMES
+from tests.helpers.tier_specs import make_tier, spec_yaml
 
-SPEC = """
-version: 1
-window: 1h
-tiers:
-  - name: premium
-    match: {header: x-llm-tier, values: [premium]}
-    objectives: [p95 ttft <= 250ms]
-  - name: batch
-    match: {routes: [/v1/embeddings]}
-    objectives: [p95 e2e <= 30s]
-  - name: standard
-    default: true
-    objectives: [availability >= 99%]
-"""
+SPEC = spec_yaml(
+    make_tier("premium", "p95 ttft <= 250ms"),
+    make_tier("batch", "p95 e2e <= 30s", match={"routes": ["/v1/embeddings"]}),
+    make_tier("standard", "availability >= 99%", default=True),
+)
 TIERS = ("premium", "batch", "standard")
 # The middleware's default LLM routes plus the route a tier matches on.
 ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings")

@@ -10,9 +10,11 @@ import pytest
 from slo.cli.prometheus_source import PrometheusReader, bucket_quantile, evaluate_prometheus
 from slo.errors import UsageError
 from slo.spec import SLOSpec
+from tests.helpers.tier_specs import make_tier, spec
 
-SPEC = SLOSpec.from_yaml(
-    "tiers:\n- name: premium\n  objectives: [p95 ttft <= 200ms, availability >= 99%, goodput >= 90%]\n"
+SPEC = spec(
+    make_tier("premium", "p95 ttft <= 200ms", "availability >= 99%", "goodput >= 90%", match=None),
+    window=None,
 )
 # 1000 requests: 960 within 200 ms, all but 5 ok (3 client errors do not count).
 TTFT_BUCKETS = {"0.1": 700, "0.2": 960, "0.5": 995, "+Inf": 1000}

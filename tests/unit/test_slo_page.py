@@ -16,28 +16,16 @@ from middleware.slo_page import observed_text
 from middleware.timeline import Breakdown
 from slo.arithmetic import budget_remaining, burn_rate
 from slo.spec import SLOSpec
+from tests.helpers.tier_specs import burn_alert, burn_policy, make_tier, spec_yaml
 
 # Standard comes first in the spec; premium is the one made to burn, so "worst first" must
 # reorder them.
-SPEC = """
-version: 1
-window: 1h
-min_events: 1
-tiers:
-  - name: standard
-    priority: 1
-    default: true
-    objectives: [p90 ttft <= 1s]
-  - name: premium
-    priority: 0
-    match: {header: x-llm-tier, values: [premium]}
-    objectives: [p90 ttft <= 200ms, availability >= 90%]
-alert_policy:
-  min_events: 5
-  burn_rates:
-    - {severity: page, long: 10m, short: 1m, factor: 2}
-  thresholds: []
-"""
+SPEC = spec_yaml(
+    make_tier("standard", "p90 ttft <= 1s", priority=1, default=True),
+    make_tier("premium", "p90 ttft <= 200ms", "availability >= 90%", priority=0),
+    min_events=1,
+    alert_policy=burn_policy(burn_alert("page", "10m", "1m", 2), thresholds=()),
+)
 
 
 def breakdown(ttft_s: float) -> Breakdown:
