@@ -214,8 +214,20 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+def requests_counted(base_url: str) -> Counter[tuple[str, str]]:
+    """llm_slo_requests_total by (tier, route), as the server's /metrics says now."""
+    counted: Counter[tuple[str, str]] = Counter()
+    metrics = httpx.get(base_url + "/metrics", timeout=10).text
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == "llm_slo_requests_total":
+                counted[(sample.labels["tier"], sample.labels["route"])] += int(sample.value)
+    return counted
+
+
 def test_every_request_has_both_views_and_the_servers_counts(served: str, tmp_path: Path) -> None:
     chat, code = tmp_path / "chat.jsonl", tmp_path / "code.jsonl"
+    before = requests_counted(served)  # the server is shared with the module's other tests
     assert main(["bench", "--url", served, "--profile", "chat", "--requests", "24",
                  "--rate", "8", "--tier-mix", "premium=0.25,standard=0.5,batch=0.25",
                  "--seed", "3", "--out", str(chat), "--quiet"]) == 0  # fmt: skip
@@ -233,12 +245,7 @@ def test_every_request_has_both_views_and_the_servers_counts(served: str, tmp_pa
         phases = [r.network_s, r.queue_s, r.prefill_s, r.decode_s, r.detokenize_s, r.other_s]
         assert sum(p or 0.0 for p in phases) == pytest.approx(r.e2e_s, abs=1e-5)
 
-    metrics = httpx.get(served + "/metrics", timeout=10).text
-    counted: Counter[tuple[str, str]] = Counter()
-    for family in text_string_to_metric_families(metrics):
-        for sample in family.samples:
-            if sample.name == "llm_slo_requests_total":
-                counted[(sample.labels["tier"], sample.labels["route"])] += int(sample.value)
+    counted = requests_counted(served) - before
     assert counted == Counter((r.tier, r.route) for r in records)
     assert set(counted) >= {("premium", "/v1/chat/completions"), ("standard", "/v1/completions")}
 

@@ -30,6 +30,8 @@ from starlette.routing import Route
 from engine import Engine
 from engine.api import create_app
 from middleware import LatencyMiddleware
+from slo.arithmetic import verdict
+from slo.spec import SLOSpec
 from slo.store import RecordStore
 from tests.helpers.record_samples import phase_parts
 from tests.helpers.servers import free_port, uvicorn_thread, wait_until_ready
@@ -176,13 +178,34 @@ def test_openmetrics_exemplars_carry_trace_ids(
 
 
 def test_live_slo_status(served: tuple[str, LatencyMiddleware, InMemorySpanExporter]) -> None:
+    """/slo counts this test's own premium requests (whatever other tests sent before)."""
     base_url, _, _ = served
-    status = httpx.get(base_url + "/slo").json()
-    assert {t["tier"] for t in status["tiers"]} == {"premium", "standard", "batch"}
-    premium = next(t for t in status["tiers"] if t["tier"] == "premium")
-    assert premium["requests"] > 0
-    ttft = next(o for o in premium["objectives"] if o["objective"].startswith("p95 ttft"))
-    assert ttft["events"] > 0 and ttft["verdict"] in ("met", "violated")
+
+    def premium_status() -> tuple[dict[str, Any], dict[str, Any]]:
+        status = httpx.get(base_url + "/slo").json()
+        assert {t["tier"] for t in status["tiers"]} == {"premium", "standard", "batch"}
+        premium = next(t for t in status["tiers"] if t["tier"] == "premium")
+        ttft = next(o for o in premium["objectives"] if o["objective"].startswith("p95 ttft"))
+        return premium, ttft
+
+    premium_before, ttft_before = premium_status()
+    with httpx.Client(base_url=base_url, timeout=60) as client:
+        for _ in range(3):
+            stream_request(client, "premium", max_tokens=4)
+    # The live windows take a request once its last byte is sent, just after the client has it.
+    deadline = time.monotonic() + 5
+    while (premium := premium_status()[0])["requests"] < premium_before["requests"] + 3:
+        assert time.monotonic() < deadline, (premium_before, premium)
+        time.sleep(0.01)
+    _, ttft = premium_status()
+    assert premium["requests"] == premium_before["requests"] + 3
+    assert ttft["events"] == ttft_before["events"] + 3
+    # The verdict is the one rule's on the counts /slo shows (the default spec: no spec given).
+    spec = SLOSpec.default()
+    objective = next(o for o in spec.tier("premium").objectives if o.sli == "ttft")
+    assert objective.name == ttft["objective"]
+    want = verdict(int(ttft["good"]), int(ttft["events"]), objective.target, spec.min_events)
+    assert ttft["verdict"] == want, ttft
     page = httpx.get(base_url + "/slo.html")
     assert page.status_code == 200 and "<table>" in page.text
 
