@@ -61,6 +61,14 @@ def _load_spec(spec: SLOSpec | str | Path | None) -> SLOSpec:
     return SLOSpec.load(spec)
 
 
+def _measured_routes(llm_routes: Iterable[str], spec: SLOSpec) -> frozenset[str]:
+    """The LLM routes, plus the literal routes the spec's tiers match on."""
+    routes = set(llm_routes)
+    for tier in spec.tiers:
+        routes.update(r for r in tier.match.routes if not any(c in r for c in "*?["))
+    return frozenset(routes)
+
+
 def _open_store(store: RecordStore | str | None) -> RecordStore | None:
     if store is None or isinstance(store, RecordStore):
         return store
@@ -104,10 +112,7 @@ class LatencyMiddleware:
         self.clock = clock or SystemClock()
         self.metrics_path = metrics_path
         self.slo_path = slo_path
-        routes = set(llm_routes)
-        for tier in self.spec.tiers:
-            routes.update(r for r in tier.match.routes if not any(c in r for c in "*?["))
-        self.llm_routes = frozenset(routes)
+        self.llm_routes = _measured_routes(llm_routes, self.spec)
         self.server_timing = server_timing
         self.metrics = MetricSet(self.spec, model, registry, routes=self.llm_routes)
         self.span_drops = DropCounter()
@@ -119,19 +124,8 @@ class LatencyMiddleware:
         self.tracer = RequestTracer(
             tracer_provider, self.span_drops, provider_name=provider_name, labels=self.model_labels
         )
-        readers = list(metric_readers)
-        self.genai = (
-            GenAIMetrics(
-                provider=provider_name,
-                labels=self.model_labels,
-                registry=self.metrics.registry,
-                operations={operation_for_route(route) for route in self.llm_routes},
-                multiprocess=self.metrics.multiprocess,
-                meter_provider=meter_provider,
-                metric_readers=readers,
-            )
-            if metrics_wanted(genai_metrics, self.tracer.enabled, meter_provider, readers)
-            else None
+        self.genai = self._genai_metrics(
+            provider_name, genai_metrics, meter_provider, list(metric_readers)
         )
         self.tracer.genai = self.genai
         self.bridge = EngineBridge(on_step=self.metrics.observe_engine_step)
@@ -141,12 +135,7 @@ class LatencyMiddleware:
             auth = ApiKeyAuth.load(auth, {tier.name for tier in self.spec.tiers})
         self.auth = auth
         self.capture = capture
-        # The default stack: API keys, then content capture (only when spans are exported),
-        # each its own ASGI layer inside the measurement, so their answers are measured too.
-        if capture is not None and self.tracer.enabled:
-            self.app = CaptureMiddleware(self.app, capture, self.llm_routes)
-        if auth is not None:
-            self.app = ApiKeyMiddleware(self.app, auth, self.spec, self.llm_routes, self.clock)
+        self.app = self._stack(app, auth, capture)
         # Ask streamed requests for `usage` (stream_options.include_usage) so counts are exact
         # on engines that report it; the usage chunk is kept from clients that did not ask.
         self.inject_usage = inject_usage
@@ -175,6 +164,38 @@ class LatencyMiddleware:
             propagate_trace=self.propagate_trace,
             epoch_offset_ns=time.time_ns() - time.perf_counter_ns(),
         )
+
+    def _genai_metrics(
+        self,
+        provider_name: str,
+        wanted: bool | None,
+        meter_provider: Any | None,
+        readers: list[Any],
+    ) -> GenAIMetrics | None:
+        """The gen_ai.* metrics, when OpenTelemetry is on (`metrics_wanted`): off costs
+        nothing."""
+        if not metrics_wanted(wanted, self.tracer.enabled, meter_provider, readers):
+            return None
+        return GenAIMetrics(
+            provider=provider_name,
+            labels=self.model_labels,
+            registry=self.metrics.registry,
+            operations={operation_for_route(route) for route in self.llm_routes},
+            multiprocess=self.metrics.multiprocess,
+            meter_provider=meter_provider,
+            metric_readers=readers,
+        )
+
+    def _stack(
+        self, app: ASGIApp, auth: ApiKeyAuth | None, capture: ContentCapture | None
+    ) -> ASGIApp:
+        """The default stack: API keys, then content capture (only when spans are exported),
+        each its own ASGI layer inside the measurement, so their answers are measured too."""
+        if capture is not None and self.tracer.enabled:
+            app = CaptureMiddleware(app, capture, self.llm_routes)
+        if auth is not None:
+            app = ApiKeyMiddleware(app, auth, self.spec, self.llm_routes, self.clock)
+        return app
 
     def engine_hooks(self) -> EngineBridge:
         """Hooks for the bundled engine (`engine.add_hooks(...)`) that fill request timelines."""
