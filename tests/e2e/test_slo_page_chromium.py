@@ -28,33 +28,28 @@ import pytest
 from tests.e2e.screenshots import keep
 from tests.helpers.binaries import binary
 from tests.helpers.servers import slo_serve
+from tests.helpers.tier_specs import burn_alert, burn_policy, header_match, make_tier, spec_yaml
 
 pytest.importorskip("torch")
 websockets_sync = pytest.importorskip("websockets.sync.client")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-SPEC = """
-version: 1
-window: 1h
-min_events: 5
-tiers:
-  - name: standard
-    priority: 1
-    default: true
-    match: {header: x-llm-tier, values: [standard]}
-    objectives: [p90 e2e <= 20s, availability >= 90%]
-  - name: premium
-    priority: 0
-    match: {header: x-llm-tier, values: [premium]}
-    objectives: [p90 ttft <= 2s, p90 e2e <= 2s, availability >= 90%]
-alert_policy:
-  min_events: 5
-  burn_rates:
-    - {severity: page, long: 5m, short: 1m, factor: 2}
-    - {severity: ticket, long: 1h, short: 5m, factor: 1}
-  thresholds: []
-"""
+SPEC = spec_yaml(
+    make_tier(
+        "standard",
+        "p90 e2e <= 20s",
+        "availability >= 90%",
+        priority=1,
+        default=True,
+        match=header_match("standard"),
+    ),
+    make_tier("premium", "p90 ttft <= 2s", "p90 e2e <= 2s", "availability >= 90%", priority=0),
+    min_events=5,
+    alert_policy=burn_policy(
+        burn_alert("page", "5m", "1m", 2), burn_alert("ticket", "1h", "5m", 1), thresholds=()
+    ),
+)
 LAPTOP, PHONE = (1280, 900), (390, 844)
 
 

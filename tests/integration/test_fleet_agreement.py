@@ -57,30 +57,20 @@ from tests.helpers.fleet_stack import (
 from tests.helpers.polling import wait_until
 from tests.helpers.postgres import postgres_schema
 from tests.helpers.prometheus_process import query
+from tests.helpers.tier_specs import burn_alert, burn_policy, make_tier, spec_yaml
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
-SPEC = """
-version: 1
-window: 10m
-min_events: 5
-tiers:
-  - name: premium
-    match: {header: x-llm-tier, values: [premium]}
-    objectives: [p90 ttft <= 400ms, availability >= 90%]
-  - name: batch
-    match: {header: x-llm-tier, values: [batch]}
-    objectives: [p90 ttft <= 400ms]
-  - name: standard
-    default: true
-    objectives: [availability >= 90%]
-alert_policy:
-  min_events: 5
-  burn_rates:
-    - {severity: page, long: 5m, short: 3m, factor: 6}
-    - {severity: ticket, long: 10m, short: 5m, factor: 2}
-  thresholds: []
-"""
+SPEC = spec_yaml(
+    make_tier("premium", "p90 ttft <= 400ms", "availability >= 90%"),
+    make_tier("batch", "p90 ttft <= 400ms"),
+    make_tier("standard", "availability >= 90%", default=True),
+    window="10m",
+    min_events=5,
+    alert_policy=burn_policy(
+        burn_alert("page", "5m", "3m", 6), burn_alert("ticket", "10m", "5m", 2), thresholds=()
+    ),
+)
 SLOW = ("--step-delay-ms", "600", "--request-timeout", "5")
 SCRAPE_INTERVAL = "500ms"
 # increase() extrapolates up to ~1.1 scrape intervals past the newest sample: N events seen

@@ -36,29 +36,24 @@ from slo.spec import SLOSpec
 from slo.units import format_duration
 from tests.helpers.drawn_examples import drawn_examples
 from tests.helpers.promtool import promtool_test_rules
+from tests.helpers.tier_specs import burn_alert, burn_policy, make_tier, spec_yaml
 
 STEP_S = 60
 STEPS = 30
 CHECKS = (5, 10, 15, 20, 25, 30)
 TARGET = "90%"
 # Every window <= 30 steps, so live slots (W/60) are at most half a step: see the docstring.
-SPEC = f"""
-version: 1
-window: 30m
-tiers:
-  - name: premium
-    priority: 0
-    default: true
-    objectives:
-      - availability >= {TARGET}
-alert_policy:
-  min_events: 10
-  burn_rates:
-    - {{severity: page, long: 30m, short: 5m, factor: 5}}
-    - {{severity: page, long: 20m, short: 10m, factor: 2}}
-    - {{severity: ticket, long: 30m, short: 10m, factor: 1}}
-  thresholds: []
-"""
+SPEC = spec_yaml(
+    make_tier("premium", f"availability >= {TARGET}", priority=0, default=True),
+    window="30m",
+    alert_policy=burn_policy(
+        burn_alert("page", "30m", "5m", 5),
+        burn_alert("page", "20m", "10m", 2),
+        burn_alert("ticket", "30m", "10m", 1),
+        min_events=10,
+        thresholds=(),
+    ),
+)
 # Wall origin on a multiple of every slot, so slot edges fall on whole seconds of the steps.
 ORIGIN_S = 1_800_000_000 - 1_800_000_000 % 3600
 SPEC_OBJ = SLOSpec.from_yaml(SPEC)

@@ -57,33 +57,31 @@ from slo.spec import SLOSpec
 from slo.units import format_duration
 from tests.helpers.drawn_examples import drawn_examples
 from tests.helpers.promtool import promtool_test_rules
+from tests.helpers.tier_specs import burn_alert, burn_policy, make_tier, spec_yaml, threshold_alert
 
 STEP_S = 60
 STEPS = 30
 CHECKS = (5, 10, 15, 20, 25, 30)
 TIER = "premium"
-SPEC = """
-version: 1
-window: 30m
-tiers:
-  - name: premium
-    priority: 0
-    default: true
-    objectives:
-      - availability >= 90%
-      - 90% of requests ttft <= 200ms
-      - p95 e2e <= 1s
-      - goodput >= 80%
-alert_policy:
-  min_events: 10
-  burn_rates:
-    - {severity: page, long: 30m, short: 5m, factor: 5}
-    - {severity: page, long: 20m, short: 10m, factor: 2}
-    - {severity: ticket, long: 30m, short: 10m, factor: 1}
-  thresholds:
-    - {percentile: 95, factor: 2}
-    - {percentile: 50, factor: 1}
-"""
+SPEC = spec_yaml(
+    make_tier(
+        "premium",
+        "availability >= 90%",
+        "90% of requests ttft <= 200ms",
+        "p95 e2e <= 1s",
+        "goodput >= 80%",
+        priority=0,
+        default=True,
+    ),
+    window="30m",
+    alert_policy=burn_policy(
+        burn_alert("page", "30m", "5m", 5),
+        burn_alert("page", "20m", "10m", 2),
+        burn_alert("ticket", "30m", "10m", 1),
+        min_events=10,
+        thresholds=[threshold_alert(95, 2), threshold_alert(50, 1)],
+    ),
+)
 ORIGIN_S = 1_800_000_000 - 1_800_000_000 % 3600  # slot edges on whole seconds (see sibling)
 SPEC_OBJ = SLOSpec.from_yaml(SPEC)
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in SPEC_OBJ.tiers[0].objectives}

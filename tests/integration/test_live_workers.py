@@ -18,24 +18,15 @@ import pytest
 
 from middleware.live_shared import LIVE_DIR_NAME
 from tests.helpers.servers import free_port, json_receiver, wait_until_ready
+from tests.helpers.tier_specs import burn_alert, burn_policy, make_tier, spec_yaml
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-SPEC = """
-version: 1
-window: 1h
-tiers:
-  - name: premium
-    match: {header: x-llm-tier, values: [premium]}
-    objectives: [availability >= 99%]
-  - name: standard
-    default: true
-    objectives: [availability >= 99%]
-alert_policy:
-  min_events: 5
-  burn_rates:
-    - {severity: page, long: 1m, short: 20s, factor: 2}
-"""
+SPEC = spec_yaml(
+    make_tier("premium", "availability >= 99%"),
+    make_tier("standard", "availability >= 99%", default=True),
+    alert_policy=burn_policy(burn_alert("page", "1m", "20s", 2), min_events=5),
+)
 APP = """
 import os
 from starlette.applications import Starlette

@@ -18,23 +18,15 @@ from slo.sli import CATALOG
 from tests.helpers.polling import wait_until
 from tests.helpers.prometheus_process import prometheus, query
 from tests.helpers.servers import uvicorn_thread
+from tests.helpers.tier_specs import make_tier, spec_yaml
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
-SPEC = """
-version: 1
-window: 1h
-tiers:
-  - name: premium
-    match: {header: x-llm-tier, values: [premium]}
-    objectives: [p95 ttft <= 250ms]
-  - name: batch
-    match: {header: x-llm-tier, values: [batch]}
-    objectives: [p95 e2e <= 30s]
-  - name: standard
-    default: true
-    objectives: [availability >= 99%]
-"""
+SPEC = spec_yaml(
+    make_tier("premium", "p95 ttft <= 250ms"),
+    make_tier("batch", "p95 e2e <= 30s"),
+    make_tier("standard", "availability >= 99%", default=True),
+)
 # The issue's traffic: 80 mixed-tier requests, of which Prometheus saw 8.
 TRAFFIC = {"premium": 24, "standard": 37, "batch": 19}
 ROUTES = ("/v1/completions", "/v1/chat/completions")

@@ -28,28 +28,20 @@ from tests.helpers.polling import wait_until
 from tests.helpers.prometheus_process import prometheus as prometheus_process
 from tests.helpers.prometheus_process import query
 from tests.helpers.servers import json_receiver, slo_serve
+from tests.helpers.tier_specs import burn_alert, burn_policy, make_tier, spec_yaml, threshold_alert
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
 
 # Short windows so the whole drill fits in a few minutes; 250 ms TTFT is easy for the tiny
 # model and impossible once every engine step sleeps 300 ms.
-SPEC = """
-version: 1
-window: 10m
-tiers:
-  - name: premium
-    match: {header: x-llm-tier, values: [premium]}
-    objectives: [p95 ttft <= 250ms, availability >= 99%]
-  - name: standard
-    default: true
-    objectives: [p95 ttft <= 5s]
-alert_policy:
-  min_events: 5
-  burn_rates:
-    - {severity: page, long: 1m, short: 20s, factor: 2}
-  thresholds:
-    - {percentile: 95, factor: 2}
-"""
+SPEC = spec_yaml(
+    make_tier("premium", "p95 ttft <= 250ms", "availability >= 99%"),
+    make_tier("standard", "p95 ttft <= 5s", default=True),
+    window="10m",
+    alert_policy=burn_policy(
+        burn_alert("page", "1m", "20s", 2), min_events=5, thresholds=[threshold_alert(95, 2)]
+    ),
+)
 SLOW_STEP_MS = "300"
 RATE_INTERVAL = "15s"  # Grafana's $__rate_interval for a 1s scrape interval, with margin
 ALERT = "LLMSLOTTFTBudgetBurn"
