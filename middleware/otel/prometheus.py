@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from middleware.histograms import fast_parts
 from middleware.otel.cells import Cell, CounterCell, HistogramCell
-from middleware.otel.conventions import Instrument, prometheus_label
+from middleware.otel.conventions import Instrument
 
 logger = logging.getLogger("middleware.otel")
 
@@ -42,7 +42,7 @@ class PrometheusSide:
     def __init__(self, registry: CollectorRegistry, instruments: tuple[Instrument, ...]) -> None:
         self.metrics: dict[str, Any] = {}
         for spec in instruments:
-            labels = [prometheus_label(key) for key in spec.attributes]
+            labels = list(spec.prometheus_labels)
             if spec.kind == "histogram":
                 self.metrics[spec.name] = Histogram(
                     spec.prometheus_name,
