@@ -8,15 +8,24 @@ import subprocess
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from slo.store import RecordStore
 from tests.helpers.record_samples import sample_records, write_sample_file
+from tests.helpers.tier_specs import make_tier, spec_yaml
 
 REPO = Path(__file__).resolve().parents[2]
-LENIENT = "tiers:\n- name: {tier}\n  default: true\n  objectives: [p50 ttft <= 10s, availability >= 90%]\n"
-STRICT = "tiers:\n- name: premium\n  default: true\n  objectives: [p99 ttft <= 1ms, availability >= 90%]\n"
+STRICT = spec_yaml(
+    make_tier("premium", "p99 ttft <= 1ms", "availability >= 90%", default=True), window=None
+)
+
+
+def lenient(tier: str = "premium", **options: Any) -> str:
+    """A spec the sample records meet: one default tier, `options` as `spec_yaml` takes them."""
+    objectives = ("p50 ttft <= 10s", "availability >= 90%")
+    return spec_yaml(make_tier(tier, *objectives, default=True), window=None, **options)
 
 
 def slo(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -41,7 +50,7 @@ def spec_file(tmp_path: Path, text: str) -> str:
 
 
 def test_exit_0_when_every_objective_is_met(run_jsonl: Path, tmp_path: Path) -> None:
-    result = slo("check", "--spec", spec_file(tmp_path, LENIENT.format(tier="premium")),
+    result = slo("check", "--spec", spec_file(tmp_path, lenient()),
                  "--results", str(run_jsonl))  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "p50 ttft <= 10s" in result.stdout and "✅ met" in result.stdout
@@ -90,7 +99,7 @@ def test_bad_record_line_is_exit_2(tmp_path: Path) -> None:
 
 
 def test_strict_fails_on_insufficient_data(run_jsonl: Path, tmp_path: Path) -> None:
-    spec = spec_file(tmp_path, "min_events: 100000\n" + LENIENT.format(tier="premium"))
+    spec = spec_file(tmp_path, lenient(min_events=100000))
     assert slo("check", "--spec", spec, "--results", str(run_jsonl)).returncode == 0
     strict = slo("check", "--spec", spec, "--results", str(run_jsonl), "--strict", "--format",
                  "junit")  # fmt: skip
@@ -141,7 +150,7 @@ def test_check_reads_a_record_store(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'records.db'}"
     with RecordStore(url) as store:
         store.add_many(records)
-    spec = spec_file(tmp_path, LENIENT.format(tier="premium"))
+    spec = spec_file(tmp_path, lenient())
     result = slo("check", "--spec", spec, "--db", url, "--since", "1h", "--format", "json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["records"] == 300

@@ -19,6 +19,7 @@ from slo.evaluate import columns_needed, evaluate
 from slo.jsonl_duckdb import REQUIRED_NUMBERS, WHOLE_NUMBERS, evaluate_jsonl
 from slo.spec import SLOSpec
 from tests.helpers.record_samples import START, sample_records, write_sample_file
+from tests.helpers.tier_specs import make_tier, spec_yaml
 
 pytest.importorskip("duckdb")
 
@@ -158,7 +159,7 @@ def test_a_path_with_glob_characters_is_read_as_named(tmp_path: Path) -> None:
     """`run[1].jsonl` as a glob names `run1.jsonl`: a decoy there with other records must not
     be what `slo check` judges. The report is the reference reader's on the named file, and
     the exit code its verdict (the decoy's would be the other one)."""
-    spec = _spec(tmp_path, "tiers:\n- name: premium\n  objectives: [p50 ttft <= 300ms]\n")
+    spec = _spec(tmp_path, spec_yaml(make_tier("premium", "p50 ttft <= 300ms", match=None)))
     rows = [r | {"tier": "premium"} for r in sample_records(50)]
     path = write_sample_file(rows, tmp_path / "run[1].jsonl")
     slow = [r | {"ttft_s": 1.0, "e2e_s": r["e2e_s"] + 1.0} for r in rows[:7]]
