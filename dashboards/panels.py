@@ -9,6 +9,7 @@ The PromQL they share is in `dashboards.queries`, the data model in `dashboards.
 from __future__ import annotations
 
 from dashboards.engine_rows import engine_row, optional_row, tier_isolation_row
+from dashboards.genai_row import genai_row
 from dashboards.model import Panel, Row, Target
 from dashboards.queries import QUANTILES, RATE, mean_expr, quantile_expr
 from dashboards.service_rows import LATENCY_PANELS, latency_row, slo_row, traffic_row
@@ -35,4 +36,5 @@ def rows(spec: SLOSpec) -> list[Row]:
         engine_row(),
         tier_isolation_row(),
         optional_row(),
+        genai_row(),
     ]

@@ -25,6 +25,9 @@ DATASOURCE_UID = "llm-slo-prometheus"
 SCHEMA_VERSION = 39
 _GRID_WIDTH = 24
 _PANEL_HEIGHT = 8
+# A row's notes: a few paragraphs and a small table of markdown.
+_NOTES_HEIGHT = 11
+_NOTES_TITLE = "About this row"
 
 
 @dataclass(frozen=True)
@@ -54,12 +57,25 @@ def _render(template: str, **context: Any) -> str:
 
 
 def _layout(all_rows: list[Row]) -> list[dict[str, Any]]:
-    """Grid positions and ids: rows full width, panels two per line, collapsed rows nest."""
+    """Grid positions and ids: rows full width, a row's notes full width above its panels,
+    panels two per line, collapsed rows nest."""
     items: list[dict[str, Any]] = []
     next_id, y = 1, 0
     for row in all_rows:
         row_item: dict[str, Any] = {"id": next_id, "row": row, "y": y, "panels": []}
         next_id, y = next_id + 1, y + 1
+        if row.notes:
+            row_item["panels"].append(
+                {
+                    "id": next_id,
+                    "notes": row.notes,
+                    "x": 0,
+                    "y": y,
+                    "w": _GRID_WIDTH,
+                    "h": _NOTES_HEIGHT,
+                }
+            )
+            next_id, y = next_id + 1, y + _NOTES_HEIGHT
         x = 0
         for panel in row.panels:
             row_item["panels"].append(
@@ -83,6 +99,9 @@ def _layout(all_rows: list[Row]) -> list[dict[str, Any]]:
 
 
 def _panel_json(item: dict[str, Any]) -> str:
+    if "notes" in item:
+        content = "\n\n".join(item["notes"])
+        return _render("text.json.j2", item=item, title=_NOTES_TITLE, content=content)
     panel: Panel = item["panel"]
     return _render(
         "timeseries.json.j2", item=item, panel=panel, ref_ids=_ref_ids(len(panel.targets))

@@ -99,6 +99,10 @@ class Instrument:
     # "ok": successful responses only (the conventions' "for successful responses");
     # "all": every request, failed ones too (with error.type where the instrument has it).
     records: Literal["ok", "all"] = "all"
+    # The SLI catalog entry whose `llm_slo_*` series measures the same thing (its buckets sit
+    # on the spec's thresholds, these on the conventions' fixed boundaries): the dashboards
+    # and docs point from one to the other.
+    counterpart: str | None = None
 
     @property
     def prometheus_name(self) -> str:
@@ -124,6 +128,7 @@ REQUEST_DURATION = Instrument(
     "Generative AI server request duration such as time-to-last byte or last output token.",
     (*METRIC_ATTRIBUTES, ERROR_TYPE),
     DURATION_BOUNDARIES,
+    counterpart="e2e",
 )
 TIME_TO_FIRST_TOKEN = Instrument(
     "gen_ai.server.time_to_first_token",
@@ -133,6 +138,7 @@ TIME_TO_FIRST_TOKEN = Instrument(
     METRIC_ATTRIBUTES,
     TTFT_BOUNDARIES,
     records="ok",
+    counterpart="ttft",
 )
 TIME_PER_OUTPUT_TOKEN = Instrument(
     "gen_ai.server.time_per_output_token",
@@ -142,6 +148,7 @@ TIME_PER_OUTPUT_TOKEN = Instrument(
     METRIC_ATTRIBUTES,
     TPOT_BOUNDARIES,
     records="ok",
+    counterpart="tpot",
 )
 OPERATION_INPUT_TOKENS = Instrument(
     "gen_ai.client.inference.operation.input_tokens",
@@ -150,6 +157,7 @@ OPERATION_INPUT_TOKENS = Instrument(
     "The number of input (prompt) tokens used per inference operation.",
     (*METRIC_ATTRIBUTES, ERROR_TYPE),
     TOKEN_BOUNDARIES,
+    counterpart="input_tokens",
 )
 OPERATION_OUTPUT_TOKENS = Instrument(
     "gen_ai.client.inference.operation.output_tokens",
@@ -158,6 +166,7 @@ OPERATION_OUTPUT_TOKENS = Instrument(
     "The number of output (completion) tokens used per inference operation.",
     (*METRIC_ATTRIBUTES, ERROR_TYPE),
     TOKEN_BOUNDARIES,
+    counterpart="output_tokens",
 )
 USAGE_INPUT_TOKENS = Instrument(
     "gen_ai.client.inference.usage.input_tokens",
@@ -172,6 +181,7 @@ USAGE_OUTPUT_TOKENS = Instrument(
     "{token}",
     "The number of output (completion) tokens used, including reasoning tokens.",
     (*METRIC_ATTRIBUTES, TOKEN_MODALITY),
+    counterpart="throughput",
 )
 INSTRUMENTS = (
     REQUEST_DURATION,

@@ -8,12 +8,14 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from alerts import routes
 from dashboards import OVERVIEW_UID, panel_queries, substitute
+from dashboards.genai_row import TITLE as GENAI_TITLE
 from slo.alert_rules import alert_rules
 from slo.cli import main
 from slo.sli import CATALOG
@@ -177,6 +179,83 @@ def test_dashboard_is_import_ready(generated: tuple[SLOSpec, Path]) -> None:
         (out / "grafana/provisioning/dashboards/llm-slo.yaml").read_text()
     )
     assert provisioning["providers"][0]["type"] == "file"
+
+
+def _all_panels(panels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for panel in panels for p in (panel, *_all_panels(panel.get("panels", [])))]
+
+
+def _overlap(a: dict[str, int], b: dict[str, int]) -> bool:
+    return (
+        a["x"] < b["x"] + b["w"]
+        and b["x"] < a["x"] + a["w"]
+        and a["y"] < b["y"] + b["h"]
+        and b["y"] < a["y"] + a["h"]
+    )
+
+
+def test_dashboard_fits_grafanas_panel_model(generated: tuple[SLOSpec, Path]) -> None:
+    """What Grafana's dashboard model asks of panels: unique ids, positions on the 24-column
+    grid that do not overlap, rows only at the top, each panel type with its own fields."""
+    _, out = generated
+    model = json.loads((out / f"grafana/{OVERVIEW_UID}.json").read_text())
+    panels = _all_panels(model["panels"])
+    ids = [panel["id"] for panel in panels]
+    assert len(ids) == len(set(ids))
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert all(isinstance(grid[k], int) for k in "hwxy"), panel["title"]
+        assert grid["x"] >= 0 and grid["w"] > 0 and grid["h"] > 0
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+    for index, panel in enumerate(panels):
+        for other in panels[index + 1 :]:
+            assert not _overlap(panel["gridPos"], other["gridPos"]), (
+                panel["title"],
+                other["title"],
+            )
+    nested = _all_panels([p for row in model["panels"] for p in row.get("panels", [])])
+    assert all(panel["type"] != "row" for panel in nested)
+    for panel in panels:
+        assert panel["type"] in {"row", "timeseries", "text"}, panel["type"]
+        if panel["type"] == "text":
+            assert panel["options"]["mode"] == "markdown" and panel["options"]["content"]
+        if panel["type"] == "timeseries":
+            refs = [target["refId"] for target in panel["targets"]]
+            assert refs and len(refs) == len(set(refs)), panel["title"]
+            assert panel["datasource"]["uid"] == "${datasource}"
+
+
+def test_every_legend_names_a_label_its_query_keeps(generated: tuple[SLOSpec, Path]) -> None:
+    _, out = generated
+    model = json.loads((out / f"grafana/{OVERVIEW_UID}.json").read_text())
+    checked = 0
+    for panel in _all_panels(model["panels"]):
+        for target in panel.get("targets", []):
+            clauses = re.findall(r"\bby \(([^)]*)\)", target["expr"])
+            if not clauses:  # a selector or a recording rule keeps its labels
+                continue
+            kept = {label.strip() for clause in clauses for label in clause.split(",")}
+            named = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target["legendFormat"]))
+            assert named <= kept, (panel["title"], named - kept)
+            checked += bool(named)
+    assert checked >= 10
+
+
+def test_genai_row_is_collapsed_with_its_notes_first(generated: tuple[SLOSpec, Path]) -> None:
+    """The gen_ai_* series exist only when OpenTelemetry is on: their row is collapsed (its
+    queries are optional, so an OpenTelemetry-off stack has no empty panel in sight) and says
+    which series to use for what before its charts."""
+    _, out = generated
+    model = json.loads((out / f"grafana/{OVERVIEW_UID}.json").read_text())
+    (row,) = [p for p in model["panels"] if p["type"] == "row" and p["title"] == GENAI_TITLE]
+    assert row["collapsed"] is True
+    notes, *charts = row["panels"]
+    assert notes["type"] == "text" and notes["gridPos"]["w"] == 24
+    assert notes["gridPos"]["y"] < min(chart["gridPos"]["y"] for chart in charts)
+    assert "llm_slo_" in notes["options"]["content"]
+    assert len(charts) == 4 and all(chart["type"] == "timeseries" for chart in charts)
+    genai = [q for q in panel_queries(model) if "gen_ai_" in q.expr]
+    assert len(genai) == 3 * 3 + 2 and all(q.optional for q in genai)
 
 
 def test_every_panel_query_is_valid_promql(generated: tuple[SLOSpec, Path], tmp_path: Path) -> None:

@@ -17,12 +17,21 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from dashboards.genai_row import TITLE as GENAI_TITLE
 from dashboards.panels import LATENCY_PANELS, rows
 from middleware import ScriptedClock
 from middleware.live import BREAKDOWN_FIELD, TierWindows, breakdown_fields
 from middleware.metrics import PER_REQUEST, REQUEST_HISTOGRAMS, MetricSet
 from middleware.reporting import record_fields, server_timing_value, timings_comment
 from middleware.timeline import Breakdown, RequestTimeline
+from slo.genai import (
+    INSTRUMENTS,
+    REQUEST_DURATION,
+    TIME_PER_OUTPUT_TOKEN,
+    TIME_TO_FIRST_TOKEN,
+    USAGE_INPUT_TOKENS,
+    USAGE_OUTPUT_TOKENS,
+)
 from slo.records import (
     BOOL_FIELDS,
     FIELD_NAMES,
@@ -178,6 +187,42 @@ def test_dashboard_charts_every_latency_sli_and_names_only_catalog_metrics() -> 
     named = set(re.findall(r"\bllm_slo_[a-z0-9_]+\b(?!:)", exprs))
     suffixes = ("_bucket", "_sum", "_count", "_total")
     assert {re.sub("(" + "|".join(suffixes) + ")$", "", n) for n in named} <= known
+
+
+def test_dashboard_names_only_the_cores_gen_ai_series_and_labels() -> None:
+    all_rows = rows(SPEC)
+    exprs = "\n".join(t.expr for row in all_rows for panel in row.panels for t in panel.targets)
+    series = {name for instrument in INSTRUMENTS for name in instrument.prometheus_series}
+    labels = {label for instrument in INSTRUMENTS for label in instrument.prometheus_labels}
+    # A metric is the name a selector opens with; a label is one a query groups by.
+    selected = set(re.findall(r"\b(gen_ai_[a-z0-9_]+)\{", exprs))
+    grouped = {
+        label.strip()
+        for clause in re.findall(r"\bby \(([^)]*)\)", exprs)
+        for label in clause.split(",")
+        if label.strip().startswith("gen_ai_")
+    }
+    assert selected <= series, selected - series
+    assert grouped <= labels, grouped - labels
+    assert set(re.findall(r"\bgen_ai_[a-z0-9_]+\b", exprs)) == selected | grouped
+    # The GenAI row charts the three server histograms and both token usage counters.
+    (row,) = [row for row in all_rows if row.title == GENAI_TITLE]
+    charted = {
+        name.removesuffix("_bucket")
+        for panel in row.panels
+        for target in panel.targets
+        for name in re.findall(r"\b(gen_ai_[a-z0-9_]+)\{", target.expr)
+    }
+    wanted = (TIME_TO_FIRST_TOKEN, REQUEST_DURATION, TIME_PER_OUTPUT_TOKEN)
+    wanted += (USAGE_INPUT_TOKENS, USAGE_OUTPUT_TOKENS)
+    assert {instrument.prometheus_name for instrument in wanted} <= charted
+    # The row's notes name every gen_ai series and the catalog series that measures the same.
+    notes = "\n".join(row.notes)
+    for instrument in INSTRUMENTS:
+        assert instrument.prometheus_name in notes, instrument.name
+        if instrument.counterpart is not None:
+            assert instrument.counterpart in CATALOG, instrument.name
+            assert CATALOG[instrument.counterpart].metric in notes, instrument.name
 
 
 def test_record_field_groups_partition_the_model_fields() -> None:
