@@ -2,7 +2,8 @@
 `gen_ai.*` attributes, and the `gen_ai.server.*` metrics and token usage through the SDK's
 MeterProvider (OTLP when the `OTEL_*` variables say so) and on `/metrics`.
 
-Which release of the conventions, and why each choice: `middleware.otel.conventions`.
+Which release of the conventions, and why each choice: `middleware.otel.conventions` (the
+metrics' entries and their Prometheus names: `slo.genai`, where the dashboards read them too).
 """
 
 from middleware.otel.conventions import CONVENTIONS_COMMIT, INSTRUMENTS, SCHEMA_URL
