@@ -23,7 +23,6 @@ from slo.alert_rules import (
     windows_s,
 )
 from slo.arithmetic import BURN_RATE_OPERATOR, MIN_EVENTS_OPERATOR
-from slo.objectives import Objective
 from slo.promql import (
     ERROR_BUDGET_RECORD,
     THRESHOLD_RECORD,
@@ -38,6 +37,7 @@ from slo.promql import (
 )
 from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
 from slo.spec import SLOSpec, Tier
+from slo.spec.objectives import Objective
 from slo.units import format_duration
 
 GOOD_OUTCOME = "ok"

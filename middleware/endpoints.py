@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from middleware.live import LiveSLO
+from middleware.live.page import respond as slo_page_answer
 from middleware.metrics import MetricSet
-from middleware.slo_page import respond as slo_page_answer
 from middleware.types import Scope, Send
 
 

@@ -11,7 +11,7 @@ background threads stop, whatever server runs the app.
   signal hook at the first request: uvicorn re-raises SIGTERM with the default action after its
   graceful drain, so atexit never runs. On SIGTERM/SIGINT the store is flushed from the event
   loop, and records of the requests that finish during the drain are written before
-  `RecordStore.add` returns (`slo/store_writer.py`). atexit covers the rest (SIGINT's
+  `RecordStore.add` returns (`slo/store/writer.py`). atexit covers the rest (SIGINT's
   KeyboardInterrupt, a plain exit).
 """
 

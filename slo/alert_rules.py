@@ -50,13 +50,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
-from slo.alert_policy import BurnRateRule, ThresholdAlert
 from slo.arithmetic import alerts_on_budget, as_decimal, burn_limit
 from slo.arithmetic import error_budget as arithmetic_error_budget
-from slo.objectives import Objective
 from slo.promql import exact, number, prom_duration
 from slo.sli import CATALOG, buckets_for
 from slo.spec import SLOSpec, Tier
+from slo.spec.alert_policy import BurnRateRule, ThresholdAlert
+from slo.spec.objectives import Objective
 
 AlertKind = Literal["burn_rate", "threshold", "absent"]
 Severity = Literal["critical", "warning", "info"]

@@ -38,8 +38,8 @@ from typing import Literal
 
 import numpy as np
 
-from slo.objectives import Objective
 from slo.sli import CATALOG
+from slo.spec.objectives import Objective
 
 Verdict = Literal["met", "violated", "insufficient_data"]
 # Counts: ints from records, whole floats from the live windows, fractional from increase().

@@ -2,7 +2,7 @@
 
 Pure: runs in (any objects with `policy`, `wall_s`, `requests`, each request with `tier`,
 `outcome`, `ttft_s`, `tpot_s`, `e2e_s`, `itl_s`, `output_tokens`), table out. The runs
-themselves happen in `engine.overload`, called from the benchmark and `slo compare`.
+themselves happen in `engine.workloads.overload`, called from the benchmark and `slo compare`.
 
 Per policy: premium p95 TTFT and p99 ITL relative to premium alone, batch tokens/s relative
 to fifo, and goodput: requests per second that were served (not shed) and met every
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from slo.arithmetic import goodput_checks
-from slo.evaluate import nearest_rank
+from slo.check.evaluate import nearest_rank
 from slo.spec import SLOSpec
 
 # The acceptance goals of the `slo` policy (tier-isolation issue).

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from slo.errors import UsageError
 
 if TYPE_CHECKING:
-    from slo.evaluate import EvaluationReport
+    from slo.check.evaluate import EvaluationReport
     from slo.spec import SLOSpec
 
 HELP = "judge records or Prometheus against the SLO spec; exit 1 on a violation"
@@ -50,7 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from slo.evaluate import columns_needed, evaluate
+    from slo.check.evaluate import columns_needed, evaluate
     from slo.spec import SLOSpec
     from slo.units import parse_duration
 
@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
         store = RecordStore(args.db)
         try:
             if store.engine.dialect.name == "postgresql":
-                # A fleet's store: the database counts (slo/sql_check.py), no row leaves it.
-                from slo.sql_check import evaluate_sql
+                # A fleet's store: the database counts (slo/check/sql_check.py), no row leaves it.
+                from slo.check.sql_check import evaluate_sql
 
                 report = evaluate_sql(spec, store.engine, now)
             else:
@@ -102,22 +102,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _judge_jsonl(spec: SLOSpec, path: str) -> EvaluationReport:
-    """DuckDB parses and counts (slo/jsonl_duckdb.py) where it can vouch for the input; the
+    """DuckDB parses and counts (slo/check/jsonl_duckdb.py) where it can vouch for the input; the
     reference reader decides the rest, and names the line of any bad record."""
-    from slo.jsonl_duckdb import evaluate_jsonl
+    from slo.check.jsonl_duckdb import evaluate_jsonl
 
     report = evaluate_jsonl(spec, path)
     if report is not None:
         return report
-    from slo.columns import load_jsonl_columns
-    from slo.evaluate import columns_needed, evaluate
+    from slo.check.evaluate import columns_needed, evaluate
+    from slo.store.columns import load_jsonl_columns
 
     return evaluate(spec, load_jsonl_columns(path, columns_needed(spec)))
 
 
 def _render(report: object, format_name: str, strict: bool) -> str:
+    from slo.check.evaluate import EvaluationReport
     from slo.cli.report import formats
-    from slo.evaluate import EvaluationReport
 
     assert isinstance(report, EvaluationReport)
     if format_name == "json":

@@ -54,14 +54,14 @@ def run(args: argparse.Namespace) -> int:
         return run_overload(args)
     import httpx
 
+    from slo.check.evaluate import evaluate
+    from slo.check.summary import columns_of
     from slo.cli.bench.command import BenchOptions, describe_stop, execute
     from slo.cli.bench.server import embedded_server
     from slo.cli.bench.summary import render_summary
     from slo.cli.generate import Targets, generate
     from slo.cli.report.formats import render_text
-    from slo.evaluate import evaluate
     from slo.spec import SLOSpec
-    from slo.summary import columns_of
 
     began = time.perf_counter()
     out = output_directory(args.out)

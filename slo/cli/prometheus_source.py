@@ -10,7 +10,7 @@ Goodput needs per-request records (`--results` or `--db`); from Prometheus it is
 insufficient data.
 
 The judging is the core's, as for every other judge: verdicts, burn rates and burn-rate
-alerts from `slo.arithmetic` (through `slo.evaluate.burn_rates`), the percentile estimate from
+alerts from `slo.arithmetic` (through `slo.check.evaluate.burn_rates`), the percentile estimate from
 `slo.alert_rules.histogram_quantile` (the in-process copy of Prometheus' own).
 """
 
@@ -23,12 +23,12 @@ import httpx
 
 from slo import arithmetic
 from slo.alert_rules import histogram_quantile
+from slo.check.evaluate import EvaluationReport, ObjectiveResult, TierResult, Verdict, burn_rates
 from slo.errors import UsageError
-from slo.evaluate import EvaluationReport, ObjectiveResult, TierResult, Verdict, burn_rates
-from slo.objectives import Objective
 from slo.performance import classify
 from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
 from slo.spec import SLOSpec, Tier
+from slo.spec.objectives import Objective
 from slo.units import format_duration
 
 Buckets = list[tuple[float, float]]  # (upper bound, cumulative count), +Inf last

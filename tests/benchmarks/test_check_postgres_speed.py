@@ -1,6 +1,6 @@
 """`slo check --db postgresql://...`: the SQL pushdown against today's row-pulling path.
 
-Same records, same run, same `now`: the pushdown (`slo.sql_check.evaluate_sql`, what the
+Same records, same run, same `now`: the pushdown (`slo.check.sql_check.evaluate_sql`, what the
 command runs) and the row path it replaced (`RecordStore.columns` + `evaluate`), on 1M and 10M
 records generated inside PostgreSQL (`pg_records.py`; loaded once into their own schemas and
 reused: ten million take a few minutes). Each round checks that both reports are equal, so the
@@ -21,9 +21,9 @@ import time
 
 import pytest
 
-from slo.evaluate import columns_needed, evaluate
+from slo.check.evaluate import columns_needed, evaluate
+from slo.check.sql_check import evaluate_sql
 from slo.spec import SLOSpec
-from slo.sql_check import evaluate_sql
 from slo.store import RecordStore
 from tests.benchmarks.pg_records import SPAN_S, START, ensure_records
 

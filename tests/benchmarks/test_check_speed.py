@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from slo.check.evaluate import columns_needed, evaluate
 from slo.cli.report.formats import render_json
-from slo.evaluate import columns_needed, evaluate
 from slo.spec import SLOSpec
 from slo.store import TABLE, RecordStore
 

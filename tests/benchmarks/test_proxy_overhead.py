@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from middleware.proxy_client import UpstreamPool
+from middleware.proxy.client import UpstreamPool
 from slo.cli.bench.server import free_port, stop_process
 from tests.helpers.servers import wait_until_ready
 

@@ -2,7 +2,7 @@
 
     python -m pytest tests/benchmarks/test_tier_isolation.py -o addopts="" -s -p no:cacheprovider
 
-The mixed-tier overload of the tier-isolation issue on bundled:tiny (engine.overload): premium
+The mixed-tier overload of the tier-isolation issue on bundled:tiny (engine.workloads.overload): premium
 requests (short prompts, 16 tokens, one every 200 ms) first alone, then beside a batch flood
 (24 closed-loop clients, ~900-token prompts, 64 tokens each), once per policy, same prefill
 token budget, rounds interleaved and each variant's rounds pooled (slo.isolation:
@@ -24,7 +24,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from engine.overload import OverloadWorkload, run_overload
+from engine.workloads.overload import OverloadWorkload, run_overload
 from slo.isolation import (
     format_table,
     goals_missed,

@@ -24,9 +24,9 @@ pytest.importorskip("matplotlib")
 
 from slo.cli.report.charts import PALETTE, industry_figure, percentile_figure, value_scale
 from slo.cli.report.command import write_report
-from slo.columns import RecordColumns
 from slo.records import iter_jsonl_dicts
 from slo.spec import SLOSpec
+from slo.store.columns import RecordColumns
 from tests.e2e.screenshots import keep
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "slo" / "examples" / "run.jsonl"

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from slo import sql_check, sql_ranks
+from slo.check import sql_check, sql_ranks
+from slo.check.evaluate import columns_needed, evaluate
+from slo.check.sql_check import evaluate_sql
 from slo.errors import UsageError
-from slo.evaluate import columns_needed, evaluate
 from slo.records import validate_record
 from slo.spec import SLOSpec
-from slo.sql_check import evaluate_sql
 from slo.store import TABLE, RecordStore
 from tests.helpers.postgres import postgres_schema
 from tests.helpers.record_samples import START, sample_records

@@ -29,7 +29,7 @@ from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
 from slo.alert_rules import alert_rules
 from slo.arithmetic import required_good, verdict
-from slo.evaluate import evaluate
+from slo.check.evaluate import evaluate
 from slo.promql import prom_duration
 from slo.records import RequestRecord
 from slo.spec import SLOSpec

@@ -48,12 +48,12 @@ from middleware.timeline import Breakdown
 from slo.alert_rules import AVAILABILITY as AVAILABILITY_SLI
 from slo.alert_rules import AlertRule, alert_rules
 from slo.arithmetic import meets, required_good, verdict, within
-from slo.evaluate import evaluate
-from slo.objectives import Objective
+from slo.check.evaluate import evaluate
 from slo.promql import number, prom_duration, record_error_ratio, record_events, selector
 from slo.records import RequestRecord
 from slo.sli import CATALOG, buckets_for
 from slo.spec import SLOSpec
+from slo.spec.objectives import Objective
 from slo.units import format_duration
 from tests.helpers.drawn_examples import drawn_examples
 from tests.helpers.promtool import promtool_test_rules

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from middleware.live_shared import LIVE_DIR_NAME
+from middleware.live.shared import LIVE_DIR_NAME
 from tests.helpers.servers import free_port, json_receiver, wait_until_ready
 from tests.helpers.tier_specs import burn_alert, burn_policy, make_tier, spec_yaml
 

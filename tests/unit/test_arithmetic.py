@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slo import arithmetic
-from slo.objectives import parse_objective
+from slo.spec.objectives import parse_objective
 from slo.units import parse_fraction
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from slo.check.summary import columns_of, good_requests, summarize
 from slo.cli.bench.summary import render_summary
-from slo.summary import columns_of, good_requests, summarize
 from tests.helpers.tier_specs import make_tier, spec
 
 SPEC = spec(

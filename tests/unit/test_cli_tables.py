@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from slo.alert_rules import unreachable
+from slo.check.evaluate import evaluate
+from slo.check.summary import columns_of
 from slo.cli.bench.summary import render_summary
 from slo.cli.report.formats import render_text
-from slo.evaluate import evaluate
 from slo.records import read_jsonl
 from slo.spec import SLOSpec
-from slo.summary import columns_of
 from tests.helpers.terminal_tables import empty_columns, tables, too_wide
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "slo" / "examples"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from middleware.live.page import engine_now
 from middleware.metrics import MetricSet
-from middleware.slo_page import engine_now
 from middleware.upstream import ADAPTERS
 from middleware.upstream.engine_metrics import (
     EngineMetricsScraper,

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slo.columns import RecordColumns
-from slo.evaluate import evaluate, nearest_rank
+from slo.check.evaluate import evaluate, nearest_rank
 from slo.performance import classify, industry_position
 from slo.records import validate_record
 from slo.spec import SLOSpec
+from slo.store.columns import RecordColumns
 
 NOW = 1_700_000_000.0
 

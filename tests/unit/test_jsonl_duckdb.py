@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from slo import records
-from slo.columns import load_jsonl_columns
-from slo.evaluate import columns_needed, evaluate
-from slo.jsonl_duckdb import REQUIRED_NUMBERS, WHOLE_NUMBERS, evaluate_jsonl
+from slo.check.evaluate import columns_needed, evaluate
+from slo.check.jsonl_duckdb import REQUIRED_NUMBERS, WHOLE_NUMBERS, evaluate_jsonl
 from slo.spec import SLOSpec
+from slo.store.columns import load_jsonl_columns
 from tests.helpers.record_samples import START, sample_records, write_sample_file
 from tests.helpers.tier_specs import make_tier, spec_yaml
 

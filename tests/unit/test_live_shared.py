@@ -11,8 +11,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from middleware.live_shared import PusherElection, SharedWindowSet
-from middleware.windows import WindowSet
+from middleware.live.shared import PusherElection, SharedWindowSet
+from middleware.live.windows import WindowSet
 
 WINDOWS = [60.0, 600.0]
 WIDTH = 4

@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry
 from engine.hooks import StepStats
 from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
+from middleware.live.page import observed_text, respond
 from middleware.metrics import MetricSet
-from middleware.slo_page import observed_text
 from middleware.timeline import Breakdown
 from slo.arithmetic import budget_remaining, burn_rate
 from slo.spec import SLOSpec
@@ -37,7 +37,7 @@ def breakdown(ttft_s: float) -> Breakdown:
 
 
 def page(live: LiveSLO, query: str = "view=page", metrics: Any = None) -> dict[str, Any]:
-    code, content_type, body = live.respond(False, query, metrics)
+    code, content_type, body = respond(live, False, query, metrics)
     assert (code, content_type) == (200, "application/json"), body
     return dict(json.loads(body))
 
@@ -121,7 +121,7 @@ def test_engine_gauges_show_when_the_engine_reports_a_step(live: LiveSLO) -> Non
 def test_bad_queries_get_a_400_naming_the_parameter(
     live: LiveSLO, query: str, parameter: str
 ) -> None:
-    code, content_type, body = live.respond(False, query)
+    code, content_type, body = respond(live, False, query)
     answer = json.loads(body)
     assert (code, content_type, answer["parameter"]) == (400, "application/json", parameter)
     assert answer["error"].startswith("/slo: ") and parameter in answer["error"]
@@ -131,7 +131,7 @@ def test_bad_queries_get_a_400_naming_the_parameter(
 
 def test_the_api_keeps_its_shape_and_the_page_inlines_its_data(live: LiveSLO) -> None:
     assert set(page(live, "")) == {"window", "evaluated_at", "tiers", "alerts"}
-    code, content_type, body = live.respond(True, "range=1m")
+    code, content_type, body = respond(live, True, "range=1m")
     html = body.decode()
     assert code == 200 and content_type.startswith("text/html")
     assert '"range": "1m"' in html and "__SLO_PAGE_DATA__" not in html

@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-import slo.columns
-from slo.columns import ALL_COLUMNS, RecordColumns, load_jsonl_columns
-from slo.evaluate import columns_needed
+import slo.store.columns
+from slo.check.evaluate import columns_needed
 from slo.records import RecordError, iter_jsonl_dicts, read_jsonl, record_from_dict
 from slo.spec import SLOSpec
 from slo.store import RecordStore, normalize_url
-from slo.store_read import coded_columns
+from slo.store.columns import ALL_COLUMNS, RecordColumns, load_jsonl_columns
+from slo.store.read import coded_columns
 from tests.helpers.record_samples import START, sample_records, write_sample_file
 
 NEEDED = columns_needed(SLOSpec.default())
@@ -126,12 +126,12 @@ def test_jsonl_columns_match_the_validating_reader(
     }[layout]
     path = tmp_path / "run.jsonl"
     path.write_text(text)
-    monkeypatch.setattr(slo.columns, "_CHUNK_BYTES", 50_000)  # a dozen chunks
+    monkeypatch.setattr(slo.store.columns, "_CHUNK_BYTES", 50_000)  # a dozen chunks
 
     def no_fallback(_: object) -> None:
         raise AssertionError("the fast reader gave up")
 
-    monkeypatch.setattr(slo.columns, "iter_jsonl_dicts", no_fallback)
+    monkeypatch.setattr(slo.store.columns, "iter_jsonl_dicts", no_fallback)
     for wanted in (ALL_COLUMNS, NEEDED):
         expected = RecordColumns.from_dicts(list(iter_jsonl_dicts(path)), wanted)
         assert_same_columns(load_jsonl_columns(path, wanted), expected)

@@ -156,9 +156,9 @@ def target(url: str | None, embedded: bool, model: str | None, spec: str | None)
 
 
 def run(args: argparse.Namespace) -> int:
+    from slo.check.summary import columns_of
     from slo.cli.bench.summary import render_summary
     from slo.spec import SLOSpec
-    from slo.summary import columns_of
 
     options = options_from_args(args)
     options.check()

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from slo.columns import RecordColumns
+from slo.check.summary import PHASE_COLUMNS, TierSummary, summarize
 from slo.spec import SLOSpec
-from slo.summary import PHASE_COLUMNS, TierSummary, summarize
+from slo.store.columns import RecordColumns
 
 # Narrow enough for a terminal of 100 columns, the width every table of the CLI keeps to.
 WIDTH = 100

@@ -12,7 +12,7 @@ from slo.cli.compare.matrix import VARIANTS, Measurement
 from slo.errors import UsageError
 
 if TYPE_CHECKING:
-    from engine.compare import VariantRun
+    from engine.workloads.compare import VariantRun
 
 HELP = (
     "measure what INT8, prefix caching, speculative decoding and batching buy, or what each "
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         profile, requests, seed=args.seed, max_model_len=args.context, rate=rate or None
     )
     try:
-        from engine.compare import WorkItem, run_variant
+        from engine.workloads.compare import WorkItem, run_variant
     except ImportError as error:
         raise UsageError(
             f"slo compare runs the bundled engine: pip install 'llm-slo[engine]' ({error})"

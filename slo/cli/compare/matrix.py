@@ -2,7 +2,7 @@
 on one seeded workload and set next to the ranges the industry comparison matrix claims.
 
 This module is the pure half: measurements in, ratio table, text and HTML out. The runs
-themselves happen in `engine.compare` (called from `slo.cli.compare.command`), so this half never imports the
+themselves happen in `engine.workloads.compare` (called from `slo.cli.compare.command`), so this half never imports the
 engine or torch. matplotlib, when installed, draws the chart; the report works without it.
 """
 

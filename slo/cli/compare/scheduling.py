@@ -1,7 +1,7 @@
 """`slo compare --variants fifo,priority,slo`: the mixed-tier overload once per policy.
 
 Premium requests alone first, then beside a batch flood under each scheduling policy (the
-workload of `engine.overload`, the benchmark's), judged by `slo.isolation` against the spec's
+workload of `engine.workloads.overload`, the benchmark's), judged by `slo.isolation` against the spec's
 tiers: premium p95 TTFT and p99 ITL relative to premium alone, batch tokens/s relative to
 fifo, goodput. `--repeats` rounds, interleaved; each variant's rounds pooled (percentiles
 over all their requests).
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.duration <= 0:
         raise UsageError(f"--duration must be a positive number of seconds, got {args.duration}")
     try:
-        from engine.overload import OverloadRun, OverloadWorkload, run_overload
+        from engine.workloads.overload import OverloadRun, OverloadWorkload, run_overload
     except ImportError as error:
         raise UsageError(
             f"slo compare runs the bundled engine: pip install 'llm-slo[engine]' ({error})"

@@ -16,11 +16,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from slo.columns import RecordColumns
-from slo.evaluate import EvaluationReport, nearest_rank
+from slo.check.evaluate import EvaluationReport, nearest_rank
+from slo.check.summary import PHASE_COLUMNS, sli_values
 from slo.performance import LATENCY_TIERS
 from slo.spec import SLOSpec
-from slo.summary import PHASE_COLUMNS, sli_values
+from slo.store.columns import RecordColumns
 
 PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3")
 PERCENTILES = (50, 90, 95, 99)

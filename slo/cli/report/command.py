@@ -77,9 +77,9 @@ def render_report(spec: Any, rows: Sequence[Mapping[str, Any]], title: str) -> s
         raise UsageError(
             "slo report draws its charts with matplotlib: pip install 'llm-slo[report]'"
         ) from None
+    from slo.check.evaluate import evaluate
     from slo.cli.report.charts import all_charts
-    from slo.columns import RecordColumns
-    from slo.evaluate import evaluate
+    from slo.store.columns import RecordColumns
 
     if not rows:
         raise UsageError("the results hold no records; nothing to report")
@@ -152,7 +152,7 @@ def _ms(value: float | None) -> str:
 
 
 def _tier_table(spec: Any, columns: Any) -> str:
-    from slo.summary import summarize
+    from slo.check.summary import summarize
 
     span = float(np.nanmax(columns.number("timestamp") + columns.number("e2e_s"))
                  - np.nanmin(columns.number("timestamp")))  # fmt: skip
@@ -174,9 +174,9 @@ def _tier_table(spec: Any, columns: Any) -> str:
 
 
 def _industry(report: Any, spec: Any, columns: Any) -> str:
-    from slo.evaluate import nearest_rank
+    from slo.check.evaluate import nearest_rank
+    from slo.check.summary import sli_values
     from slo.performance import industry_position
-    from slo.summary import sli_values
 
     rows = []
     for tier in report.tiers:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from slo.evaluate import EvaluationReport, ObjectiveResult
+from slo.check.evaluate import EvaluationReport, ObjectiveResult
 from slo.units import format_duration
 
 VERDICT_MARK = {

@@ -1,7 +1,7 @@
 """Where records live: SQLite (WAL) by default, PostgreSQL by URL.
 
 `add()` never blocks the request path on the database: records go into a bounded queue and a
-background thread writes them in batches (`slo.store_writer`). While the database is locked,
+background thread writes them in batches (`slo.store.writer`). While the database is locked,
 full or unreachable, records wait in that queue and, beyond it, in a local spool file, and are
 replayed when it is back: a slow or broken disk must become neither slow requests nor lost
 records. Reads by time window and tier, as record objects or as columns for the evaluator;
@@ -32,12 +32,12 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session
 
-from slo.columns import ALL_COLUMNS, LIST_COLUMNS, RecordColumns
 from slo.errors import UsageError
 from slo.records import FIELD_NAMES, REQUIRED_FLOAT, RequestRecord, iter_jsonl_dicts
-from slo.spool import Spool
-from slo.store_read import coded_columns
-from slo.store_writer import RecordWriter
+from slo.store.columns import ALL_COLUMNS, LIST_COLUMNS, RecordColumns
+from slo.store.read import coded_columns
+from slo.store.spool import Spool
+from slo.store.writer import RecordWriter
 
 logger = logging.getLogger(__name__)
 TABLE = RequestRecord.__table__  # type: ignore[attr-defined]

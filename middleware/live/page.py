@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 
-from middleware.windows import SLOTS_PER_WINDOW
+from middleware.live.windows import SLOTS_PER_WINDOW
 from slo.alert_rules import histogram_quantile
 from slo.arithmetic import attainment, budget_remaining, burn_rate, burn_rule_fires, burning
 from slo.promql import prom_duration
@@ -28,7 +28,7 @@ from slo.units import format_duration, parse_duration
 
 if TYPE_CHECKING:
     from middleware.live import LiveSLO, TierWindows
-    from slo.objectives import Objective
+    from slo.spec.objectives import Objective
 
 # Where the runbooks `slo generate --runbook-url` points its alerts at; links need it.
 RUNBOOK_URL_ENV = "LLM_SLO_RUNBOOK_URL"
@@ -331,7 +331,7 @@ def _overview_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def render_page(data: dict[str, Any]) -> str:
     """The page with its first data inlined: it draws at once, then refreshes from the JSON."""
-    template = resources.files("middleware").joinpath("templates/slo_page.html").read_text()
+    template = resources.files("middleware.live").joinpath("templates/slo_page.html").read_text()
     # `</` cannot end the script element early once escaped; JSON stays valid.
     inline = json.dumps(data, allow_nan=False).replace("</", "<\\/")
     return template.replace("__SLO_PAGE_DATA__", inline)

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from slo.columns import RecordColumns
 from slo.records import RequestRecord
 from slo.sli import OUTCOMES
+from slo.store.columns import RecordColumns
 
 TABLE = RequestRecord.__table__  # type: ignore[attr-defined]
 # Bits of the packed integer, lowest first: tier, outcome, output_tokens.

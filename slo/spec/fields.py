@@ -6,8 +6,8 @@ import difflib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
+from slo.spec.yamlfile import LineDict, LineList
 from slo.units import parse_duration
-from slo.yamlfile import LineDict, LineList
 
 Fail = Callable[[int, str], NoReturn]
 

@@ -4,7 +4,7 @@ Pulling ten million rows into Python costs minutes and gigabytes; the evaluator 
 per tier and alert window, how many events each objective has and how many are good, plus a
 few nearest-rank percentiles. Those are aggregates a database computes where the rows are:
 
-1. a small sample says where each percentile's value roughly lies (`slo.sql_ranks`);
+1. a small sample says where each percentile's value roughly lies (`slo.check.sql_ranks`);
 2. one parallel scan, GROUP BY one packed integer (`_Scan`): the window bucket, per SLI the
    value's interval among its thresholds and the sampled bounds (width_bucket: one binary
    search per value), the client-view flags, the tier and the outcome. A few thousand
@@ -15,7 +15,7 @@ few nearest-rank percentiles. Those are aggregates a database computes where the
    GROUP (ORDER BY value)`, each fraction the exact nearest rank `evaluate` takes within the
    region (`fraction_for_rank`);
 4. ITL, where a tier has an ITL objective: counts and percentiles over the gaps, unnested in
-   SQL from the JSON list column (`slo.sql_gaps`; no row leaves the database).
+   SQL from the JSON list column (`slo.check.sql_gaps`; no row leaves the database).
 
 Every value is a bound parameter (SQLAlchemy Core); tier names come back as data. Semantics
 follow `evaluate` to the count: latency events are ok requests with a value (the client view
@@ -51,11 +51,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
-from slo.errors import UsageError
-from slo.evaluate import CLIENT_VIEW, EvaluationReport
-from slo.sli import OUTCOMES, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
-from slo.spec import SLOSpec
-from slo.sql_counts import (
+from slo.check.evaluate import CLIENT_VIEW, EvaluationReport
+from slo.check.sql_counts import (
     FUTURE_BUCKET,
     Condition,
     CountPlan,
@@ -66,8 +63,8 @@ from slo.sql_counts import (
     events_key,
     percentile_ranks,
 )
-from slo.sql_gaps import count_gaps, gap_percentiles, gap_rows, json_array
-from slo.sql_ranks import (
+from slo.check.sql_gaps import count_gaps, gap_percentiles, gap_rows, json_array
+from slo.check.sql_ranks import (
     SAMPLE_MIN_TABLE,
     SAMPLE_ROWS,
     Bounds,
@@ -77,6 +74,9 @@ from slo.sql_ranks import (
     sample_bounds,
     wanted_regions,
 )
+from slo.errors import UsageError
+from slo.sli import OUTCOMES, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
+from slo.spec import SLOSpec
 from slo.store import TABLE
 
 _C = TABLE.c

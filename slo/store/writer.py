@@ -2,7 +2,7 @@
 
 Records wait in a bounded in-memory queue; a thread writes them in batches. When the database
 is out (locked, full, unreachable) the queue is the buffer; beyond it, or when a write fails,
-records go to the spool file (`slo.spool`), and the writer retries with exponential backoff,
+records go to the spool file (`slo.store.spool`), and the writer retries with exponential backoff,
 replays the spool when the database is back, then removes the file. `dropped` counts only
 records that even the spool could not take.
 
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slo.spool import Spool
+from slo.store.spool import Spool
 
 logger = logging.getLogger("slo.store")
 

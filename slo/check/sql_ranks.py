@@ -6,7 +6,7 @@ to find it is the costly part; here:
 1. a small TABLESAMPLE SYSTEM sample (about `SAMPLE_ROWS` rows, a few hundred blocks) says
    roughly where each rank's value lies: per tier and SLI, `bounds` a few sample standard
    errors either side of each target fraction;
-2. the counting scan (`slo.sql_check`) also counts the judged values between consecutive
+2. the counting scan (`slo.check.sql_check`) also counts the judged values between consecutive
    bounds (`TierCounts.regions`), exactly, at the cost of a wider width_bucket array;
 3. each rank then falls in one region, known exactly from those counts, and one scan sorts
    only the regions that hold a rank (`percentiles`), each tier and region its own
@@ -15,7 +15,7 @@ to find it is the costly part; here:
 The sample only decides how much is sorted, never the answer: a rank that falls outside its
 expected region (an unlucky sample, a table too small to sample) is found in whichever region
 holds it, a wider one. Exactness needs the counts and the sorted values read from the same
-rows: `slo.sql_check` runs every statement in one REPEATABLE READ transaction.
+rows: `slo.check.sql_check` runs every statement in one REPEATABLE READ transaction.
 """
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ from sqlalchemy import (
     select,
 )
 
-from slo.spec import SLOSpec
-from slo.sql_counts import (
+from slo.check.sql_counts import (
     CLASSIFY_FIELDS,
     CLASSIFY_TARGET,
     TierCounts,
     fraction_for_rank,
     record_field,
 )
+from slo.spec import SLOSpec
 
 SAMPLE_ROWS = 40_000  # rows sampled: a few hundred blocks; more would cost more than it saves
 SAMPLE_MIN_TABLE = 200_000  # below this a full sort is cheap: no sample, one region

@@ -4,7 +4,7 @@ A tier with an ITL objective is judged on every gap of every ok request: the cli
 in a tier that has any (as `evaluate`: then the whole tier is judged on the client view),
 else the server's. `json_array_elements_text` unnests the JSON list column inside
 PostgreSQL, the gaps are counted per tier and window bucket, and their percentiles found
-with `percentile_disc` (`slo.sql_ranks.percentiles`); no row leaves the database.
+with `percentile_disc` (`slo.check.sql_ranks.percentiles`); no row leaves the database.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.selectable import Subquery
 
-from slo.spec import SLOSpec
-from slo.sql_counts import (
+from slo.check.sql_counts import (
     FUTURE_BUCKET,
     ITL_FIELD,
     Condition,
@@ -36,7 +35,8 @@ from slo.sql_counts import (
     gap_key,
     percentile_ranks,
 )
-from slo.sql_ranks import Wanted, items_of, percentiles
+from slo.check.sql_ranks import Wanted, items_of, percentiles
+from slo.spec import SLOSpec
 from slo.store import TABLE
 
 _C = TABLE.c

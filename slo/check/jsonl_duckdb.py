@@ -3,15 +3,15 @@ on every core, and Python only judges the counts.
 
 The evaluator needs, per tier and alert window, how many events each objective has and how
 many are good, plus a few nearest-rank percentiles: the same counts `slo check --db` asks of
-PostgreSQL (`slo.sql_counts`: `CountPlan` says what to count, `add_group` and `build_report`
-turn the counts into the very report `slo.evaluate.evaluate` makes). Here:
+PostgreSQL (`slo.check.sql_counts`: `CountPlan` says what to count, `add_group` and `build_report`
+turn the counts into the very report `slo.check.evaluate.evaluate` makes). Here:
 
 1. DuckDB's `read_json` parses the needed fields of every line, as JSON values, into a
    temporary table, with a `clean` flag per row: each value has the JSON type the record
    format asks for (a string, a number, a whole number for token counts) and a value the
    reference reader accepts (finite, not negative; NaN only comes from a `NaN` literal);
 2. one GROUP BY tier, window bucket, outcome and, per SLI, the level of its value in the
-   chain of thresholds (`slo.sql_counts.chain`): a few hundred groups hold every count;
+   chain of thresholds (`slo.check.sql_counts.chain`): a few hundred groups hold every count;
 3. one scan for `quantile_disc` at fractions chosen from step 2's counts, so that each is the
    exact nearest rank `evaluate` takes (`fraction_for_rank`; DuckDB, like PostgreSQL, takes
    the value at position ceil(f * n)).
@@ -19,7 +19,7 @@ turn the counts into the very report `slo.evaluate.evaluate` makes). Here:
 DuckDB reads numbers leniently (a string "1.5" or true into a DOUBLE): the fields are read
 as JSON so that their types can be checked. Anything the fast path cannot vouch for (a
 line DuckDB rejects, a value of the wrong type, an ITL objective, whose gaps are lists)
-returns None, and `slo check` takes the reference reader (`slo.columns.load_jsonl_columns`),
+returns None, and `slo check` takes the reference reader (`slo.store.columns.load_jsonl_columns`),
 which gives today's report or today's one-line error naming file:line. Two leniencies of
 DuckDB's parser are not seen: a trailing comma before `}` and a JSON null where outcome or a
 token count may be left out (read as left out).
@@ -34,10 +34,8 @@ from typing import Any
 
 import duckdb
 
-from slo.evaluate import CLIENT_VIEW, EvaluationReport, columns_needed
-from slo.sli import OUTCOMES
-from slo.spec import SLOSpec
-from slo.sql_counts import (
+from slo.check.evaluate import CLIENT_VIEW, EvaluationReport, columns_needed
+from slo.check.sql_counts import (
     FUTURE_BUCKET,
     Condition,
     CountPlan,
@@ -50,6 +48,8 @@ from slo.sql_counts import (
     fraction_for_rank,
     percentile_ranks,
 )
+from slo.sli import OUTCOMES
+from slo.spec import SLOSpec
 
 # The record format's types (slo.records holds the same lists, but importing it loads sqlmodel
 # and SQLAlchemy, a quarter of a second; a unit test keeps the two equal).

@@ -4,7 +4,7 @@
 per alert-window bucket, how many events each objective has and how many of them are good,
 and the nearest-rank value at each percentile asked for. This module states what must be
 counted for a spec (`CountPlan`) and turns those counts into the very `EvaluationReport` that
-`slo.evaluate.evaluate` builds from columns: the verdict, burn-rate and alert rules are the
+`slo.check.evaluate.evaluate` builds from columns: the verdict, burn-rate and alert rules are the
 core's own (`decide`, `burn_rates`, `rank_for`), called with the same numbers.
 
 A record's bucket is the shortest alert window it falls in (windows are nested: a record in
@@ -22,7 +22,7 @@ from functools import cached_property
 import numpy as np
 
 from slo.arithmetic import goodput_checks
-from slo.evaluate import (
+from slo.check.evaluate import (
     CLIENT_VIEW,
     EvaluationReport,
     ObjectiveResult,
@@ -33,10 +33,10 @@ from slo.evaluate import (
     decide,
     rank_for,
 )
-from slo.objectives import Objective
 from slo.performance import classify
 from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
 from slo.spec import SLOSpec, Tier
+from slo.spec.objectives import Objective
 from slo.units import format_duration
 
 FUTURE_BUCKET = -1
@@ -138,7 +138,7 @@ class TierCounts:
     tokens: int = 0  # output tokens of ok requests
     client_gaps: bool = False  # the tier has client-side inter-token gaps (client ITL wins)
     percentiles: dict[tuple[str, int], float] = field(default_factory=dict)  # (field, rank)
-    # field: value region: judged values (regions cut by sampled bounds, see slo.sql_ranks)
+    # field: value region: judged values (regions cut by sampled bounds, see slo.check.sql_ranks)
     regions: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def add(self, key: str, bucket: int, value: int) -> None:

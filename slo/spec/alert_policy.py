@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slo.spec_fields import Fail, check_keys, count, duration, line_of, positive
+from slo.spec.fields import Fail, check_keys, count, duration, line_of, positive
 from slo.units import format_duration
 
 _POLICY_KEYS = ("min_events", "burn_rates", "thresholds")

@@ -16,10 +16,10 @@ import numpy as np
 
 from slo import arithmetic
 from slo.arithmetic import goodput_checks
-from slo.columns import RecordColumns
-from slo.evaluate import CLIENT_VIEW, nearest_rank
+from slo.check.evaluate import CLIENT_VIEW, nearest_rank
 from slo.sli import PHASES
 from slo.spec import SLOSpec
+from slo.store.columns import RecordColumns
 
 # The server's phases (slo.sli.PHASES), network last: the part the client view extends.
 PHASE_COLUMNS = (*(f"{phase}_s" for phase in PHASES if phase != "network"), "network_s")

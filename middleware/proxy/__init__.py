@@ -10,9 +10,11 @@ An upstream that is down, refuses or is silent too long gets an OpenAI-style 502
 `scope["state"]["outcome"]` tells the middleware how to record it.
 
 The request's timeline is marked "upstream_start" before the proxy reaches for the upstream
-and "upstream_connected" once it holds a connection and has written the whole request, so
-reaching the upstream (waiting for a pooled connection, connecting, sending) is its own
-segment, apart from the proxy's own time before it and the engine's time after it. (The
+and "upstream_connected" once it holds a connection, as it writes the request (a body that
+comes in parts: once it is all written), so reaching the upstream (waiting for a pooled
+connection, connecting) is its own segment, apart from the proxy's own time before it and the
+engine's time after it: the engine may start on a request before the proxy's task runs again
+after the write. (The
 upstream's response headers would be a later mark, but a non-streamed reply sends them only
 after its last token: the whole generation would pass for network time.)
 """
@@ -23,7 +25,7 @@ import asyncio
 import json
 from urllib.parse import urlsplit
 
-from middleware.proxy_client import UpstreamConnection, UpstreamError, UpstreamPool
+from middleware.proxy.client import UpstreamConnection, UpstreamError, UpstreamPool
 from middleware.timeline import current_timeline
 from middleware.types import Message, Receive, Scope, Send
 
@@ -118,7 +120,7 @@ class ProxyApp:
         try:
             for attempt in (1, 2):
                 connection = await self._send_request(head, body, streamed_body, receive, gone)
-                if timeline is not None:
+                if timeline is not None and streamed_body:
                     timeline.mark("upstream_connected")
                 if watch is None:
                     watch = asyncio.ensure_future(gone.watch(receive))
@@ -177,6 +179,11 @@ class ProxyApp:
             pool.release(connection)
             raise UpstreamError("broken", "the client left before the request was sent")
         if not streamed_body:
+            # Marked before the write: the upstream may start on the request (prefill) before
+            # this task runs again, and what it does then is the engine's time, not reaching it.
+            timeline = current_timeline()
+            if timeline is not None:
+                timeline.mark("upstream_connected")
             connection.send_request(head + body)
             return connection
         connection.send_request(head + _chunk(body))

@@ -2,11 +2,11 @@
 
 Counts are kept per tier on the same bucket boundaries as the Prometheus histograms (the spec's
 thresholds are boundaries), in fixed-memory rings, one per window the spec and its alert policy
-use. Events are counted as `slo check` counts them (see `slo.evaluate`): latency objectives
+use. Events are counted as `slo check` counts them (see `slo.check.evaluate`): latency objectives
 over ok requests with a value (itl over every gap), availability as ok over every request but
 client_error and cancelled, goodput as ok requests meeting every per-request latency objective.
 With several workers (`PROMETHEUS_MULTIPROC_DIR` set) the rings live in files every worker
-reads (`middleware.live_shared`): `/slo` and the alerts judge the whole server's traffic.
+reads (`middleware.live.shared`): `/slo` and the alerts judge the whole server's traffic.
 """
 
 from __future__ import annotations
@@ -23,15 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from middleware.alerting import firing_rules, push_to_alertmanager
 from middleware.clock import Clock, SystemClock
 from middleware.histograms import BucketCounts, bucket_counts
-from middleware.live_shared import PusherElection, SharedWindowSet, shared_dir, window_series
+from middleware.live.alerting import firing_rules, push_to_alertmanager
+from middleware.live.shared import PusherElection, SharedWindowSet, shared_dir, window_series
+from middleware.live.windows import SLOTS_PER_WINDOW, WindowSet
 from middleware.timeline import Breakdown
-from middleware.windows import SLOTS_PER_WINDOW, WindowSet
 from slo.alert_rules import alert_rules, histogram_quantile, windows_s
 from slo.arithmetic import attainment, budget_remaining, burn_rate, goodput_checks, verdict
-from slo.objectives import Objective
 from slo.sli import (
     CATALOG,
     LATENCY_FIELDS,
@@ -43,6 +42,7 @@ from slo.sli import (
     buckets_for,
 )
 from slo.spec import SLOSpec, Tier
+from slo.spec.objectives import Objective
 from slo.units import format_duration
 
 logger = logging.getLogger("middleware.live")
@@ -337,14 +337,6 @@ class LiveSLO:
         with self._alerts_lock:
             now = self.clock.wall_s() if now_s is None else now_s
             return firing_rules(self.rules, self.tiers, now, self._pending)
-
-    def respond(self, as_html: bool, query: str, metrics: Any = None) -> tuple[int, str, bytes]:
-        """What `/slo` (the API; `?view=page` for the page's JSON) and `/slo.html` answer:
-        (status code, content type, body), computed now from the windows (`middleware.slo_page`).
-        `metrics`: the `MetricSet` whose engine gauges the page shows."""
-        from middleware.slo_page import respond
-
-        return respond(self, as_html, query, metrics)
 
     def _push_loop(self) -> None:
         while not self._stop.wait(self.evaluation_interval_s):

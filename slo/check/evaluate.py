@@ -27,17 +27,17 @@ import numpy as np
 
 from slo import arithmetic
 from slo.arithmetic import Verdict, burn_rule_fires, goodput_checks
-from slo.objectives import Objective
 from slo.performance import Classification, classify
 from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
 from slo.spec import SLOSpec, Tier
+from slo.spec.objectives import Objective
 from slo.units import format_duration
 
 if TYPE_CHECKING:
     # Only for types: the judges that count elsewhere (`slo check --results` in DuckDB, --db on
-    # PostgreSQL) import this module, and slo.columns pulls in sqlmodel and SQLAlchemy.
-    from slo.columns import RecordColumns
+    # PostgreSQL) import this module, and slo.store.columns pulls in sqlmodel and SQLAlchemy.
     from slo.records import RequestRecord
+    from slo.store.columns import RecordColumns
 
 # The client view of an SLI (filled by `slo bench`) wins where present: it is what the person
 # waiting saw. Phases have no client view.
@@ -204,7 +204,7 @@ def columns_needed(spec: SLOSpec) -> set[str]:
 def evaluate(
     spec: SLOSpec, records: Sequence[RequestRecord] | RecordColumns, now: float | None = None
 ) -> EvaluationReport:
-    from slo.columns import RecordColumns
+    from slo.store.columns import RecordColumns
 
     columns = records if isinstance(records, RecordColumns) else RecordColumns.from_records(records)
     timestamps = columns.number("timestamp")

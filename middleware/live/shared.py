@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from middleware.windows import NUM_SLOTS, SLOTS_PER_WINDOW, WindowSet, window_total
+from middleware.live.windows import NUM_SLOTS, SLOTS_PER_WINDOW, WindowSet, window_total
 
 LIVE_DIR_NAME = "llm_slo_live"
 SUFFIX = ".live"

@@ -32,7 +32,7 @@ class WindowSet:
 
     `counts` (windows x NUM_SLOTS x width, float64) and `slot_ids` (windows x NUM_SLOTS,
     int64, -1 when empty), windows in ascending order, may be handed in: views of a file other
-    workers read (`middleware.live_shared`).
+    workers read (`middleware.live.shared`).
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """The SLO spec: tiers, their match rules and objectives, the window and the alert policy.
 
-Loaded from YAML (ours, or OpenSLO v1 documents converted by `slo.openslo`) and validated
+Loaded from YAML (ours, or OpenSLO v1 documents converted by `slo.spec.openslo`) and validated
 with errors of the form `slo.yaml:14: tier 'gold': <what is wrong>; <fix>`.
 """
 
@@ -16,7 +16,8 @@ from typing import Any, NoReturn
 
 import yaml
 
-from slo.alert_policy import (
+from slo.errors import SpecError
+from slo.spec.alert_policy import (
     DEFAULT_BURN_RATES,
     DEFAULT_THRESHOLD_ALERTS,
     AlertPolicy,
@@ -24,12 +25,11 @@ from slo.alert_policy import (
     ThresholdAlert,
     build_alert_policy,
 )
-from slo.errors import SpecError
-from slo.objectives import Objective, parse_objective
-from slo.openslo import openslo_to_spec_dict
-from slo.spec_fields import Fail, check_keys, count, duration, line_of, strings
+from slo.spec.fields import Fail, check_keys, count, duration, line_of, strings
+from slo.spec.objectives import Objective, parse_objective
+from slo.spec.openslo import openslo_to_spec_dict
+from slo.spec.yamlfile import error_line, error_problem, load_documents
 from slo.units import format_duration
-from slo.yamlfile import error_line, error_problem, load_documents
 
 DEFAULT_WINDOW_S = 30 * 86400.0
 _TIER_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
