@@ -257,8 +257,14 @@ class UpstreamPool:
         )
         self.open_connections = 0
 
-    async def acquire(self) -> UpstreamConnection:
+    async def acquire(self, fresh: bool = False) -> UpstreamConnection:
+        """A connection: the newest idle one, or a new one. `fresh`: the retry after a reused
+        connection turned out closed; the other idle ones are as old and likely closed too
+        (llama-server closes every connection after a streamed reply), so they are dropped."""
         idle = self._idle
+        while fresh and idle:
+            idle.pop().abort()
+            self.open_connections -= 1
         while idle:
             connection = idle.pop()
             if not connection.closed:
