@@ -58,16 +58,6 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_llama(tmp_path_factory.mktemp("gguf") / "tiny-llama.gguf", seed=0)
 
 
-def proxy_available() -> bool:
-    result = subprocess.run(
-        [sys.executable, "-m", "slo.cli", "proxy", "--help"],
-        capture_output=True,
-        cwd=REPO_ROOT,
-        check=False,
-    )
-    return result.returncode == 0
-
-
 @dataclass
 class Mounting:
     base_url: str
@@ -129,8 +119,6 @@ def mounted(kind: str, gguf: Path, scratch: Path, end_delay_s: float = 0.0) -> I
         with llama_server(gguf, scratch, store, end_delay_s) as (base_url, process):
             yield Mounting(base_url, db_path, probe_log, process)
         return
-    if not proxy_available():
-        pytest.skip("`slo proxy` is not in this checkout yet (issue 13, part 4)")
     with llama_server(gguf, scratch, None, end_delay_s) as (upstream_url, _upstream):
         port = free_port()
         command = [sys.executable, "-m", "slo.cli", "proxy", "--upstream", upstream_url,
