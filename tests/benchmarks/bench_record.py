@@ -52,7 +52,7 @@ def stamp(load_at_start: str) -> str:
     return (
         f"Commit `{commit}`{changed}, {now}. Machine: {os.cpu_count()} cores "
         f"({_cpu_model()}), Python {platform.python_version()}, load average (1, 5, 15 min) "
-        f"{load_at_start} at the start, {load_average()} at the end."
+        f"{load_at_start} at the start, {load_average()} at the end; niceness {os.nice(0)}."
     )
 
 

@@ -16,6 +16,11 @@ from tests.benchmarks.span_intake import (
 from tests.benchmarks.test_proxy_overhead import ROUNDS
 
 
+def figure(value: float) -> str:
+    """A count as 2,990,320; anything else as Python's shortest form."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
 def ratio(measured: float, limit: float) -> float:
     return round(measured / limit, 3) if limit else float("inf")
 
@@ -96,7 +101,7 @@ def intake_page(report: dict[str, Any], goals: list[Any], load_at_start: str) ->
             ),
             f"Proxy CPU per span (back to back): {flat['proxy_cpu_us_per_span']} us, so 5,000 "
             f"spans/s take {cpu_share:.1%} of its core. /metrics: "
-            + ", ".join(f"`{k}` {v:g}" for k, v in report["proxy /metrics"].items()),
+            + ", ".join(f"`{k}` {figure(v)}" for k, v in report["proxy /metrics"].items()),
             goals_table(goals),
         ]
     )
@@ -104,7 +109,7 @@ def intake_page(report: dict[str, Any], goals: list[Any], load_at_start: str) ->
 
 def goals_table(goals: list[tuple[str, float, float, bool]]) -> str:
     rows = [
-        [goal, f"{measured:g}", f"{limit:g}", ratio(measured, limit), "yes" if met else "**no**"]
+        [goal, figure(measured), figure(limit), ratio(measured, limit), "yes" if met else "**no**"]
         for goal, measured, limit, met in goals
     ]
     return table(["goal", "measured", "limit", "ratio", "met"], rows)
@@ -114,7 +119,7 @@ def memory_page(
     report: dict[str, Any], series: list[dict[str, float]], goals: list[Any], load_at_start: str
 ) -> str:
     sent = report["spans"]
-    rows = [[s["minute"], s["rss_mib"], s["cpu_share"], f"{s['unmatched']:g}"] for s in series]
+    rows = [[s["minute"], s["rss_mib"], s["cpu_share"], figure(s["unmatched"])] for s in series]
     return "\n\n".join(
         [
             "## Memory for unmatched spans",

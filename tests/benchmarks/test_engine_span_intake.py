@@ -11,9 +11,9 @@ protobuf, 512 per export as the SDK's BatchSpanProcessor sends them, 5,000 spans
 for a trace the proxy never saw (so each is held, then dropped and counted as unmatched).
 
 test_span_intake_while_proxying: the 64 steady streams of tests/benchmarks/test_proxy_overhead.py
-(its helpers, its load) against direct access, `slo proxy` and nginx, rounds interleaved, first
-with no spans, then while the exporter sends 5,000 spans/s; then the exporter alone, back to
-back, for the proxy's capacity and CPU per span. Goals (issue 22): every export answered 200 and
+(its helpers, its load) against direct access, `slo proxy` and nginx, variants interleaved; each
+round once with no spans and once while the exporter sends 5,000 spans/s; then the exporter
+alone, back to back, for the proxy's capacity and CPU per span. Goals (issue 22): every export answered 200 and
 every span counted (unmatched + held); >= 5,000 spans/s taken; with spans flowing, added TTFT
 p50 <= 1 ms and CPU per SSE event <= 3x nginx's.
 
@@ -33,6 +33,8 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,22 +80,54 @@ SETTLE_S = 2.0  # spans flow this long before streams are measured: the proxy ho
 FLAT_OUT_S = 5.0  # the exporter alone, back to back: the proxy's capacity and CPU per span
 
 
-def rounds(
-    variants: dict[str, tuple[int, list[int]]], core: int
-) -> tuple[dict[str, list[Measured]], float]:
-    """ROUNDS of the 64 steady streams on every variant, the order rotated each round; and
-    the share of the proxies' core that other processes took meanwhile (this machine is not
-    always ours alone: the figures are only as good as this is small)."""
-    runs: dict[str, list[Measured]] = {name: [] for name in variants}
-    names = list(variants)
-    ours = [pid for _port, pids in variants.values() for pid in pids]
-    started, busy_before, ours_before = time.perf_counter(), core_busy_s(core), cpu_seconds(ours)
-    for round_index in range(ROUNDS):
-        for name in names[round_index:] + names[:round_index]:
+@dataclass
+class Phase:
+    """One condition (spans flowing or not): every variant's rounds, and how much of the
+    proxies' core other processes took meanwhile (this machine is not always ours alone: the
+    figures are only as good as that share is small)."""
+
+    core: int  # the proxies' core
+    runs: dict[str, list[Measured]] = field(default_factory=dict)
+    others_s: float = 0.0
+    wall_s: float = 0.0
+
+    def one_round(self, variants: dict[str, tuple[int, list[int]]], order: list[str]) -> None:
+        ours = [pid for _port, pids in variants.values() for pid in pids]
+        started, ours_before = time.perf_counter(), cpu_seconds(ours)
+        busy_before = core_busy_s(self.core)
+        for name in order:
             port, pids = variants[name]
-            runs[name].append(measure(port, pids, STEADY))
-    others_s = core_busy_s(core) - busy_before - (cpu_seconds(ours) - ours_before)
-    return runs, round(max(others_s, 0.0) / (time.perf_counter() - started), 3)
+            self.runs.setdefault(name, []).append(measure(port, pids, STEADY))
+        ours_s = cpu_seconds(ours) - ours_before
+        self.others_s += core_busy_s(self.core) - busy_before - ours_s
+        self.wall_s += time.perf_counter() - started
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            **summarize(self.runs),
+            "added_ttft_p99_ms": added_ttft_p99_ms(self.runs),
+            "others_on_proxy_core": round(max(self.others_s, 0.0) / self.wall_s, 3),
+        }
+
+
+def combined(sent: list[dict[str, Any]]) -> dict[str, Any]:
+    """The span sender's runs (one per round) as one: sums, and the worst latencies."""
+    spans = sum(run["spans_acknowledged"] for run in sent)
+    elapsed_s = sum(run["elapsed_s"] for run in sent)
+    statuses: Counter[str] = Counter()
+    for run in sent:
+        statuses.update(run["statuses"])
+    return {
+        "offered_spans_per_s": sent[0]["offered_spans_per_s"],
+        "exports": sum(run["exports"] for run in sent),
+        "spans_acknowledged": spans,
+        "statuses": dict(statuses),
+        "elapsed_s": round(elapsed_s, 3),
+        "achieved_spans_per_s": round(spans / elapsed_s, 1),
+        "export_ms_p50": statistics.median(run["export_ms_p50"] for run in sent),
+        **{key: max(run[key] for run in sent) for key in ("export_ms_p99", "export_ms_max")},
+        "max_lag_ms": max(run["max_lag_ms"] for run in sent),
+    }
 
 
 def added_ttft_p99_ms(runs: dict[str, list[Measured]]) -> dict[str, float]:
@@ -131,11 +165,19 @@ def test_span_intake_while_proxying(tmp_path: Path) -> None:
         warm_up = Load(STEADY.streams, 1, 0.0, lockstep=True)
         for port, _pids in variants.values():  # connections, caches, label children
             asyncio.run(drive(port, warm_up))
-        quiet, others_quiet = rounds(variants, core)
-        with exporter(proxy_port, other_core, tmp_path / "paced.json", GOAL_SPANS_PER_S):
-            time.sleep(SETTLE_S)
-            busy, others_busy = rounds(variants, core)
-        paced = json.loads((tmp_path / "paced.json").read_text())
+        # Rounds alternate between no spans and spans (the exporter started afresh each
+        # round), so a change in what else this machine runs falls on both alike.
+        quiet, busy = Phase(core), Phase(core)
+        sent, names = [], list(variants)
+        for round_index in range(ROUNDS):
+            order = names[round_index:] + names[:round_index]
+            quiet.one_round(variants, order)
+            out = tmp_path / f"paced-{round_index}.json"
+            with exporter(proxy_port, other_core, out, GOAL_SPANS_PER_S):
+                time.sleep(SETTLE_S)
+                busy.one_round(variants, order)
+            sent.append(json.loads(out.read_text()))
+        paced = combined(sent)
         cpu_before = cpu_seconds([px.pid])
         with exporter(proxy_port, other_core, tmp_path / "flat.json", 0, FLAT_OUT_S) as sender:
             sender.wait(timeout=FLAT_OUT_S + 60)
@@ -145,16 +187,8 @@ def test_span_intake_while_proxying(tmp_path: Path) -> None:
         )
         counts = intake_counts(proxy_port)
     report = {
-        "no spans": {
-            **summarize(quiet),
-            "added_ttft_p99_ms": added_ttft_p99_ms(quiet),
-            "others_on_proxy_core": others_quiet,
-        },
-        "5,000 spans/s": {
-            **summarize(busy),
-            "added_ttft_p99_ms": added_ttft_p99_ms(busy),
-            "others_on_proxy_core": others_busy,
-        },
+        "no spans": quiet.summary(),
+        "5,000 spans/s": busy.summary(),
         "spans paced": paced,
         "spans back to back": flat,
         "proxy /metrics": counts,
