@@ -11,10 +11,14 @@ same function: their logits are compared first. Then, one thread each:
   ratios (load from other processes on a shared machine comes and goes, and hits both alike).
   Each format also runs with `compile=True` (engine/compiled.py: the decode forward compiled
   by inductor; a format whose kernel does not trace prints why and runs eagerly).
-  Goal: the best of our formats at least llama.cpp's, on both shapes (at 5M parameters a
-  step is per-op overhead more than bytes read: the compiled forms are the ones that pay);
-- 16 concurrent requests through continuous batching, aggregate tokens/s, against llama.cpp's
-  single stream (its Python server runs one request at a time). Goal: at least 2x;
+  Goal: the format named for each shape in JUDGED, chosen before measuring (from the runs the
+  README reports: int4 compiled at 5M, 1.14-1.18x; int4 at 75M, 2.32x), at least llama.cpp's
+  (at 5M parameters a step is per-op overhead more than bytes read: the compiled forms are
+  the ones that pay). The other formats are measured and printed, not judged: taking the best
+  of eight after the fact would pass on the luck of one noisy format;
+- 16 concurrent requests through continuous batching with the judged format, aggregate
+  tokens/s, against llama.cpp's single stream (its Python server runs one request at a time).
+  Goal: at least 2x;
 - resident memory of the model: each format loaded in a fresh process, RSS after one
   generation minus RSS before loading (torch and the engine imported). Goal: int8 at most
   0.35x of float32's.
@@ -62,7 +66,9 @@ FORMATS = {
     **WEIGHT_FORMATS,
     **{f"{fmt}+compile": {**options, "compile": True} for fmt, options in WEIGHT_FORMATS.items()},
 }
-RESULTS: dict[str, Any] = {}
+# The format judged against llama.cpp at each shape, named before anything is measured.
+JUDGED = {"5M": "int4+compile", "75M": "int4"}
+assert set(JUDGED) == set(SHAPES) and set(JUDGED.values()) <= set(FORMATS)
 
 
 @pytest.fixture(scope="module", params=list(SHAPES))
@@ -154,13 +160,13 @@ def test_batch_one_and_concurrent_against_llama_cpp(shape: tuple) -> None:
                 theirs.append(NEW_TOKENS / reference)
                 rates[fmt].append(NEW_TOKENS / ours)
                 ratios[fmt].append(reference / ours)
-        best = max(FORMATS, key=lambda fmt: statistics.median(ratios[fmt]))
+        judged = JUDGED[name]
         fallbacks = {
             fmt: getattr(engine.model.compiled_forward, "fallback", None)
             for fmt, engine in engines.items()
         }
         concurrent = statistics.median(
-            CONCURRENT * NEW_TOKENS / engine_round(engines[best], CONCURRENT) for _ in range(2)
+            CONCURRENT * NEW_TOKENS / engine_round(engines[judged], CONCURRENT) for _ in range(2)
         )
     finally:
         for engine in engines.values():
@@ -174,11 +180,12 @@ def test_batch_one_and_concurrent_against_llama_cpp(shape: tuple) -> None:
             f"{statistics.median(ratios[fmt]):.2f}x llama.cpp (median of paired rounds){eager}"
         )
     print(
-        f"{name}: ours {best} x{CONCURRENT} concurrent: {concurrent:.0f} tok/s aggregate, "
-        f"{concurrent / single:.1f}x llama.cpp's single stream"
+        f"{name}: ours {judged} (judged) x{CONCURRENT} concurrent: {concurrent:.0f} tok/s "
+        f"aggregate, {concurrent / single:.1f}x llama.cpp's single stream"
     )
-    RESULTS[name] = {"llama_cpp": single, "ratios": ratios, "concurrent": concurrent}
-    assert statistics.median(ratios[best]) >= 1.0, (name, best, ratios[best])
+    # A judged format that fell back to eager mode is not the format that was named.
+    assert fallbacks[judged] is None, (name, judged, fallbacks[judged])
+    assert statistics.median(ratios[judged]) >= 1.0, (name, judged, ratios[judged])
     assert concurrent >= 2 * single, (name, concurrent, single)
 
 
