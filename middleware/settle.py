@@ -12,6 +12,7 @@ from middleware.capture import CaptureBuffer, ContentCapture
 from middleware.exchange import Exchange
 from middleware.histograms import bucket_counts
 from middleware.intake import SpanJoin, apply_engine_span
+from middleware.intake.propagate import upstream_request_id
 from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
 from middleware.reporting import classify_outcome, record_fields, span_attributes
@@ -90,7 +91,7 @@ class Reporter:
             return produced_tokens
         trace_id = ids[0] if ids is not None else self.tracer.trace_id_from_header(headers)
         upstream_id = headers.get("x-request-id") or (
-            timeline.request_id if self.propagate_trace else None
+            upstream_request_id(timeline.request_id) if self.propagate_trace else None
         )
         wait_s = self.span_join.settle(
             trace_id or f"request:{timeline.request_id}",

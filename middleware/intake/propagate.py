@@ -2,15 +2,26 @@
 
 The engine (vLLM, SGLang, TGI) makes its request span a child of the W3C `traceparent` the
 request carries. We send one naming our own request span (the client's trace id when it sent
-one, a new one otherwise) and an `X-Request-Id` (ours) when the client sent none: the keys
-the span join finds the engine's span by.
+one, a new one otherwise) and an `X-Request-Id` when the client sent none: the keys the span
+join finds the engine's span by. The id we send is a UUID made from our request id
+(`upstream_request_id`): servers that validate the header as one (llama-cpp-python's, through
+starlette-context) answer anything else with a 400.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import uuid
 
 from middleware.types import Scope
+
+
+def upstream_request_id(request_id: str) -> str:
+    """The `X-Request-Id` sent upstream for our request `request_id`: a version-4 UUID made
+    from it (the same one every time, so the join finds the engine's span by it)."""
+    digest = hashlib.md5(request_id.encode(), usedforsecurity=False).digest()
+    return str(uuid.UUID(bytes=digest, version=4))
 
 
 def propagate_context(scope: Scope, headers: dict[str, str], request_id: str) -> tuple[str, str]:
@@ -24,6 +35,6 @@ def propagate_context(scope: Scope, headers: dict[str, str], request_id: str) ->
     raw = [(key, value) for key, value in scope.get("headers", ()) if key.lower() != b"traceparent"]
     raw.append((b"traceparent", f"00-{trace_id}-{span_id}-{flags}".encode()))
     if "x-request-id" not in headers:
-        raw.append((b"x-request-id", request_id.encode()))
+        raw.append((b"x-request-id", upstream_request_id(request_id).encode()))
     scope["headers"] = raw
     return trace_id, span_id
