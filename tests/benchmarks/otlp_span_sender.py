@@ -26,7 +26,7 @@ import signal
 import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from urllib.parse import urlsplit
@@ -120,21 +120,21 @@ def _only(body: bytes, needle: bytes) -> int:
 class Sent:
     exports: int = 0
     spans_acknowledged: int = 0  # spans of exports answered 200
-    statuses: Counter[str] | None = None
+    statuses: Counter[str] = field(default_factory=Counter)
     first_sent_s: float = 0.0
     last_answered_s: float = 0.0
-    latencies_s: list[float] | None = None
+    latencies_s: list[float] = field(default_factory=list)
     max_lag_s: float = 0.0  # how late the latest export left, against its schedule
 
     def summary(self, rate: float, batch: int) -> dict[str, object]:
-        latencies = sorted(self.latencies_s or [0.0])
+        latencies = sorted(self.latencies_s) or [0.0]
         elapsed_s = max(self.last_answered_s - self.first_sent_s, 1e-9)
         return {
             "offered_spans_per_s": rate,
             "spans_per_export": batch,
             "exports": self.exports,
             "spans_acknowledged": self.spans_acknowledged,
-            "statuses": dict(self.statuses or {}),
+            "statuses": dict(self.statuses),
             "elapsed_s": round(elapsed_s, 3),
             "achieved_spans_per_s": round(self.spans_acknowledged / elapsed_s, 1),
             "export_ms_p50": round(statistics.median(latencies) * 1e3, 2),
@@ -150,7 +150,7 @@ def send(url: str, export: Export, rate: float, seconds: float | None, stop: lis
     connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=60)
     headers = {"Content-Type": "application/x-protobuf"}
     interval_s = export.spans / rate if rate > 0 else 0.0
-    sent = Sent(statuses=Counter(), latencies_s=[])
+    sent = Sent()
     started = time.perf_counter()
     sent.first_sent_s = started
     while not stop[0]:
