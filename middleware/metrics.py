@@ -13,11 +13,13 @@ batches: whenever the registry is read, and at most FLUSH_EVERY_S after a reques
 output carries exemplars with trace ids. With `PROMETHEUS_MULTIPROC_DIR` set (multi-worker
 servers), values go through prometheus_client's multiprocess files, flushed after every request,
 and `/metrics` aggregates every worker.
+
+The engine's series (its gauges, step counters, scheduler tier isolation, GPUs) are
+`middleware.engine_series.EngineSeries`, which a MetricSet owns and registers with its own.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -26,19 +28,20 @@ from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_TYPE
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
+from middleware.engine_series import EngineSeries
 from middleware.histograms import BucketCounts, HistogramBatch, bucket_counts
+from middleware.instruments import counter, histogram
 from middleware.timeline import Breakdown
 from slo.sli import (
     CATALOG,
     LATENCY_FIELDS,
     OUTCOMES,
     PER_REQUEST_LATENCY_SLIS,
-    SHED_REASONS,
     buckets_for,
 )
 from slo.spec import SLOSpec
@@ -54,14 +57,6 @@ REQUEST_HISTOGRAMS = PER_REQUEST_LATENCY_SLIS
 _latencies = attrgetter(*(LATENCY_FIELDS[name] for name in REQUEST_HISTOGRAMS))
 # Histograms that carry the trace id as an exemplar (OpenMetrics), when there is one.
 EXEMPLAR_HISTOGRAMS = ("ttft", "e2e")
-ENGINE_GAUGES = ("queue_depth", "running", "batch_size", "kv_usage")
-# Catalog counter -> the StepStats field that feeds it.
-ENGINE_COUNTERS = {
-    "prefix_cache_queries": "prefix_cache_queried_tokens",
-    "prefix_cache_hits": "prefix_cache_hit_tokens",
-    "spec_decode_draft_tokens": "spec_draft_tokens",
-    "spec_decode_accepted_tokens": "spec_accepted_tokens",
-}
 # Counters of the middleware's own losses, read from the store and the span processor.
 LOSS_COUNTERS = ("records_dropped", "records_spooled", "spans_dropped")
 # The span join's counters (middleware.intake.JoinCounts field per catalog name).
@@ -72,18 +67,6 @@ INTAKE_COUNTERS = {
     "engine_span_exports_rejected": "rejected",
     "engine_span_waits_expired": "waited_in_vain",
 }
-GPU_GAUGES = ("gpu_utilization", "gpu_memory")
-
-
-def _base_name(metric: str, kind: str) -> str:
-    # prometheus_client appends `_total` to counters itself.
-    return metric[: -len("_total")] if kind == "counter" and metric.endswith("_total") else metric
-
-
-def _labels(name: str, tier: str, model: str) -> tuple[str, ...]:
-    """The catalog metric `name`'s label values, in its label order (tier only if it has one)."""
-    values = {"tier": tier, "model": model}
-    return tuple(values[label] for label in CATALOG[name].labels)
 
 
 # The histograms fed one value per request, in the order `MetricSet.observe` reads them.
@@ -156,32 +139,20 @@ class MetricSet:
         self.registry.register(_Flusher(self))
         self.model = model
         self.spec = spec
-        self._tier_by_priority = {tier.priority: tier.name for tier in spec.tiers}
         self.histograms = {
-            name: self._histogram(name, buckets_for(name, spec))
+            name: histogram(self.registry, name, buckets_for(name, spec))
             for name in (*REQUEST_HISTOGRAMS, "itl", "input_tokens", "output_tokens")
         }
-        self.requests = self._counter("requests")
-        self.output_tokens_total = self._counter("throughput")
-        self.cold_start = self._histogram("cold_start", CATALOG["cold_start"].default_buckets)
-        self.gauges: dict[str, Gauge] = {}
-        for name in (*ENGINE_GAUGES, *GPU_GAUGES):
-            sli = CATALOG[name]
-            self.gauges[name] = Gauge(
-                sli.metric,
-                sli.description,
-                labelnames=sli.labels,
-                registry=self.registry,
-                multiprocess_mode="livesum" if name == "queue_depth" else "max",
-            )
-        # Engine counters, fed from each step's stats (prefix cache and speculative decoding).
-        self.engine_counters = {
-            name: self._counter(name).labels(model=model) for name in ENGINE_COUNTERS
-        }
-        self._bind_scheduler_metrics(spec, model)
+        self.requests = counter(self.registry, "requests")
+        self.output_tokens_total = counter(self.registry, "throughput")
+        self.cold_start = histogram(
+            self.registry, "cold_start", CATALOG["cold_start"].default_buckets
+        )
+        self.engine = EngineSeries(self.registry, spec, model, self.multiprocess)
+        self.gauges = self.engine.gauges  # the live page reads the engine's state from them
         self.losses: dict[str, Any] = {}
         for name in (*LOSS_COUNTERS, *INTAKE_COUNTERS):
-            self.losses[name] = self._counter(name).labels(model=model)
+            self.losses[name] = counter(self.registry, name).labels(model=model)
             self.losses[name].inc(0)  # exported as 0 from the start: alerts need the series
         self._losses_seen = dict.fromkeys((*LOSS_COUNTERS, *INTAKE_COUNTERS), 0)
         self._bounds = {name: buckets_for(name, spec) for name in (*PER_REQUEST, "itl")}
@@ -193,59 +164,11 @@ class MetricSet:
         # Other workers read a worker's values from its files: multiprocess mode flushes at once.
         self._flush_every_s = 0.0 if self.multiprocess else FLUSH_EVERY_S
         self._flush_at = 0.0
-        self._engine_wide = False  # engine gauges come from an engine that knows no tiers
-        self._queue_depth = {
-            tier.name: self.gauges["queue_depth"].labels(tier=tier.name, model=model)
-            for tier in spec.tiers
-        }
         for tier in spec.tiers:
             for route in sorted(set(routes)):
                 self._bound(tier.name, route)
                 for outcome in OUTCOMES:
                     self._outcome(tier.name, route, outcome)
-
-    def _bind_scheduler_metrics(self, spec: SLOSpec, model: str) -> None:
-        """Tier isolation: preemptions, queue waits and sheds per tier, chunks per step. Every
-        child is made now, at 0, keyed by the tier's priority (what the engine reports)."""
-        preemptions = self._preemption_counter = self._counter("preemptions")
-        queue_wait = self._histogram(
-            "scheduler_queue_wait", CATALOG["scheduler_queue_wait"].default_buckets
-        )
-        shed = self._counter("shed")
-        self.prefill_chunks = self._histogram(
-            "prefill_chunks", CATALOG["prefill_chunks"].default_buckets
-        ).labels(model=model)
-        self._preemptions: dict[int, Any] = {}
-        self._queue_wait: dict[int, Any] = {}
-        self._shed: dict[tuple[int, str], Any] = {}
-        for tier in spec.tiers:
-            self._preemptions[tier.priority] = preemptions.labels(tier=tier.name, model=model)
-            self._preemptions[tier.priority].inc(0)
-            self._queue_wait[tier.priority] = queue_wait.labels(tier=tier.name, model=model)
-            for reason in SHED_REASONS:
-                child = shed.labels(tier=tier.name, model=model, reason=reason)
-                child.inc(0)
-                self._shed[(tier.priority, reason)] = child
-
-    def _counter(self, name: str) -> Counter:
-        """The catalog's counter `name` (prometheus_client adds the `_total` suffix itself)."""
-        sli = CATALOG[name]
-        return Counter(
-            _base_name(sli.metric, "counter"),
-            sli.description,
-            labelnames=sli.labels,
-            registry=self.registry,
-        )
-
-    def _histogram(self, name: str, buckets: tuple[float, ...]) -> Histogram:
-        sli = CATALOG[name]
-        return Histogram(
-            sli.metric,
-            sli.description,
-            labelnames=sli.labels,
-            buckets=buckets,
-            registry=self.registry,
-        )
 
     def _bound(self, tier: str, route: str) -> _Bound:
         key = (tier, route)
@@ -253,7 +176,7 @@ class MetricSet:
         if bound is None:
             labels = {"tier": tier, "model": self.model, "route": route}
             bound = self._children[key] = _Bound(
-                {name: histogram.labels(**labels) for name, histogram in self.histograms.items()},
+                {name: metric.labels(**labels) for name, metric in self.histograms.items()},
                 self._bounds,
                 self.output_tokens_total.labels(**labels),
             )
@@ -364,77 +287,16 @@ class MetricSet:
                 bound.output_tokens = 0
 
     def observe_engine_step(self, stats: Any) -> None:
-        """Engine gauges from the bundled engine's `on_step(StepStats)`."""
-        model = self.model
-        self.gauges["running"].labels(model=model).set(stats.num_running)
-        self.gauges["batch_size"].labels(model=model).set(stats.batch_size)
-        self.gauges["kv_usage"].labels(model=model).set(stats.kv_usage)
-        waiting = dict.fromkeys(self._queue_depth, 0)
-        for priority, count in stats.waiting_by_priority.items():
-            tier = self._tier_by_priority.get(priority)
-            if tier is not None:
-                waiting[tier] += count
-        for tier, child in self._queue_depth.items():
-            child.set(waiting[tier])
-        for name, field in ENGINE_COUNTERS.items():
-            amount = getattr(stats, field, 0)
-            if amount:
-                self.engine_counters[name].inc(amount)
-        self._observe_scheduler(stats)
+        """Engine gauges from the bundled engine's `on_step(StepStats)` (`EngineSeries`)."""
+        self.engine.observe_step(stats)
 
     def set_engine_gauges(self, values: Mapping[str, float], preempted: float = 0.0) -> None:
-        """Engine gauges from another engine's own numbers (`slo proxy` reading its /metrics),
-        by ENGINE_GAUGES name; a name missing from `values` is not exported (unknown, not 0).
-        `preempted`: preemptions since the last call.
-
-        Such an engine knows nothing of the spec's tiers, so its queue depth and preemptions
-        are engine-wide: they go to the spec's default tier (where requests no rule matches
-        fall), and the other tiers' queue and preemption series are no longer exported (a 0
-        there would say those tiers wait for nothing)."""
-        default, model = self.spec.default_tier, self.model
-        if not self._engine_wide and not self.multiprocess:  # no removal across processes
-            for tier in self.spec.tiers:
-                if tier is not default:
-                    self.gauges["queue_depth"].remove(*_labels("queue_depth", tier.name, model))
-                    self._preemption_counter.remove(*_labels("preemptions", tier.name, model))
-        self._engine_wide = True
-        for name in ENGINE_GAUGES:
-            labels = _labels(name, default.name, model)
-            value = values.get(name)
-            if value is not None:
-                self.gauges[name].labels(*labels).set(value)
-            else:
-                with contextlib.suppress(KeyError):  # older prometheus_client raise when absent
-                    self.gauges[name].remove(*labels)
-        if preempted > 0:
-            self._preemptions[default.priority].inc(preempted)
-
-    def _observe_scheduler(self, stats: Any) -> None:
-        """Tier-isolation metrics from a step; engines whose StepStats predate them report
-        nothing here (getattr defaults). Priorities no tier has are not counted."""
-        chunks = getattr(stats, "prefill_chunks", 0)  # observed for steps that did work
-        if chunks or getattr(stats, "prefill_tokens", 0) or getattr(stats, "decode_tokens", 0):
-            self.prefill_chunks.observe(chunks)
-        for priority, count in getattr(stats, "preempted_by_priority", {}).items():
-            child = self._preemptions.get(priority)
-            if child is not None:
-                child.inc(count)
-        for priority, wait_s in getattr(stats, "queue_waits", ()):
-            child = self._queue_wait.get(priority)
-            if child is not None:
-                child.observe(wait_s)
-        for priority, reason in getattr(stats, "shed", ()):
-            child = self._shed.get((priority, reason))
-            if child is not None:
-                child.inc()
+        """Engine gauges from another engine's own numbers, engine-wide, in the default tier
+        (`EngineSeries.set_engine_wide`); `preempted`: preemptions since the last call."""
+        self.engine.set_engine_wide(values, preempted)
 
     def observe_gpus(self, gpus: Iterable[Any]) -> None:
-        for gpu in gpus:
-            index = str(gpu.index)
-            self.gauges["gpu_utilization"].labels(model=self.model, gpu=index).set(
-                gpu.utilization_percent / 100
-            )
-            self.gauges["gpu_memory"].labels(model=self.model, gpu=index).set(gpu.memory_used_bytes)
+        self.engine.observe_gpus(gpus)
 
     def observe_losses(self, store: Any | None, span_drops: Any, join_counts: Any = None) -> None:
         """Bring the loss counters up to the running totals of the record store, the span

@@ -1,0 +1,161 @@
+"""The engine's series: gauges of its state (queue, running, batch, KV cache), counters of its
+steps (prefix cache, speculative decoding), its scheduler's tier isolation (preemptions, queue
+waits, sheds per tier, prefill chunks per step) and the GPUs' gauges.
+
+Fed by the bundled engine's steps (`observe_step`), by another engine's own `/metrics`
+(`set_engine_wide`, from `slo proxy --upstream-metrics`) and by GPU readings (`observe_gpus`).
+Every per-tier child is made at construction, at 0, keyed by the tier's priority (what the
+engine reports). `middleware.metrics.MetricSet` owns one, in its registry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from middleware.instruments import counter, gauge, histogram, label_values
+from slo.sli import CATALOG, SHED_REASONS
+from slo.spec import SLOSpec
+
+ENGINE_GAUGES = ("queue_depth", "running", "batch_size", "kv_usage")
+# Catalog counter -> the StepStats field that feeds it.
+ENGINE_COUNTERS = {
+    "prefix_cache_queries": "prefix_cache_queried_tokens",
+    "prefix_cache_hits": "prefix_cache_hit_tokens",
+    "spec_decode_draft_tokens": "spec_draft_tokens",
+    "spec_decode_accepted_tokens": "spec_accepted_tokens",
+}
+GPU_GAUGES = ("gpu_utilization", "gpu_memory")
+
+
+class EngineSeries:
+    """The engine's and GPUs' metrics for one model, registered in `registry`."""
+
+    def __init__(
+        self, registry: CollectorRegistry, spec: SLOSpec, model: str, multiprocess: bool
+    ) -> None:
+        """`multiprocess`: values go through prometheus_client's multiprocess files, where a
+        removed child cannot be removed from the other workers' files."""
+        self.spec = spec
+        self.model = model
+        self._multiprocess = multiprocess
+        self._tier_by_priority = {tier.priority: tier.name for tier in spec.tiers}
+        self.gauges: dict[str, Gauge] = {
+            # A queue's depth adds up across workers; the other gauges are the engine's own.
+            name: gauge(registry, name, "livesum" if name == "queue_depth" else "max")
+            for name in (*ENGINE_GAUGES, *GPU_GAUGES)
+        }
+        # Engine counters, fed from each step's stats (prefix cache and speculative decoding).
+        self.engine_counters = {
+            name: counter(registry, name).labels(model=model) for name in ENGINE_COUNTERS
+        }
+        self._bind_scheduler_metrics(registry)
+        self._engine_wide = False  # engine gauges come from an engine that knows no tiers
+        self._queue_depth = {
+            tier.name: self.gauges["queue_depth"].labels(tier=tier.name, model=model)
+            for tier in spec.tiers
+        }
+
+    def _bind_scheduler_metrics(self, registry: CollectorRegistry) -> None:
+        """Tier isolation: preemptions, queue waits and sheds per tier, chunks per step. Every
+        child is made now, at 0, keyed by the tier's priority (what the engine reports)."""
+        model = self.model
+        preemptions = self._preemption_counter = counter(registry, "preemptions")
+        queue_wait = histogram(
+            registry, "scheduler_queue_wait", CATALOG["scheduler_queue_wait"].default_buckets
+        )
+        shed = counter(registry, "shed")
+        self.prefill_chunks = histogram(
+            registry, "prefill_chunks", CATALOG["prefill_chunks"].default_buckets
+        ).labels(model=model)
+        self._preemptions: dict[int, Any] = {}
+        self._queue_wait: dict[int, Any] = {}
+        self._shed: dict[tuple[int, str], Any] = {}
+        for tier in self.spec.tiers:
+            self._preemptions[tier.priority] = preemptions.labels(tier=tier.name, model=model)
+            self._preemptions[tier.priority].inc(0)
+            self._queue_wait[tier.priority] = queue_wait.labels(tier=tier.name, model=model)
+            for reason in SHED_REASONS:
+                child = shed.labels(tier=tier.name, model=model, reason=reason)
+                child.inc(0)
+                self._shed[(tier.priority, reason)] = child
+
+    def observe_step(self, stats: Any) -> None:
+        """Engine gauges, counters and tier isolation from the bundled engine's
+        `on_step(StepStats)`."""
+        model = self.model
+        self.gauges["running"].labels(model=model).set(stats.num_running)
+        self.gauges["batch_size"].labels(model=model).set(stats.batch_size)
+        self.gauges["kv_usage"].labels(model=model).set(stats.kv_usage)
+        waiting = dict.fromkeys(self._queue_depth, 0)
+        for priority, count in stats.waiting_by_priority.items():
+            tier = self._tier_by_priority.get(priority)
+            if tier is not None:
+                waiting[tier] += count
+        for tier, child in self._queue_depth.items():
+            child.set(waiting[tier])
+        for name, field in ENGINE_COUNTERS.items():
+            amount = getattr(stats, field, 0)
+            if amount:
+                self.engine_counters[name].inc(amount)
+        self._observe_scheduler(stats)
+
+    def _observe_scheduler(self, stats: Any) -> None:
+        """Tier-isolation metrics from a step; engines whose StepStats predate them report
+        nothing here (getattr defaults). Priorities no tier has are not counted."""
+        chunks = getattr(stats, "prefill_chunks", 0)  # observed for steps that did work
+        if chunks or getattr(stats, "prefill_tokens", 0) or getattr(stats, "decode_tokens", 0):
+            self.prefill_chunks.observe(chunks)
+        for priority, count in getattr(stats, "preempted_by_priority", {}).items():
+            child = self._preemptions.get(priority)
+            if child is not None:
+                child.inc(count)
+        for priority, wait_s in getattr(stats, "queue_waits", ()):
+            child = self._queue_wait.get(priority)
+            if child is not None:
+                child.observe(wait_s)
+        for priority, reason in getattr(stats, "shed", ()):
+            child = self._shed.get((priority, reason))
+            if child is not None:
+                child.inc()
+
+    def set_engine_wide(self, values: Mapping[str, float], preempted: float = 0.0) -> None:
+        """Engine gauges from another engine's own numbers (`slo proxy` reading its /metrics),
+        by ENGINE_GAUGES name; a name missing from `values` is not exported (unknown, not 0).
+        `preempted`: preemptions since the last call.
+
+        Such an engine knows nothing of the spec's tiers, so its queue depth and preemptions
+        are engine-wide: they go to the spec's default tier (where requests no rule matches
+        fall), and the other tiers' queue and preemption series are no longer exported (a 0
+        there would say those tiers wait for nothing)."""
+        default, model = self.spec.default_tier, self.model
+        if not self._engine_wide and not self._multiprocess:  # no removal across processes
+            for tier in self.spec.tiers:
+                if tier is not default:
+                    self.gauges["queue_depth"].remove(
+                        *label_values("queue_depth", tier.name, model)
+                    )
+                    self._preemption_counter.remove(*label_values("preemptions", tier.name, model))
+        self._engine_wide = True
+        for name in ENGINE_GAUGES:
+            labels = label_values(name, default.name, model)
+            value = values.get(name)
+            if value is not None:
+                self.gauges[name].labels(*labels).set(value)
+            else:
+                with contextlib.suppress(KeyError):  # older prometheus_client raise when absent
+                    self.gauges[name].remove(*labels)
+        if preempted > 0:
+            self._preemptions[default.priority].inc(preempted)
+
+    def observe_gpus(self, gpus: Iterable[Any]) -> None:
+        """Each GPU's utilization (0-1) and memory in use, labelled by its index."""
+        for gpu in gpus:
+            index = str(gpu.index)
+            self.gauges["gpu_utilization"].labels(model=self.model, gpu=index).set(
+                gpu.utilization_percent / 100
+            )
+            self.gauges["gpu_memory"].labels(model=self.model, gpu=index).set(gpu.memory_used_bytes)
