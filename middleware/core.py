@@ -254,6 +254,8 @@ class LatencyMiddleware:
         state["request_id"] = request_id
         state["tier"] = tier.name
         ids = propagate_context(scope, headers, request_id) if self.propagate_trace else None
+        join_keys = self.reporter.join_keys(request_id, headers, ids)
+        self.span_join.begin(*join_keys)  # its engine span may come before it ends
         exchange = await self._exchange(scope, receive, send, timeline)
         self.bridge.register(timeline)
         context_token = set_current_timeline(timeline)
@@ -266,6 +268,7 @@ class LatencyMiddleware:
         finally:
             reset_current_timeline(context_token)
             self.bridge.unregister(timeline)
+            self.span_join.end(*join_keys)
             try:
                 exchange.settle()
                 output_tokens = self.reporter.finish(
@@ -277,6 +280,7 @@ class LatencyMiddleware:
                     raised,
                     ids,
                     state.get("capture"),
+                    join_keys,
                 )
                 charge_tokens = state.get("charge_tokens")
                 if charge_tokens is not None:  # the key's tokens-per-minute bucket

@@ -71,6 +71,7 @@ class Reporter:
         raised: bool,
         ids: tuple[str, str] | None,
         captured: CaptureBuffer | None = None,
+        join_keys: tuple[str, str | None] | None = None,
     ) -> int:
         """Settle one request: reported now, or once the engine's span comes (a bounded
         wait); the output tokens it produced."""
@@ -89,18 +90,24 @@ class Reporter:
         if outcome != "ok" or timeline.engine_reported:
             self.report(finished, None)  # no engine span comes for what no engine ran
             return produced_tokens
-        trace_id = ids[0] if ids is not None else self.tracer.trace_id_from_header(headers)
-        upstream_id = headers.get("x-request-id") or (
-            upstream_request_id(timeline.request_id) if self.propagate_trace else None
-        )
+        trace_key, upstream_id = join_keys or self.join_keys(timeline.request_id, headers, ids)
         wait_s = self.span_join.settle(
-            trace_id or f"request:{timeline.request_id}",
-            upstream_id,
-            lambda span: self.report(finished, span),
+            trace_key, upstream_id, lambda span: self.report(finished, span)
         )
         if wait_s is not None:
             asyncio.get_running_loop().call_later(wait_s, self._expire_waits)
         return produced_tokens
+
+    def join_keys(
+        self, request_id: str, headers: dict[str, str], ids: tuple[str, str] | None
+    ) -> tuple[str, str | None]:
+        """The keys the engine's span finds this request by: its trace id (or, with none, a
+        key of its own), and the request id the engine was sent."""
+        trace_id = ids[0] if ids is not None else self.tracer.trace_id_from_header(headers)
+        upstream_id = headers.get("x-request-id") or (
+            upstream_request_id(request_id) if self.propagate_trace else None
+        )
+        return trace_id or f"request:{request_id}", upstream_id
 
     def _expire_waits(self) -> None:
         """Report the requests whose wait for an engine span is over; a timer that fired

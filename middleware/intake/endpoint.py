@@ -38,7 +38,9 @@ async def serve_traces(join: SpanJoin, scope: Scope, receive: Receive, send: Sen
         if not message.get("more_body", False):
             break
     try:
-        spans = decode_export(bytes(body), content_type, headers.get("content-encoding", ""))
+        spans = decode_export(
+            bytes(body), content_type, headers.get("content-encoding", ""), join.wanted
+        )
     except IntakeError as error:
         join.counts.rejected += 1
         await _answer(send, 400, f"POST /v1/traces: {error}", as_json)

@@ -17,6 +17,10 @@ Every dropped span is counted.
 
 Keys: the trace id (the proxy sends the engine a `traceparent` of its own span), or the
 request id the engine reports (`X-Request-Id`, which vLLM may prefix, e.g. `chatcmpl-<id>`).
+A span is only worth reading when a request of ours is under one of its keys, in flight
+(`begin` .. `end`), waiting, or already joined (a duplicate): `wanted` tells the intake
+before it decodes the span's attributes, and counts the rest as unmatched at once (an
+engine exports every request's span, also those of clients that bypass us).
 Single-threaded: call it from the event loop that serves the requests.
 """
 
@@ -86,6 +90,8 @@ class SpanJoin:
         self._held: OrderedDict[str, tuple[float, SpanPhases]] = OrderedDict()  # early spans
         self._held_by_request: dict[str, str] = {}
         self._joined: OrderedDict[str, None] = OrderedDict()  # recent trace ids, for duplicates
+        self._in_flight: dict[str, int] = {}  # trace id -> requests of ours under it, running
+        self._in_flight_requests: dict[str, int] = {}  # their request ids
 
     @property
     def waiting(self) -> int:
@@ -94,6 +100,33 @@ class SpanJoin:
     @property
     def held(self) -> int:
         return len(self._held)
+
+    def begin(self, trace_id: str, request_id: str | None) -> None:
+        """A request of ours started under these keys: its span may come before it ends."""
+        self._in_flight[trace_id] = self._in_flight.get(trace_id, 0) + 1
+        if request_id:
+            self._in_flight_requests[request_id] = self._in_flight_requests.get(request_id, 0) + 1
+
+    def end(self, trace_id: str, request_id: str | None) -> None:
+        """That request ended (it is settled next: reported, or waiting)."""
+        _decrement(self._in_flight, trace_id)
+        if request_id:
+            _decrement(self._in_flight_requests, request_id)
+
+    def wanted(self, trace_id: str, request_id: str | None) -> bool:
+        """Whether an engine span under these keys can join a request of ours (in flight,
+        waiting, or joined: a duplicate); one that cannot is counted unmatched here."""
+        self._last_span_at = self.now()  # the engine exports spans
+        if trace_id in self._in_flight or trace_id in self._waiting or trace_id in self._joined:
+            return True
+        if trace_id in self._held:
+            return True  # a second copy of an early span: counted as a duplicate by `add`
+        for key in _request_keys(request_id):
+            if key in self._in_flight_requests or key in self._waiting_by_request:
+                return True
+        self.counts.spans += 1
+        self.counts.unmatched += 1
+        return False
 
     def expects_spans(self) -> bool:
         if self.expect != "auto":
@@ -207,6 +240,14 @@ class SpanJoin:
         self._joined[trace_id] = None
         while len(self._joined) > self.max_held:
             self._joined.popitem(last=False)
+
+
+def _decrement(counts: dict[str, int], key: str) -> None:
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
 
 
 def _request_keys(request_id: str | None) -> tuple[str, ...]:

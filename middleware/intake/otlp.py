@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
@@ -50,7 +50,13 @@ def _inflate(body: bytes, encoding: str) -> bytes:
     return data
 
 
-def decode_export(body: bytes, content_type: str, content_encoding: str = "") -> list[SpanPhases]:
+# Whether a span under (trace id, request id) is worth reading (`SpanJoin.wanted`).
+Wanted = Callable[[str, Any], bool]
+
+
+def decode_export(
+    body: bytes, content_type: str, content_encoding: str = "", wanted: Wanted | None = None
+) -> list[SpanPhases]:
     """The engine request spans of one export, read by their adapters."""
     encoding = content_encoding.strip().lower()
     if encoding in ("gzip", "deflate"):
@@ -63,9 +69,9 @@ def decode_export(body: bytes, content_type: str, content_encoding: str = "") ->
         raise IntakeError(f"export exceeds {MAX_EXPORT_BYTES} bytes; send smaller batches")
     kind = content_type.split(";")[0].strip().lower()
     if kind == "application/x-protobuf":
-        spans = _protobuf_spans(body)
+        spans = _protobuf_spans(body, wanted)
     elif kind == "application/json":
-        spans = _json_spans(body)
+        spans = _json_spans(body, wanted)
     else:
         raise IntakeError(
             f"Content-Type {content_type!r} is not OTLP; use application/x-protobuf or "
@@ -104,7 +110,9 @@ class _Claims:
             return keys
 
 
-def _protobuf_spans(body: bytes) -> Iterator[tuple[EngineAdapter, str, dict[str, Any]]]:
+def _protobuf_spans(
+    body: bytes, wanted: Wanted | None
+) -> Iterator[tuple[EngineAdapter, str, dict[str, Any]]]:
     from google.protobuf.message import DecodeError
 
     try:
@@ -121,11 +129,17 @@ def _protobuf_spans(body: bytes) -> Iterator[tuple[EngineAdapter, str, dict[str,
                 if adapter is None:
                     continue
                 keys, held = claims.keys(adapter), span.attributes
+                trace_id = span.trace_id.hex()
+                if wanted is not None:
+                    id_key = adapter.span_attributes.get("request_id")
+                    request_id = _proto_value(held[id_key]) if id_key in held else None
+                    if not wanted(trace_id, request_id):
+                        continue  # no request of ours: its attributes are never read
                 if keys is None:
                     attributes = {key: _proto_value(value) for key, value in held.items()}
                 else:
                     attributes = {key: _proto_value(held[key]) for key in keys if key in held}
-                yield adapter, span.trace_id.hex(), attributes
+                yield adapter, trace_id, attributes
 
 
 @cache
@@ -198,7 +212,9 @@ def _proto_value(value: Any) -> Any:
     return getattr(value, kind)
 
 
-def _json_spans(body: bytes) -> Iterator[tuple[EngineAdapter, str, dict[str, Any]]]:
+def _json_spans(
+    body: bytes, wanted: Wanted | None
+) -> Iterator[tuple[EngineAdapter, str, dict[str, Any]]]:
     try:
         request = json.loads(body)
     except ValueError as error:
@@ -216,11 +232,15 @@ def _json_spans(body: bytes) -> Iterator[tuple[EngineAdapter, str, dict[str, Any
                 adapter = claims.adapter(name) if isinstance(name, str) else None
                 if adapter is None:
                     continue
+                trace_id = _json_trace_id(span.get("traceId"))
                 attributes = {
                     item.get("key"): _json_value(item.get("value"))
                     for item in _list(span, "attributes")
                 }
-                yield adapter, _json_trace_id(span.get("traceId")), attributes
+                request_id = attributes.get(adapter.span_attributes.get("request_id", ""))
+                if wanted is not None and not wanted(trace_id, request_id):
+                    continue
+                yield adapter, trace_id, attributes
 
 
 def _list(holder: Any, key: str) -> list[Any]:

@@ -50,14 +50,24 @@ def assert_additive(record: Any) -> None:
     assert math.isclose(parts, record.e2e_s, abs_tol=1e-9)
 
 
-def test_a_span_that_came_first_splits_the_record(store: RecordStore) -> None:
+def test_a_span_that_came_before_the_response_ended_splits_the_record(
+    store: RecordStore,
+) -> None:
+    """vLLM ends its span when the engine finishes, which can be before the last HTTP byte:
+    the engine's export reaches /v1/traces while the request is still in flight."""
     clock = ScriptedClock()
-    app = LatencyMiddleware(
-        vllm_style_app(clock, []), store=store, clock=clock, engine_spans="always"
-    )
+    inner = vllm_style_app(clock, [])
+    app: LatencyMiddleware
+
+    async def engine(scope: Any, receive: Any, send: Any) -> None:
+        assert await post_traces(app, export(TRACE, 0.012, 0.02, 0.025)) == 200
+        await inner(scope, receive, send)
+
+    app = LatencyMiddleware(engine, store=store, clock=clock, engine_spans="always")
+    stray = export("2" * 32, 0.5, 0.5, 0.5)  # a trace no request of ours is under
 
     async def scenario() -> None:
-        assert await post_traces(app, export(TRACE, 0.012, 0.02, 0.025)) == 200
+        assert await post_traces(app, stray) == 200
         await call(app, clock, {"messages": [], "stream": True}, TRACEPARENT)
 
     asyncio.run(scenario())
@@ -68,7 +78,8 @@ def test_a_span_that_came_first_splits_the_record(store: RecordStore) -> None:
     )
     assert record.queue_prefill_s is None and record.trace_id == TRACE
     assert_additive(record)
-    assert app.span_join.counts.joined == 1
+    counts = app.span_join.counts
+    assert (counts.joined, counts.unmatched, app.span_join.held) == (1, 1, 0)
 
 
 def test_a_late_span_is_waited_for_and_none_leaves_the_wire_split(store: RecordStore) -> None:

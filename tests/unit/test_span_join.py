@@ -117,3 +117,21 @@ def test_a_vllm_completion_prompt_id_finds_its_request() -> None:
     join.settle("ours", "abc7", reports.append)
     join.add([span("theirs", request_id="cmpl-abc7-0")])
     assert [r.request_id for r in reports] == ["cmpl-abc7-0"]
+
+
+def test_only_spans_a_request_of_ours_can_take_are_wanted() -> None:
+    join, _clock, reports = make()
+    assert not join.wanted("stranger", "nobody")  # counted unmatched at once, never read
+    assert (join.counts.spans, join.counts.unmatched, join.held) == (1, 1, 0)
+    join.begin("t1", "r1")
+    assert join.wanted("t1", None) and join.wanted("other-trace", "chatcmpl-r1")
+    join.end("t1", "r1")
+    assert not join.wanted("t1", None)  # ended and not waiting: nothing can take it
+    join.begin("t2", None)
+    join.end("t2", None)
+    join.settle("t2", None, reports.append)  # waits for its span
+    assert join.wanted("t2", None)
+    join.add([span("t2")])
+    assert join.wanted("t2", None)  # joined: a second copy is read, and counted a duplicate
+    join.add([span("t2")])
+    assert join.counts.duplicates == 1 and len(reports) == 1
