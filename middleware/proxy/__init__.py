@@ -111,61 +111,71 @@ class ProxyApp:
         timeline = current_timeline()
         if timeline is not None:
             timeline.mark("upstream_start")
-        watch: asyncio.Task[None] | None = None
-        gone = _ClientGone()
+        exchange = _Exchange(receive, streamed_body)
         if not streamed_body:  # the whole request is in: watch for the client leaving
-            watch = asyncio.ensure_future(gone.watch(receive))
-        connection: UpstreamConnection | None = None
-        started = False
+            exchange.watch_client()
         try:
-            for attempt in (1, 2):
-                connection = await self._send_request(head, body, streamed_body, receive, gone)
-                if timeline is not None and streamed_body:
-                    timeline.mark("upstream_connected")
-                if watch is None:
-                    watch = asyncio.ensure_future(gone.watch(receive))
-                try:
-                    await connection.response_headers()
-                    break
-                except UpstreamError as error:
-                    # A reused keep-alive connection that the upstream closed just as it was
-                    # taken: retried once on a fresh one (the upstream saw no request).
-                    if attempt == 2 or not error.sent_nothing or streamed_body or gone.happened:
-                        raise
-                    self.pool.release(connection)
-                    connection = None
-            assert connection is not None  # the loop ends with a break or raises
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": connection.status,
-                    "headers": [
-                        (name, value)
-                        for name, value in connection.headers
-                        if name not in _HOP_BY_HOP
-                    ],
-                }
-            )
-            started = True
-            if scope["method"] == "HEAD":  # no body follows, whatever content-length says;
-                connection.abort()  # the parser would wait for one: not reused
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-                return
-            read = connection.read
-            while (piece := await read()) is not None:
-                await send({"type": "http.response.body", "body": piece, "more_body": True})
-            if watch is not None:
-                watch.cancel()  # before the last send: a completed response is no disconnect
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            connection = await self._connect(exchange, head, body)
+            await self._relay(exchange, connection, scope["method"], send)
         except UpstreamError as error:
-            if gone.happened:
+            if exchange.gone.happened:
                 return  # the client left: the middleware records it as cancelled
-            await self._fail(scope, send, error, started, connection)
+            await self._fail(scope, send, error, exchange.started, exchange.connection)
         finally:
-            if watch is not None:
-                watch.cancel()
-            if connection is not None:
+            # Whatever ended the exchange (a retry that raised included): nothing outlives it.
+            exchange.end(self.pool)
+
+    async def _connect(self, exchange: _Exchange, head: bytes, body: bytes) -> UpstreamConnection:
+        """A connection with the request written and the response's head read; it is held in
+        `exchange.connection` from the moment it is taken, so `_Exchange.end` gives it back."""
+        streamed_body, gone = exchange.streamed_body, exchange.gone
+        timeline = current_timeline()
+        first_try = True
+        while True:
+            connection = exchange.connection = await self._send_request(
+                head, body, streamed_body, exchange.receive, gone
+            )
+            if timeline is not None and streamed_body:
+                timeline.mark("upstream_connected")
+            if exchange.watch is None:
+                exchange.watch_client()
+            try:
+                await connection.response_headers()
+                return connection
+            except UpstreamError as error:
+                # A reused keep-alive connection that the upstream closed just as it was
+                # taken: retried once on a fresh one (the upstream saw no request).
+                if not first_try or not error.sent_nothing or streamed_body or gone.happened:
+                    raise
                 self.pool.release(connection)
+                exchange.connection = None
+                first_try = False
+
+    @staticmethod
+    async def _relay(
+        exchange: _Exchange, connection: UpstreamConnection, method: str, send: Send
+    ) -> None:
+        """The upstream's response to the client, piece by piece as it arrives."""
+        await send(
+            {
+                "type": "http.response.start",
+                "status": connection.status,
+                "headers": [
+                    (name, value) for name, value in connection.headers if name not in _HOP_BY_HOP
+                ],
+            }
+        )
+        exchange.started = True
+        if method == "HEAD":  # no body follows, whatever content-length says;
+            connection.abort()  # the parser would wait for one: not reused
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        read = connection.read
+        while (piece := await read()) is not None:
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        if exchange.watch is not None:
+            exchange.watch.cancel()  # before the last send: a completed response is no disconnect
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _send_request(
         self, head: bytes, body: bytes, streamed_body: bool, receive: Receive, gone: _ClientGone
@@ -273,6 +283,33 @@ class ProxyApp:
         # Mid-stream: an SSE error event, as OpenAI sends one (its client raises APIError).
         event = b"data: " + json.dumps(payload).encode() + b"\n\n"
         await send({"type": "http.response.body", "body": event, "more_body": False})
+
+
+class _Exchange:
+    """One request's state on its way through the proxy (never on the shared `ProxyApp`): the
+    upstream connection it holds, the task watching for the client leaving, and whether the
+    response to the client has started."""
+
+    __slots__ = ("connection", "gone", "receive", "started", "streamed_body", "watch")
+
+    def __init__(self, receive: Receive, streamed_body: bool) -> None:
+        self.receive = receive
+        self.streamed_body = streamed_body  # the body comes in parts, streamed through
+        self.gone = _ClientGone()
+        self.watch: asyncio.Task[None] | None = None
+        self.connection: UpstreamConnection | None = None
+        self.started = False
+
+    def watch_client(self) -> None:
+        self.watch = asyncio.ensure_future(self.gone.watch(self.receive))
+
+    def end(self, pool: UpstreamPool) -> None:
+        """Stops watching the client and gives the connection back (the pool decides whether
+        it can be reused)."""
+        if self.watch is not None:
+            self.watch.cancel()
+        if self.connection is not None:
+            pool.release(self.connection)
 
 
 class _ClientGone:
