@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.config import CheckpointError, ModelConfig
+from engine.config import ModelConfig
 from engine.quantize import Weight, linear, linear_add, weight_packer
+from engine.rope import rope_inverse_frequencies
 from engine.weights import pack_full_precision, repacks
 
 
@@ -34,38 +35,6 @@ class RMSNorm(nn.Module):
         variance = hidden.pow(2).mean(-1, keepdim=True)
         hidden = hidden * torch.rsqrt(variance + self.eps)
         return self.weight * hidden.to(input_dtype)
-
-
-def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
-    dim = config.head_dim
-    inv_freq = 1.0 / (
-        config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)
-    )
-    scaling = config.rope_scaling
-    if not scaling:
-        return inv_freq
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind == "default":
-        return inv_freq
-    if kind == "linear":
-        return inv_freq / float(scaling["factor"])
-    if kind == "llama3":
-        factor = float(scaling["factor"])
-        low_freq_factor = float(scaling["low_freq_factor"])
-        high_freq_factor = float(scaling["high_freq_factor"])
-        old_context = float(scaling["original_max_position_embeddings"])
-        low_freq_wavelen = old_context / low_freq_factor
-        high_freq_wavelen = old_context / high_freq_factor
-        wavelen = 2 * math.pi / inv_freq
-        scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
-        smooth = (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
-        return torch.where(is_medium, smoothed, scaled)
-    raise CheckpointError(
-        f"config.json: rope_scaling type '{kind}' is not supported; supported: default, "
-        "linear, llama3"
-    )
 
 
 @dataclass
@@ -187,6 +156,28 @@ def _sliding_window_mask(
     keys = torch.arange(length, device=positions.device)
     visible = (positions.view(positions.shape[0], -1, 1) - keys < window).unsqueeze(1)
     return visible if mask is None else mask & visible
+
+
+def _cache_and_gather(
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    new_k: torch.Tensor,
+    new_v: torch.Tensor,
+    batch: AttentionBatch,
+    slots: torch.Tensor,
+    context: tuple[int, int, int, int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Writes a layer's new keys and values [tokens, kv_heads, head_dim] into the paged cache at
+    their slots (padding left out), then reads every sequence's context back from `slots` (the
+    flat `batch.context_slots`): keys and values [B, kv_heads, L, head_dim] for attention."""
+    if batch.token_index is not None:
+        new_k = new_k.index_select(0, batch.token_index)
+        new_v = new_v.index_select(0, batch.token_index)
+    key_cache.index_copy_(0, batch.slot_mapping, new_k)
+    value_cache.index_copy_(0, batch.slot_mapping, new_v)
+    keys = key_cache.index_select(0, slots).view(context).transpose(1, 2)
+    values = value_cache.index_select(0, slots).view(context).transpose(1, 2)
+    return keys, values
 
 
 class LlamaForCausalLM(nn.Module):
@@ -350,13 +341,9 @@ class LlamaForCausalLM(nn.Module):
             q = qk[:, :, :heads]
             new_k = qk[:, :, heads:].reshape(tokens, kv_heads, head_dim)
             new_v = qkv[:, q_size + kv_size :].view(tokens, kv_heads, head_dim)
-            if batch.token_index is not None:
-                new_k = new_k.index_select(0, batch.token_index)
-                new_v = new_v.index_select(0, batch.token_index)
-            key_cache.index_copy_(0, batch.slot_mapping, new_k)
-            value_cache.index_copy_(0, batch.slot_mapping, new_v)
-            keys = key_cache.index_select(0, slots).view(context).transpose(1, 2)
-            values = value_cache.index_select(0, slots).view(context).transpose(1, 2)
+            keys, values = _cache_and_gather(
+                key_cache, value_cache, new_k, new_v, batch, slots, context
+            )
             attn = F.scaled_dot_product_attention(
                 q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=gqa
             )
