@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -27,6 +26,13 @@ from starlette.routing import Route
 
 from engine.api.limits import Deadline, Limits
 from engine.api.openapi import openapi_document
+from engine.api.refusals import (
+    deadline_exceeded,
+    first_output,
+    internal_error,
+    overloaded,
+    too_large,
+)
 from engine.api.schema import (
     ApiError,
     CompletionRequest,
@@ -40,7 +46,6 @@ from engine.outputs import (
     EngineStepFailed,
     EngineStopped,
     RequestOutput,
-    RequestShed,
     RequestTooLarge,
 )
 from engine.stream import RequestStream
@@ -126,68 +131,11 @@ class OpenAIApi:
         state = request.scope.setdefault("state", {})
         started = time.monotonic()
         try:
-            body = await read_json(request, self.max_body_bytes)
-            parsed = parse_chat(body, self.engine) if chat else parse_completion(body, self.engine)
-            if parsed.model != self.model_name:
-                raise ApiError(
-                    404,
-                    f"model '{parsed.model}' does not exist; this server serves '{self.model_name}'",
-                    param="model",
-                    code="model_not_found",
-                    kind="not_found_error",
-                )
-            stream = self.engine.submit(
-                parsed.prompt_ids,
-                parsed.params,
-                priority=int(state.get("priority", 0)),
-                request_id=state.get("request_id"),
-                streaming=parsed.stream,
-            )
+            parsed, stream = await self._submit(request, chat, state)
+            deadline = Deadline(started, self.limits)
+            first = await first_output(stream, deadline, state)
         except ApiError as error:
             return error_response(error)
-        except RequestTooLarge as error:
-            # The engine names "prompt" or "max_tokens"; a chat's prompt is its messages.
-            param = parsed.prompt_param if error.param == "prompt" else error.param
-            return error_response(ApiError(400, str(error), param=param, code=error.code))
-        except (EngineOverloaded, EngineStopped) as error:
-            # Shedding: said at once with a time to come back, never a silent drop.
-            state["outcome"] = "shed"
-            retry = str(max(1, math.ceil(getattr(error, "retry_after_s", 1.0))))
-            status = 429 if isinstance(error, EngineOverloaded) else 503
-            return error_response(
-                ApiError(
-                    status,
-                    f"the server is overloaded: {error}",
-                    kind="rate_limit_error" if status == 429 else "server_error",
-                    code="overloaded",
-                    headers={"retry-after": retry},
-                )
-            )
-        deadline = Deadline(started, self.limits)
-        try:
-            first = await deadline.first_output(stream)
-        except RequestShed as error:
-            # The scheduler judged the tier's TTFT objective out of reach: said at once, with
-            # the reason, rather than served late.
-            state["outcome"] = "shed"
-            state["shed_reason"] = error.reason
-            return error_response(
-                ApiError(
-                    429,
-                    f"request shed: {error}",
-                    kind="rate_limit_error",
-                    code=error.reason,
-                    headers={"retry-after": str(max(1, math.ceil(error.retry_after_s)))},
-                )
-            )
-        except TimeoutError as error:
-            stream.cancel()
-            state["outcome"] = "timeout"
-            return error_response(
-                ApiError(504, str(error), kind="timeout_error", code="deadline_exceeded")
-            )
-        except EngineStepFailed:
-            return error_response(internal_error(stream))
         generation = Generation(parsed, stream, first, deadline, state)
         if parsed.stream:
             return StreamingResponse(
@@ -196,6 +144,36 @@ class OpenAIApi:
                 headers={"cache-control": "no-cache", "x-request-id": stream.request_id},
             )
         return await self._complete(request, generation)
+
+    async def _submit(
+        self, request: Request, chat: bool, state: dict[str, Any]
+    ) -> tuple[CompletionRequest, RequestStream]:
+        """The request read, checked and queued in the engine; an ApiError says why it was not
+        (bad input, another model, too large, the engine overloaded or stopping)."""
+        body = await read_json(request, self.max_body_bytes)
+        parsed = parse_chat(body, self.engine) if chat else parse_completion(body, self.engine)
+        if parsed.model != self.model_name:
+            raise ApiError(
+                404,
+                f"model '{parsed.model}' does not exist; this server serves '{self.model_name}'",
+                param="model",
+                code="model_not_found",
+                kind="not_found_error",
+            )
+        try:
+            stream = self.engine.submit(
+                parsed.prompt_ids,
+                parsed.params,
+                priority=int(state.get("priority", 0)),
+                request_id=state.get("request_id"),
+                streaming=parsed.stream,
+            )
+        except RequestTooLarge as error:
+            raise too_large(error, parsed.prompt_param) from error
+        except (EngineOverloaded, EngineStopped) as error:
+            state["outcome"] = "shed"
+            raise overloaded(error) from error
+        return parsed, stream
 
     def _ids(self, stream: RequestStream, chat: bool) -> dict[str, Any]:
         return {
@@ -251,9 +229,7 @@ class OpenAIApi:
             yield sse("[DONE]")
         except TimeoutError as error:
             state["outcome"] = "timeout"
-            yield sse(
-                ApiError(504, str(error), kind="timeout_error", code="deadline_exceeded").body()
-            )
+            yield sse(deadline_exceeded(error).body())
         except EngineStepFailed:
             state["outcome"] = "server_error"
             yield sse(internal_error(stream).body())
@@ -279,9 +255,7 @@ class OpenAIApi:
             text, finish_reason, completion_tokens = collected.result()
         except TimeoutError as error:
             state["outcome"] = "timeout"
-            return error_response(
-                ApiError(504, str(error), kind="timeout_error", code="deadline_exceeded")
-            )
+            return error_response(deadline_exceeded(error))
         except EngineStepFailed:
             return error_response(internal_error(stream))
         head = self._ids(stream, chat)
@@ -299,16 +273,6 @@ class OpenAIApi:
             {**head, "choices": [choice], "usage": usage(stream.prompt_tokens, completion_tokens)},
             headers={"x-request-id": stream.request_id},
         )
-
-
-def internal_error(stream: RequestStream) -> ApiError:
-    """A generic 500: the engine's exception stays in the server log, never in the body."""
-    return ApiError(
-        500,
-        f"internal error while generating (request id {stream.request_id}); retry, and report the id if it persists",
-        kind="server_error",
-        code="internal_error",
-    )
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

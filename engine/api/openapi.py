@@ -63,35 +63,6 @@ _RESPONSES = {
 
 
 def openapi_document(model_name: str) -> dict[str, Any]:
-    completion = {
-        "type": "object",
-        "required": ["model", "prompt"],
-        "properties": {
-            **_SAMPLING,
-            "prompt": {
-                "oneOf": [
-                    {"type": "string"},
-                    {"type": "array", "items": {"type": "integer", "minimum": 0}},
-                ]
-            },
-        },
-    }
-    message = {
-        "type": "object",
-        "required": ["role", "content"],
-        "properties": {
-            "role": {
-                "type": "string",
-                "enum": ["system", "developer", "user", "assistant", "tool"],
-            },
-            "content": {"type": "string"},
-        },
-    }
-    chat = {
-        "type": "object",
-        "required": ["model", "messages"],
-        "properties": {**_SAMPLING, "messages": {"type": "array", "minItems": 1, "items": message}},
-    }
     return {
         "openapi": "3.1.0",
         "info": {
@@ -100,26 +71,8 @@ def openapi_document(model_name: str) -> dict[str, Any]:
             "description": f"Serves model '{model_name}'.",
         },
         "paths": {
-            "/v1/completions": {
-                "post": {
-                    "operationId": "createCompletion",
-                    "requestBody": {
-                        "required": True,
-                        "content": {"application/json": {"schema": completion}},
-                    },
-                    "responses": _RESPONSES,
-                }
-            },
-            "/v1/chat/completions": {
-                "post": {
-                    "operationId": "createChatCompletion",
-                    "requestBody": {
-                        "required": True,
-                        "content": {"application/json": {"schema": chat}},
-                    },
-                    "responses": _RESPONSES,
-                }
-            },
+            "/v1/completions": _generation("createCompletion", _completion_request()),
+            "/v1/chat/completions": _generation("createChatCompletion", _chat_request()),
             "/v1/models": {
                 "get": {
                     "operationId": "listModels",
@@ -141,4 +94,53 @@ def openapi_document(model_name: str) -> dict[str, Any]:
                 }
             },
         },
+    }
+
+
+def _generation(operation_id: str, request_schema: dict[str, Any]) -> dict[str, Any]:
+    """A generation route: POST of a JSON body, answered in JSON or as server-sent events."""
+    return {
+        "post": {
+            "operationId": operation_id,
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": request_schema}},
+            },
+            "responses": _RESPONSES,
+        }
+    }
+
+
+def _completion_request() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["model", "prompt"],
+        "properties": {
+            **_SAMPLING,
+            "prompt": {
+                "oneOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                ]
+            },
+        },
+    }
+
+
+def _chat_request() -> dict[str, Any]:
+    message = {
+        "type": "object",
+        "required": ["role", "content"],
+        "properties": {
+            "role": {
+                "type": "string",
+                "enum": ["system", "developer", "user", "assistant", "tool"],
+            },
+            "content": {"type": "string"},
+        },
+    }
+    return {
+        "type": "object",
+        "required": ["model", "messages"],
+        "properties": {**_SAMPLING, "messages": {"type": "array", "minItems": 1, "items": message}},
     }
