@@ -133,7 +133,7 @@ class ProxyApp:
         first_try = True
         while True:
             connection = exchange.connection = await self._send_request(
-                head, body, streamed_body, exchange.receive, gone
+                head, body, streamed_body, exchange.receive, gone, fresh=not first_try
             )
             if timeline is not None and streamed_body:
                 timeline.mark("upstream_connected")
@@ -144,7 +144,8 @@ class ProxyApp:
                 return connection
             except UpstreamError as error:
                 # A reused keep-alive connection that the upstream closed just as it was
-                # taken: retried once on a fresh one (the upstream saw no request).
+                # taken: retried once on a new one (the upstream saw no request), the other
+                # idle ones dropped (as old, likely closed as well).
                 if not first_try or not error.sent_nothing or streamed_body or gone.happened:
                     raise
                 self.pool.release(connection)
@@ -178,12 +179,18 @@ class ProxyApp:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _send_request(
-        self, head: bytes, body: bytes, streamed_body: bool, receive: Receive, gone: _ClientGone
+        self,
+        head: bytes,
+        body: bytes,
+        streamed_body: bool,
+        receive: Receive,
+        gone: _ClientGone,
+        fresh: bool = False,
     ) -> UpstreamConnection:
-        """A connection with the request written (a body that came in parts streams through,
-        chunked)."""
+        """A connection (`fresh`: a new one) with the request written (a body that came in
+        parts streams through, chunked)."""
         pool = self.pool
-        connection = await pool.acquire()
+        connection = await pool.acquire(fresh)
         gone.connection = connection
         if gone.happened:
             pool.release(connection)
