@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 BucketCounts = list[tuple[int, int]]
 
@@ -110,3 +110,22 @@ class HistogramBatch:
                     buckets[index].inc(count)
             if summed:
                 total.inc(summed)
+
+
+class _Flushable(Protocol):
+    def flush(self) -> None: ...
+
+
+class FlushOnCollect:
+    """A collector of nothing, registered before the metrics it serves: reading the registry
+    first flushes the observations `owner` batched since the last read."""
+
+    def __init__(self, owner: _Flushable) -> None:
+        self._owner = owner
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> list[Any]:
+        self._owner.flush()
+        return []

@@ -34,7 +34,7 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPEN
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from middleware.engine_series import EngineSeries
-from middleware.histograms import BucketCounts, HistogramBatch, bucket_counts
+from middleware.histograms import BucketCounts, FlushOnCollect, HistogramBatch, bucket_counts
 from middleware.instruments import counter, histogram
 from middleware.timeline import Breakdown
 from slo.sli import (
@@ -107,20 +107,6 @@ class _Bound:
         self.output_tokens = 0  # pending for the counter
 
 
-class _Flusher:
-    """A collector of nothing that flushes the pending observations when the registry is read."""
-
-    def __init__(self, metrics: MetricSet) -> None:
-        self._metrics = metrics
-
-    def describe(self) -> list[Any]:
-        return []
-
-    def collect(self) -> list[Any]:
-        self._metrics.flush()
-        return []
-
-
 class MetricSet:
     """The catalog's metrics in one registry, for one model."""
 
@@ -136,7 +122,7 @@ class MetricSet:
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         # First in the registry: whoever collects it gets the pending observations too.
-        self.registry.register(_Flusher(self))
+        self.registry.register(FlushOnCollect(self))
         self.model = model
         self.spec = spec
         self.histograms = {

@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry
 
 import middleware.otel.conventions as c
 import middleware.otel.sdk as sdk
+from middleware.histograms import FlushOnCollect
 from middleware.otel.cells import Cell, CellTable, HistogramCell
 from middleware.otel.models import ModelLabels
 from middleware.otel.prometheus import PrometheusSide
@@ -56,20 +57,6 @@ class _Bound:
         self.usage = (cells[c.USAGE_INPUT_TOKENS.name], cells[c.USAGE_OUTPUT_TOKENS.name])
 
 
-class _Flusher:
-    """Collects nothing; reading the registry flushes the cells into the Prometheus side."""
-
-    def __init__(self, metrics: GenAIMetrics) -> None:
-        self._metrics = metrics
-
-    def describe(self) -> list[Any]:
-        return []
-
-    def collect(self) -> list[Any]:
-        self._metrics.flush()
-        return []
-
-
 def token_modality(operation: str, direction: str) -> str:
     """`gen_ai.token.modality`: the legacy completions API is text both ways, a chat answer we
     count is text; a chat prompt may carry images the usage does not break down: unknown."""
@@ -94,7 +81,7 @@ class GenAIMetrics:
         self.labels = labels
         self.lock = threading.Lock()
         self.table = CellTable()
-        registry.register(_Flusher(self))  # before the metrics: a scrape flushes first
+        registry.register(FlushOnCollect(self))  # before the metrics: a scrape flushes first
         self.prometheus = PrometheusSide(registry, c.INSTRUMENTS)
         self._owns_provider = meter_provider is None
         self._closed = False
