@@ -14,8 +14,9 @@ test_span_intake_while_proxying: the 64 steady streams of tests/benchmarks/test_
 (its helpers, its load) against direct access, `slo proxy` and nginx, variants interleaved; each
 round once with no spans and once while the exporter sends 5,000 spans/s; then the exporter
 alone, back to back, for the proxy's capacity and CPU per span. Goals (issue 22): every export answered 200 and
-every span counted (unmatched + held); >= 5,000 spans/s taken; with spans flowing, added TTFT
-p50 <= 1 ms and CPU per SSE event <= 3x nginx's.
+every span counted (each dropped on arrival as unmatched: no request of ours carries its trace);
+>= 5,000 spans/s taken; with spans flowing, today's proxy goals at 64 streams: added TTFT p50
+<= 2x nginx's (floored at 0.5 ms) and CPU per SSE event <= 3x nginx's.
 
 test_unmatched_span_memory_is_bounded: 5,000 spans/s of unknown traces for
 LLM_SLO_BENCH_SPAN_MINUTES (default 10) minutes; the proxy's RSS every 10 s. Goal: flat, the max
@@ -44,7 +45,6 @@ from slo.cli.bench.server import free_port
 from tests.benchmarks.bench_record import ROOT, load_average, write_section
 from tests.benchmarks.span_intake import (
     GOAL_SPANS_PER_S,
-    MAX_HELD,
     MINUTES,
     RSS_EVERY_S,
     core_busy_s,
@@ -213,12 +213,15 @@ def intake_goals(report: dict[str, Any]) -> list[tuple[str, float, float, bool]]
     answered = paced["statuses"].get("200", 0) + flat["statuses"].get("200", 0)
     unmatched = counts.get("llm_slo_engine_spans_unmatched_total", -1)
     added = busy["added_ttft_p50_ms"]["slo proxy"]
+    # Today's goal at 64 streams (tests/benchmarks/test_proxy_overhead.py): at most 2x what
+    # nginx adds, floored at 0.5 ms so that "2x" never judges noise.
+    added_limit = 2 * max(busy["added_ttft_p50_ms"]["nginx"], 0.5)
     cpu_ratio = busy["cpu_us_per_event"]["ratio slo/nginx (goal <= 3)"]
     rate = paced["achieved_spans_per_s"]
     return [
         ("every export answered 200", answered, exports, answered == exports),
         (
-            f"every span counted: unmatched == sent - held ({MAX_HELD} held)",
+            "every span counted: unmatched == sent (none of ours: dropped on arrival)",
             unmatched,
             expected_unmatched(sent),
             unmatched == expected_unmatched(sent),
@@ -229,7 +232,12 @@ def intake_goals(report: dict[str, Any]) -> list[tuple[str, float, float, bool]]
             GOAL_SPANS_PER_S,
             rate >= GOAL_SPANS_PER_S,
         ),
-        ("added TTFT p50, 64 streams, with spans <= 1 ms", added, 1.0, added <= 1.0),
+        (
+            "added TTFT p50, 64 streams, with spans <= 2x nginx's (floor 0.5 ms)",
+            added,
+            added_limit,
+            added <= added_limit,
+        ),
         ("CPU per SSE event with spans <= 3x nginx's", cpu_ratio, 3.0, cpu_ratio <= 3.0),
     ]
 
@@ -280,7 +288,7 @@ def test_unmatched_span_memory_is_bounded(tmp_path: Path) -> None:
     goals = [
         ("every export answered 200", sent["statuses"].get("200", 0), sent["exports"],
          sent["statuses"].get("200", 0) == sent["exports"]),
-        (f"every span counted: unmatched == sent - held ({MAX_HELD} held)", unmatched, expected,
+        ("every span counted: unmatched == sent (none of ours: dropped on arrival)", unmatched, expected,
          unmatched == expected),
         ("spans/s taken >= 5,000", rate, GOAL_SPANS_PER_S, rate >= GOAL_SPANS_PER_S),
         (f"RSS max, last half, MiB <= max of minutes {0.2 * MINUTES:g}-{0.5 * MINUTES:g} "
