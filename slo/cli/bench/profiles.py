@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
+from slo.capacity.arrivals import ArrivalKind, next_gap
 from slo.errors import UsageError
 
 Endpoint = Literal["chat", "completions"]
@@ -161,10 +162,13 @@ def plan_requests(
     rate: float | None,
     tier_mix: tuple[tuple[str, float], ...] | None = None,
     chars_per_token: float = 1.0,
+    arrival: ArrivalKind = "poisson",
+    burstiness: float = 1.0,
 ) -> list[PlannedRequest]:
     """The whole run, decided up front: same arguments, same requests.
 
-    `rate` None means closed loop (every offset 0; the runner's concurrency paces them).
+    `rate` None means closed loop (every offset 0; the runner's concurrency paces them);
+    otherwise gaps follow `arrival` (`slo.capacity.arrivals`: constant, poisson, gamma).
     `chars_per_token` turns token counts into prompt characters: 1.0 is right for byte-level
     tokenizers and safe for all (a BPE tokenizer then sees ~4x fewer tokens than planned).
     """
@@ -183,7 +187,7 @@ def plan_requests(
         input_tokens = max(4, min(input_tokens, room - output_tokens))
         tier = rng.choices(names, weights)[0]
         if rate is not None and index > 0:
-            offset += rng.expovariate(rate)
+            offset += next_gap(rng, arrival, rate, burstiness)
         prompt = make_prompt(rng, max(1, int(input_tokens * chars_per_token)), index)
         planned.append(PlannedRequest(index, tier, prompt, input_tokens, output_tokens, offset))
     return planned

@@ -13,7 +13,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -65,7 +65,9 @@ class RunResult:
     elapsed_s: float = 0.0
     planned: int = 0
     cancelled_in_flight: int = 0
-    stopped_by: str | None = None  # None, "duration limit" or "interrupt"
+    stopped_by: str | None = None  # None, "duration limit", "interrupt" or "stop condition"
+    late_s: list[float] = field(default_factory=list)  # per open-loop send, after its schedule
+    sent_at: list[float] = field(default_factory=list)  # perf_counter of each open-loop send
 
 
 class _LiveTTFT:
@@ -96,9 +98,15 @@ async def run_plan(
     out: IO[str] | None,
     progress: bool,
     transport: httpx.AsyncBaseTransport | None = None,
+    stop_when: Callable[[dict[str, Any]], bool] | None = None,
 ) -> RunResult:
-    """Send the plan: at each request's offset (open loop) or `concurrency` at a time (closed)."""
+    """Send the plan: at each request's offset (open loop) or `concurrency` at a time (closed).
+
+    `stop_when(record)` is asked after each finished request; True ends the run there (a step
+    of the capacity search that can no longer pass), as the duration limit would.
+    """
     result = RunResult(planned=len(plan), started_at=time.time())
+    stop = asyncio.Event()
     live = _LiveTTFT()
     start = time.perf_counter()
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
@@ -124,14 +132,20 @@ async def run_plan(
             out.flush()
         live.add(measurement.ttft_s if measurement.outcome == "ok" else None)
         bar.update(task_id, advance=1, ttft=live.text())
+        if stop_when is not None and stop_when(record):
+            stop.set()
 
     async with httpx.AsyncClient(
         limits=limits, timeout=settings.timeout_s, transport=transport
     ) as client:
         in_flight = 0
 
-        async def one(planned: PlannedRequest) -> None:
+        async def one(planned: PlannedRequest, scheduled: float | None = None) -> None:
             nonlocal in_flight
+            if scheduled is not None:  # open loop: how late this send is, as it starts
+                sent = time.perf_counter()
+                result.late_s.append(max(0.0, sent - scheduled))
+                result.sent_at.append(sent)
             in_flight += 1
             measurement = await measure(client, base_url, planned, settings)
             in_flight -= 1  # not reached when cancelled: what is left was cut off
@@ -139,10 +153,8 @@ async def run_plan(
 
         async def open_loop() -> None:
             for planned in plan:
-                delay = planned.offset_s - (time.perf_counter() - start)
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                task = asyncio.create_task(one(planned))
+                await _until(start + planned.offset_s)
+                task = asyncio.create_task(one(planned, start + planned.offset_s))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             while tasks:
@@ -162,7 +174,17 @@ async def run_plan(
         with bar:
             try:
                 async with asyncio.timeout(duration_limit_s):
-                    await (open_loop() if concurrency is None else closed_loop(concurrency))
+                    work = asyncio.create_task(
+                        open_loop() if concurrency is None else closed_loop(concurrency)
+                    )
+                    tasks.add(work)
+                    stopper = asyncio.create_task(_wait(stop))
+                    tasks.add(stopper)
+                    await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                    if work.done():
+                        work.result()  # an error in the loop itself surfaces here
+                    else:
+                        result.stopped_by = "stop condition"
             except TimeoutError:
                 result.stopped_by = "duration limit"
             except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels the main task
@@ -175,6 +197,24 @@ async def run_plan(
                 result.cancelled_in_flight = in_flight
     result.elapsed_s = time.perf_counter() - start
     return result
+
+
+# asyncio's sleep wakes up to ~1 ms late (epoll waits in whole milliseconds): sleep until
+# shortly before the send, then yield to the other tasks (responses being read) until it is due.
+SPIN_S = 0.0015
+
+
+async def _until(deadline: float) -> None:
+    """Return at `deadline` (perf_counter), not a millisecond after."""
+    delay = deadline - time.perf_counter()
+    if delay > SPIN_S:
+        await asyncio.sleep(delay - SPIN_S)
+    while time.perf_counter() < deadline:
+        await asyncio.sleep(0)
+
+
+async def _wait(event: asyncio.Event) -> None:
+    await event.wait()
 
 
 async def _cancel(tasks: set[asyncio.Task[None]]) -> None:
