@@ -60,6 +60,10 @@ class Reporter:
         self.propagate_trace = propagate_trace
         self.epoch_offset_ns = epoch_offset_ns  # perf_counter_ns -> unix ns, for spans
         self.requests_seen = 0
+        # One timer for all the waits: they end in the order they began (one wait length), so
+        # the next to end is always the oldest. A timer per request would re-arm itself after
+        # each firing while others wait, and the timers would pile up with the traffic.
+        self._expiry: asyncio.TimerHandle | None = None
 
     def finish(
         self,
@@ -94,8 +98,8 @@ class Reporter:
         wait_s = self.span_join.settle(
             trace_key, upstream_id, lambda span: self.report(finished, span)
         )
-        if wait_s is not None:
-            asyncio.get_running_loop().call_later(wait_s, self._expire_waits)
+        if wait_s is not None and self._expiry is None:
+            self._expiry = asyncio.get_running_loop().call_later(wait_s, self._expire_waits)
         return produced_tokens
 
     def join_keys(
@@ -113,8 +117,10 @@ class Reporter:
         """Report the requests whose wait for an engine span is over; a timer that fired
         early is set again for what is left."""
         left_s = self.span_join.expire()
+        self._expiry = None
         if left_s is not None:
-            asyncio.get_running_loop().call_later(left_s + 0.001, self._expire_waits)
+            loop = asyncio.get_running_loop()
+            self._expiry = loop.call_later(left_s + 0.001, self._expire_waits)
 
     def report(self, finished: Finished, span: SpanPhases | None) -> None:
         """Report one finished request everywhere: span, metrics, live windows, record."""

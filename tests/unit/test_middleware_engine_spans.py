@@ -111,3 +111,43 @@ def test_a_late_span_is_waited_for_and_none_leaves_the_wire_split(store: RecordS
         assert_additive(record)
     counts = app.span_join.counts
     assert (counts.joined, counts.waited_in_vain, counts.rejected) == (1, 1, 1)
+
+
+def test_waits_share_one_timer_however_many_requests_wait(store: RecordStore) -> None:
+    """Each finished request waits for its span; the waits end in the order they began, so
+    one timer serves them all. A timer per request re-armed itself after each firing while
+    others still waited: under steady traffic the timers piled up and the proxy spent a
+    tenth of its CPU firing them."""
+    clock = ScriptedClock()
+    app = LatencyMiddleware(
+        vllm_style_app(clock, []),
+        store=store,
+        clock=clock,
+        engine_spans="always",
+        engine_span_wait_s=0.05,
+    )
+    expiries = 0
+    expire = app.span_join.expire
+
+    def counted_expire() -> float | None:
+        nonlocal expiries
+        expiries += 1
+        return expire()
+
+    app.span_join.expire = counted_expire  # type: ignore[method-assign]
+    requests = 40
+
+    async def scenario() -> None:
+        for index in range(requests):
+            trace = f"{index + 1:032x}"
+            await call(app, clock, {"messages": [], "stream": True},
+                       [(b"traceparent", f"00-{trace}-b7ad6b7169203331-01".encode())])  # fmt: skip
+            await asyncio.sleep(0.002)  # the waits end at 40 different moments
+        await asyncio.sleep(0.3)  # every wait is over
+
+    asyncio.run(scenario())
+    store.flush()
+    assert len(store.query()) == requests  # each written once, without a span
+    assert app.span_join.counts.waited_in_vain == requests
+    # One firing per moment a wait ends at most (and a re-arm when uvloop fires early).
+    assert expiries <= 2 * requests, expiries
