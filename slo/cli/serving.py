@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
+import ssl
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -72,20 +74,25 @@ def run_until_stopped(
     log_level: str,
     shutdown_timeout_s: float,
     pass_through_headers: bool = False,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
     """Serve `app`; on the way out (SIGTERM included) call `close` to flush every record.
 
     `pass_through_headers` (the proxy): the C parser (and uvloop where installed) keeps the cost
     per chunk low, and the upstream's own Server and Date headers pass through instead of ours.
+    `ssl_context` (slo.cli.tls.server_context): serve HTTPS with it.
     """
     import uvicorn
+
+    from slo.cli.tls import uvicorn_config
 
     # uvicorn drains on SIGTERM (stops accepting, lets in-flight requests finish), then raises
     # the signal again for the handler it found. With the default handler that kills the
     # process before the records are flushed; this one exits through `finally` instead.
     signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
-        uvicorn.run(
+        config = uvicorn_config(
+            ssl_context,
             app,
             host=host,
             port=port,
@@ -95,7 +102,15 @@ def run_until_stopped(
             http="httptools" if pass_through_headers else "auto",
             server_header=not pass_through_headers,
             date_header=not pass_through_headers,
+            # X-Forwarded-For is believed only from --trusted-proxies (middleware.ip_limits);
+            # uvicorn's own rewrite would believe any local process's.
+            proxy_headers=False,
         )
+        server = uvicorn.Server(config)
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C once drained
+            server.run()
+        if not server.started:  # as uvicorn.run: the port was taken, the app failed to start
+            raise SystemExit(3)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the flush
         close()
