@@ -257,6 +257,11 @@ class UpstreamPool:
         )
         self.open_connections = 0
 
+    def use_tls(self, context: ssl_module.SSLContext) -> None:
+        """Reach the upstream over TLS with `context` (its CAs, a client certificate for mTLS,
+        or no verification at all: the caller decides); before the first connection."""
+        self._ssl = context
+
     async def acquire(self, fresh: bool = False) -> UpstreamConnection:
         """A connection: the newest idle one, or a new one. `fresh`: the retry after a reused
         connection turned out closed; the other idle ones are as old and likely closed too
@@ -317,6 +322,14 @@ class UpstreamPool:
             raise UpstreamError(
                 "timeout", f"no connection within {self.connect_timeout_s:g} s"
             ) from None
+        except ssl_module.SSLCertVerificationError as error:
+            raise UpstreamError(
+                "unreachable",
+                f"its TLS certificate cannot be verified ({error.verify_message}); give its CA "
+                "with --upstream-ca-certs",
+            ) from None
+        except ssl_module.SSLError as error:
+            raise UpstreamError("unreachable", f"TLS handshake failed ({error.reason})") from None
         except OSError as error:
             raise UpstreamError(
                 "unreachable", f"cannot connect ({error.strerror or error})"

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
+from slo.cli.security import (
+    add_security_flags,
+    guard_operations,
+    limit_addresses,
+    ops_token,
+    scheme,
+    tls_context,
+)
 from slo.cli.serving import add_server_flags, check_positive_seconds, run_until_stopped
 from slo.errors import UsageError
 
 if TYPE_CHECKING:
+    import ssl
+
     from middleware.metrics import MetricSet
     from middleware.upstream.engine_metrics import EngineMetricsScraper
 
@@ -25,6 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--upstream", required=True, help="the engine's base URL, e.g. http://127.0.0.1:8080"
     )
     add_server_flags(parser)
+    add_security_flags(parser)
+    _add_upstream_tls_flags(parser)
     parser.add_argument(
         "--model",
         default="upstream",
@@ -113,6 +126,9 @@ def run(args: argparse.Namespace) -> int:
             "--engine-span-wait": args.engine_span_wait,
         }
     )
+    context = tls_context(args)
+    token = ops_token(args)
+    upstream_tls = _upstream_context(args)
     from middleware import LatencyMiddleware
     from middleware.proxy import ProxyApp
 
@@ -125,11 +141,13 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         raise UsageError(f"--upstream: {error}") from error
+    if upstream_tls is not None:
+        proxy.pool.use_tls(upstream_tls)
     scrape_url = _metrics_url(args.upstream_metrics, proxy.upstream_url)
     model: str = args.model
     provider_name, listed = _provider_and_models(args.provider_name, proxy.upstream_url)
     middleware = LatencyMiddleware(
-        proxy,
+        limit_addresses(proxy, args),
         spec=args.spec,
         store=args.store,
         model=model,
@@ -144,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     )
     host: str = args.host
     port: int = args.port
-    print(f"proxying http://{host}:{port} -> {proxy.upstream_url} (model {model})")
+    where = f"{scheme(context)}://{host}:{port}"
+    print(f"proxying {where} -> {proxy.upstream_url} (model {model})")
     scraper = _start_scraper(scrape_url, args.upstream_metrics_interval, middleware.metrics)
 
     def close() -> None:
@@ -153,15 +172,77 @@ def run(args: argparse.Namespace) -> int:
         middleware.close()
 
     run_until_stopped(
-        middleware,
+        guard_operations(middleware, middleware, token),
         close,
         host=host,
         port=port,
         log_level=args.log_level,
         shutdown_timeout_s=shutdown_timeout_s,
         pass_through_headers=True,
+        ssl_context=context,
     )
     return 0
+
+
+def _add_upstream_tls_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("TLS to the upstream (an https:// --upstream)")
+    group.add_argument(
+        "--upstream-ca-certs",
+        default=None,
+        metavar="PEM",
+        help="verify the upstream's certificate against these CAs (default: the system's)",
+    )
+    group.add_argument(
+        "--upstream-certfile",
+        default=None,
+        metavar="PEM",
+        help="present this client certificate to the upstream (mTLS)",
+    )
+    group.add_argument(
+        "--upstream-keyfile",
+        default=None,
+        metavar="PEM",
+        help="its private key (default: read from --upstream-certfile)",
+    )
+    group.add_argument(
+        "--upstream-insecure",
+        action="store_true",
+        help="do not verify the upstream's certificate (anyone on the path can read and "
+        "change the traffic); for a test bench only",
+    )
+
+
+def _upstream_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The context for an https:// upstream; TLS flags with an http:// one are a mistake."""
+    from slo.cli.tls import client_context
+
+    given = [
+        flag
+        for flag, value in (
+            ("--upstream-ca-certs", args.upstream_ca_certs),
+            ("--upstream-certfile", args.upstream_certfile),
+            ("--upstream-keyfile", args.upstream_keyfile),
+            ("--upstream-insecure", args.upstream_insecure),
+        )
+        if value
+    ]
+    upstream: str = args.upstream
+    if not upstream.lower().startswith("https://"):
+        if given:
+            raise UsageError(f"{given[0]} needs an https:// --upstream, got {upstream}")
+        return None
+    if args.upstream_insecure:
+        print(
+            f"warning: --upstream-insecure: the certificate of {upstream} is not verified; "
+            "anyone on the path can read and change the traffic",
+            file=sys.stderr,
+        )
+    return client_context(
+        ca_certs=args.upstream_ca_certs,
+        certfile=args.upstream_certfile,
+        keyfile=args.upstream_keyfile,
+        insecure=args.upstream_insecure,
+    )
 
 
 def _provider_and_models(choice: str, upstream_url: str) -> tuple[str, list[str]]:

@@ -6,11 +6,20 @@ import argparse
 from typing import TYPE_CHECKING
 
 from slo.cli.engine_flags import add_engine_flags, engine_overrides
+from slo.cli.security import (
+    add_security_flags,
+    guard_operations,
+    limit_addresses,
+    ops_token,
+    scheme,
+    tls_context,
+)
 from slo.cli.serving import add_server_flags, check_positive_seconds, run_until_stopped
 from slo.errors import UsageError
 
 if TYPE_CHECKING:
     from engine import Engine
+    from middleware import LatencyMiddleware
     from middleware.types import ASGIApp
 
 HELP = "serve a model over an OpenAI-compatible API"
@@ -22,6 +31,7 @@ DESCRIPTION = (
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_server_flags(parser)
+    add_security_flags(parser)
     parser.add_argument(
         "--model",
         default="bundled:tiny",
@@ -119,6 +129,9 @@ def run(args: argparse.Namespace) -> int:
             "--shutdown-timeout": shutdown_timeout_s,
         }
     )
+    # Certificates, the token and the limits are checked before the engine spends its warm-up.
+    context = tls_context(args)
+    token = ops_token(args)
     from engine.api import Limits, create_app
 
     engine = _load_engine(args)
@@ -126,8 +139,9 @@ def run(args: argparse.Namespace) -> int:
     limits = Limits(
         first_token_timeout_s=first_token_timeout_s, request_timeout_s=request_timeout_s
     )
-    app: ASGIApp = create_app(engine, limits=limits)
+    app: ASGIApp = limit_addresses(create_app(engine, limits=limits), args)
     close = _no_records
+    middleware: LatencyMiddleware | None = None
     if not args.no_middleware:
         from middleware import LatencyMiddleware
 
@@ -145,9 +159,11 @@ def run(args: argparse.Namespace) -> int:
         if engine.cold_start is not None:
             middleware.observe_cold_start(engine.cold_start.total_s)
         app, close = middleware, middleware.close
+    app = guard_operations(app, middleware, token)
     host: str = args.host
     port: int = args.port
-    print(f"serving {engine.name} on http://{host}:{port} (OpenAI-compatible: /v1/...)")
+    where = f"{scheme(context)}://{host}:{port}"
+    print(f"serving {engine.name} on {where} (OpenAI-compatible: /v1/...)")
     run_until_stopped(
         app,
         close,
@@ -155,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         port=port,
         log_level=args.log_level,
         shutdown_timeout_s=shutdown_timeout_s,
+        ssl_context=context,
     )
     return 0
 
