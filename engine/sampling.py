@@ -1,4 +1,6 @@
-"""Sampling parameters and the token sampler (greedy, temperature, top-k, top-p, seed)."""
+"""Sampling parameters and the token sampler: logit bias and OpenAI's presence and frequency
+penalties first (they change greedy picks too), then greedy, or temperature, top-k, top-p and a
+per-request seeded generator."""
 
 from __future__ import annotations
 
@@ -18,6 +20,11 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
+    # OpenAI's definitions: each logit drops by frequency_penalty times the times its token
+    # was generated so far, and by presence_penalty once if it was (the prompt is not counted).
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -32,10 +39,60 @@ class SamplingParams:
             object.__setattr__(self, "stop", (self.stop,))
         if any(not s for s in self.stop):
             raise ValueError("stop strings must not be empty")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2 <= getattr(self, name) <= 2:
+                raise ValueError(f"{name} must be between -2 and 2, got {getattr(self, name)}")
+        if any(token < 0 or not -100 <= bias <= 100 for token, bias in self.logit_bias):
+            raise ValueError("logit_bias takes token ids >= 0 and biases between -100 and 100")
+
+    @property
+    def adjusts_logits(self) -> bool:
+        """Whether the logits change before sampling (bias or penalties)."""
+        return bool(self.logit_bias or self.presence_penalty or self.frequency_penalty)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def adjust_logits(
+    logits: torch.Tensor, params: list[SamplingParams], generated: list[list[int]]
+) -> torch.Tensor:
+    """`logits` [rows, vocab] with each row's logit bias and penalties applied, `generated[row]`
+    being the tokens that row's request produced so far. Unchanged (no copy) when no row asks."""
+    rows = [row for row, row_params in enumerate(params) if row_params.adjusts_logits]
+    if not rows:
+        return logits
+    adjusted = logits.float()  # a copy (logits come in the model's dtype): bias adds exactly
+    if adjusted is logits:
+        adjusted = logits.clone()
+    vocab = adjusted.shape[-1]
+    for row in rows:
+        row_params = params[row]
+        if row_params.logit_bias:
+            # Ids past this model's vocabulary were refused at the API; dropped here for direct
+            # callers of the engine rather than indexing out of range.
+            pairs = [(token, bias) for token, bias in row_params.logit_bias if token < vocab]
+            if pairs:
+                ids = torch.tensor([token for token, _ in pairs], device=adjusted.device)
+                biases = torch.tensor([bias for _, bias in pairs], device=adjusted.device)
+                adjusted[row].index_add_(0, ids, biases)
+        if generated[row] and (row_params.presence_penalty or row_params.frequency_penalty):
+            ids = torch.tensor(generated[row], device=adjusted.device)
+            counts = torch.bincount(ids, minlength=vocab)[:vocab].to(adjusted.dtype)
+            adjusted[row] -= counts * row_params.frequency_penalty
+            adjusted[row] -= (counts > 0).to(adjusted.dtype) * row_params.presence_penalty
+    return adjusted
+
+
+def refuse_under_speculation(params: SamplingParams) -> None:
+    """Raise ValueError for params a speculative engine cannot honour: its draft-and-verify step
+    samples from the plain distributions and would silently drop a bias or a penalty."""
+    if params.adjusts_logits:
+        raise ValueError(
+            "logit_bias and presence/frequency penalties are not applied with speculative "
+            "decoding; leave them out, or serve without a draft model"
+        )
 
 
 def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -34,7 +34,7 @@ from engine.outputs import (
     RequestShed,
 )
 from engine.policies import SHED_QUEUE_FULL
-from engine.sampling import sample_tokens
+from engine.sampling import adjust_logits, refuse_under_speculation, sample_tokens
 from engine.scheduler import Scheduler, StepPlan
 from engine.sequence import Sequence
 from engine.speculative import SpeculativeDecoder
@@ -146,6 +146,8 @@ class EngineWorker:
     def enqueue(self, sequence: Sequence) -> None:
         """Hand a new request to the step loop, or raise EngineStopped / EngineOverloaded."""
         request_id = sequence.request_id
+        if self.speculative is not None:
+            refuse_under_speculation(sequence.params)
         with self._lock:
             if self._stopping:
                 raise EngineStopped("the engine is stopping; retry against another replica")
@@ -370,9 +372,9 @@ class EngineWorker:
 
     def _sample_and_emit(self, sequences: list[Sequence], logits: torch.Tensor) -> None:
         default = self._default_generator
-        tokens = sample_tokens(
-            logits, [s.params for s in sequences], [s.generator or default for s in sequences]
-        )
+        params = [s.params for s in sequences]
+        logits = adjust_logits(logits, params, [s.output_ids for s in sequences])
+        tokens = sample_tokens(logits, params, [s.generator or default for s in sequences])
         for sequence, token in zip(sequences, tokens, strict=True):
             self._emit(sequence, token)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.api.fields import BY_ROUTE, CHAT_ROLES, Route
+
 _ERROR = {
     "description": "OpenAI-style error",
     "content": {
@@ -26,23 +28,6 @@ _ERROR = {
             }
         }
     },
-}
-
-_SAMPLING = {
-    "model": {"type": "string"},
-    "max_tokens": {"type": "integer", "minimum": 1},
-    "max_completion_tokens": {"type": "integer", "minimum": 1},
-    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-    "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-    "top_k": {"type": "integer", "minimum": 0},
-    "seed": {"type": "integer"},
-    "stop": {
-        "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "maxItems": 4}]
-    },
-    "stream": {"type": "boolean"},
-    "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
-    "ignore_eos": {"type": "boolean"},
-    "n": {"type": "integer", "minimum": 1, "maximum": 1},
 }
 
 _RESPONSES = {
@@ -111,19 +96,32 @@ def _generation(operation_id: str, request_schema: dict[str, Any]) -> dict[str, 
     }
 
 
+def _properties(route: Route) -> dict[str, Any]:
+    """Every field the route takes (engine/api/fields.py), its disposition in its description."""
+    properties: dict[str, Any] = {}
+    for name, field in BY_ROUTE[route].items():
+        says = (
+            field.disposition
+            if field.disposition != "refused"
+            else f"refused unless {field.accepted}"
+        )
+        properties[name] = {**field.schema, "description": f"{says}: {field.why}"}
+    return properties
+
+
 def _completion_request() -> dict[str, Any]:
+    properties = _properties("completions")
+    properties["prompt"] |= {
+        "oneOf": [
+            {"type": "string"},
+            {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+        ]
+    }
     return {
         "type": "object",
         "required": ["model", "prompt"],
-        "properties": {
-            **_SAMPLING,
-            "prompt": {
-                "oneOf": [
-                    {"type": "string"},
-                    {"type": "array", "items": {"type": "integer", "minimum": 0}},
-                ]
-            },
-        },
+        "properties": properties,
+        "additionalProperties": False,  # an unknown field is refused
     }
 
 
@@ -132,15 +130,15 @@ def _chat_request() -> dict[str, Any]:
         "type": "object",
         "required": ["role", "content"],
         "properties": {
-            "role": {
-                "type": "string",
-                "enum": ["system", "developer", "user", "assistant", "tool"],
-            },
+            "role": {"type": "string", "enum": list(CHAT_ROLES)},
             "content": {"type": "string"},
         },
     }
+    properties = _properties("chat")
+    properties["messages"] |= {"items": message}
     return {
         "type": "object",
         "required": ["model", "messages"],
-        "properties": {**_SAMPLING, "messages": {"type": "array", "minItems": 1, "items": message}},
+        "properties": properties,
+        "additionalProperties": False,  # an unknown field is refused
     }

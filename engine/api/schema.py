@@ -6,14 +6,13 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.api.fields import CHAT_ROLES, Route, refusal
 from engine.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
     from engine.engine import Engine
-
-CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class ApiError(Exception):
@@ -181,20 +180,9 @@ def _sampling(
             if default_max_tokens is None
             else min(default_max_tokens, cap, max(room, 1)),
         )
-    n = _integer(body, "n", 1, 1, None)
-    if n != 1:
-        raise ApiError(
-            400,
-            "'n' must be 1: this server returns one choice per request; send several requests instead",
-            param="n",
-        )
-    if body.get("logprobs") not in (None, False, 0):
-        raise ApiError(
-            400, "'logprobs' is not supported by this server; remove it", param="logprobs"
-        )
     seed = _integer(body, "seed", None, -(2**63), 2**63 - 1)
     defaults = engine.model_config
-    return SamplingParams(
+    params = SamplingParams(
         max_tokens=max_tokens,
         # Unset fields take the checkpoint's generation_config.json defaults.
         temperature=_number(body, "temperature", defaults.default_temperature, 0.0, 2.0),
@@ -203,7 +191,53 @@ def _sampling(
         seed=seed,
         stop=_stop(body),
         ignore_eos=_boolean(body, "ignore_eos", False),
+        presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        logit_bias=_logit_bias(body, defaults.vocab_size),
     )
+    if params.adjusts_logits and engine.config.draft_model is not None:
+        name = next(n for n in _ADJUSTING if body.get(n))
+        raise ApiError(
+            400,
+            f"'{name}' is not applied with speculative decoding (this server runs a draft "
+            "model); remove it, or use a server without --draft-model",
+            param=name,
+        )
+    return params
+
+
+_ADJUSTING = ("logit_bias", "presence_penalty", "frequency_penalty")
+
+
+def _logit_bias(body: dict[str, Any], vocab_size: int) -> tuple[tuple[int, float], ...]:
+    """OpenAI's map of token id (a string) to a bias in [-100, 100]."""
+    bias = body.get("logit_bias")
+    if bias is None:
+        return ()
+    fix = f'a map like {{"42": -100}}: token ids 0..{vocab_size - 1} to numbers in [-100, 100]'
+    if not isinstance(bias, dict):
+        raise ApiError(400, f"'logit_bias' must be {fix}", param="logit_bias")
+    pairs: list[tuple[int, float]] = []
+    for key, value in bias.items():
+        token = int(key) if key.isascii() and key.isdigit() else -1
+        good = not isinstance(value, bool) and isinstance(value, int | float)
+        if not 0 <= token < vocab_size or not good or not -100 <= value <= 100:
+            raise ApiError(
+                400,
+                f"'logit_bias' entry {json.dumps(key)[:40]}: {json.dumps(value)[:40]} is "
+                f"not valid; it must be {fix}",
+                param="logit_bias",
+            )
+        pairs.append((token, float(value)))
+    return tuple(pairs)
+
+
+def check_fields(body: dict[str, Any], route: Route) -> None:
+    """A 400 naming the first field this engine does not serve (engine/api/fields.py)."""
+    refused = refusal(body, route)
+    if refused is not None:
+        param, message = refused
+        raise ApiError(400, message, param=param, code="unsupported_parameter")
 
 
 def _positive_top_p(body: dict[str, Any], default: float = 1.0) -> float:
@@ -224,11 +258,18 @@ def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
             "'stream_options' must be an object like {\"include_usage\": true}",
             param="stream_options",
         )
-    include_usage = bool((options or {}).get("include_usage", False))
+    include_usage = (options or {}).get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise ApiError(
+            400,
+            f"'stream_options.include_usage' must be true or false, got {include_usage!r}"[:160],
+            param="stream_options.include_usage",
+        )
     return stream, include_usage
 
 
 def parse_completion(body: dict[str, Any], engine: Engine) -> CompletionRequest:
+    check_fields(body, "completions")
     model = _model(body)
     if "prompt" not in body:
         raise ApiError(
@@ -256,8 +297,6 @@ def parse_completion(body: dict[str, Any], engine: Engine) -> CompletionRequest:
             "'prompt' must be a string, a one-element list of strings, or a list of token ids",
             param="prompt",
         )
-    if body.get("echo"):
-        raise ApiError(400, "'echo' is not supported by this server; remove it", param="echo")
     stream, include_usage = _stream_flags(body)
     params = _sampling(body, engine, len(prompt_ids), default_max_tokens=16)
     return CompletionRequest(model, prompt_ids, params, stream, include_usage, chat=False)
@@ -303,6 +342,7 @@ def _message_text(message: Any, index: int) -> dict[str, str]:
 
 
 def parse_chat(body: dict[str, Any], engine: Engine) -> CompletionRequest:
+    check_fields(body, "chat")
     model = _model(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
