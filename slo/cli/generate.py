@@ -8,12 +8,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slo.cli.paths import output_directory
+from slo.cli.scrape_config import (
+    Scrape,
+    add_scrape_flags,
+    scrape_from_args,
+    write_prometheus_config,
+)
 from slo.errors import UsageError
 
 HELP = "write Grafana dashboards, Prometheus rules and tests, Alertmanager config, runbooks"
 DESCRIPTION = (
     "Render, from one SLO spec, grafana/*.json (+ provisioning), "
     "prometheus/rules.yml and its promtool tests prometheus/rules_test.yml, "
+    "prometheus/prometheus.yml (the scrape job: --scrape-*, --ops-token-file), "
     "alertmanager/alertmanager.yml and runbooks/*.md under --out."
 )
 
@@ -52,15 +59,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=defaults.prometheus_url,
         help="Prometheus URL for the Grafana datasource (default: %(default)s)",
     )
+    add_scrape_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     targets = Targets(args.webhook_url, args.runbook_url, args.grafana_url, args.prometheus_url)
-    generate(args.spec, Path(args.out), targets)
+    generate(args.spec, Path(args.out), targets, scrape_from_args(args))
     return 0
 
 
-def generate(spec_path: str | None, out: Path, targets: Targets) -> list[Path]:
+def generate(
+    spec_path: str | None, out: Path, targets: Targets, scrape: Scrape | None = None
+) -> list[Path]:
     """Write everything under `out` and list it on stdout; the paths written."""
     from alerts import Links, write_alerts
     from dashboards import OVERVIEW_UID, write_dashboards
@@ -75,6 +85,7 @@ def generate(spec_path: str | None, out: Path, targets: Targets) -> list[Path]:
     links = Links(targets.runbook_url, f"{targets.grafana_url.rstrip('/')}/d/{OVERVIEW_UID}")
     written = write_alerts(spec, out, links, targets.webhook_url)
     written += write_dashboards(spec, out, targets.prometheus_url)
+    written.append(write_prometheus_config(scrape or Scrape(), out))
     for note in unreachable(spec):
         print(f"note: {note}", file=sys.stderr)
     print(f"wrote {len(written)} files under {out}")
