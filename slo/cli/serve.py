@@ -14,7 +14,12 @@ from slo.cli.security import (
     scheme,
     tls_context,
 )
-from slo.cli.serving import add_server_flags, check_positive_seconds, run_until_stopped
+from slo.cli.serving import (
+    add_server_flags,
+    add_server_header_flag,
+    check_positive_seconds,
+    run_until_stopped,
+)
 from slo.errors import UsageError
 
 if TYPE_CHECKING:
@@ -32,6 +37,7 @@ DESCRIPTION = (
 def configure(parser: argparse.ArgumentParser) -> None:
     add_server_flags(parser)
     add_security_flags(parser)
+    add_server_header_flag(parser)
     parser.add_argument(
         "--model",
         default="bundled:tiny",
@@ -172,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         shutdown_timeout_s=shutdown_timeout_s,
         ssl_context=context,
+        server_header=args.server_header,
     )
     return 0
 

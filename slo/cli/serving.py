@@ -58,6 +58,26 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+DEFAULT_SERVER_HEADER = "llm-slo"  # uvicorn's default names itself; no name or version here
+
+
+def add_server_header_flag(parser: argparse.ArgumentParser) -> None:
+    """`--server-header` (slo serve; slo proxy passes the upstream's own Server header)."""
+    parser.add_argument(
+        "--server-header",
+        type=_header_value,
+        default=DEFAULT_SERVER_HEADER,
+        metavar="VALUE",
+        help="the Server header of every response (default: %(default)s); '' sends none",
+    )
+
+
+def _header_value(value: str) -> str:
+    if not all(" " <= char <= "~" for char in value):
+        raise argparse.ArgumentTypeError(f"{value!r}: use printable ASCII, no line breaks")
+    return value
+
+
 def check_positive_seconds(flags: dict[str, float | None]) -> None:
     """Each timeout flag, when given, is a positive number of seconds."""
     for flag, value in flags.items():
@@ -75,12 +95,14 @@ def run_until_stopped(
     shutdown_timeout_s: float,
     pass_through_headers: bool = False,
     ssl_context: ssl.SSLContext | None = None,
+    server_header: str = DEFAULT_SERVER_HEADER,
 ) -> None:
     """Serve `app`; on the way out (SIGTERM included) call `close` to flush every record.
 
     `pass_through_headers` (the proxy): the C parser (and uvloop where installed) keeps the cost
     per chunk low, and the upstream's own Server and Date headers pass through instead of ours.
-    `ssl_context` (slo.cli.tls.server_context): serve HTTPS with it.
+    `ssl_context` (slo.cli.tls.server_context): serve HTTPS with it. `server_header`: the Server
+    header's value ('' for none).
     """
     import uvicorn
 
@@ -100,7 +122,10 @@ def run_until_stopped(
             # typed int by uvicorn, but it is an asyncio.wait_for timeout: seconds as a float
             timeout_graceful_shutdown=shutdown_timeout_s,  # type: ignore[arg-type]
             http="httptools" if pass_through_headers else "auto",
-            server_header=not pass_through_headers,
+            server_header=False,  # uvicorn's own names it: ours, or none, instead
+            headers=[("server", server_header)]
+            if server_header and not pass_through_headers
+            else [],
             date_header=not pass_through_headers,
             # X-Forwarded-For is believed only from --trusted-proxies (middleware.ip_limits);
             # uvicorn's own rewrite would believe any local process's.
