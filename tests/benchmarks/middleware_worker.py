@@ -1,0 +1,47 @@
+"""One side of tests/benchmarks/test_before_after.py: the middleware of one checkout, timed on
+command. Started as `python middleware_worker.py TREE FRAMEWORK WORKLOAD`; TREE goes first on
+sys.path, so `middleware` and the workload (TREE's own tests/benchmarks/test_middleware_overhead
+.py, the same apps and driver in both checkouts) are that checkout's.
+
+It builds the bare app, the middleware with tracing off and with everything on, warms each up,
+prints `ready`, then for each line naming a variant runs one round of its requests and prints
+the seconds per request.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    tree, framework, workload = sys.argv[1:4]
+    sys.path.insert(0, tree)
+    import middleware
+    from tests.benchmarks import test_middleware_overhead as overhead
+
+    for module in (middleware, overhead):
+        if not str(module.__file__).startswith(tree):
+            raise SystemExit(f"{module.__name__} came from {module.__file__}, not from {tree}")
+    tmp = Path(tempfile.mkdtemp(prefix="before-after-"))
+    make_app = overhead.FRAMEWORKS[framework]
+    apps = {
+        "bare": overhead.bare(tmp, make_app),
+        "tracing off": overhead.ours_tracing_off(tmp, make_app),
+        "all on": overhead.ours_all_on(tmp, make_app),
+    }
+    path = "/v1/completions" if workload == "json" else "/v1/chat/completions"
+    for app in apps.values():
+        overhead.run_requests(app, path)  # lazy imports, label children, caches
+    print("ready", flush=True)
+    for line in sys.stdin:
+        app = apps[line.strip()]
+        started = time.perf_counter()
+        overhead.run_requests(app, path)
+        print((time.perf_counter() - started) / overhead.REQUESTS_PER_ROUND, flush=True)
+
+
+if __name__ == "__main__":
+    main()
