@@ -1,4 +1,4 @@
-"""A request rate limit per client address, in memory that does not grow with the addresses.
+"""A request rate limit per client address, in memory bounded however many addresses come.
 
     app = IpLimitMiddleware(app, IpRateLimiter(requests_per_minute=120),
                             trusted_proxies=["10.0.0.0/8"])
@@ -9,29 +9,28 @@ that is not one is the client (the left part of the chain is whatever the client
 never believed). IPv6 addresses count per /64: one host is usually given a whole /64, and
 counting each of its 2^64 addresses apart would let it walk around its limit.
 
-Why a sketch, not a table of buckets: a table keyed by address grows with every new address
-(an attacker with a /48 of IPv6 has 2^80 of them), and an LRU of bounded size forgets an
-address as soon as enough others pass, handing it a fresh bucket: with churn above its size,
-nobody is limited. Here the state is fixed at construction: `rows` x `width` token buckets
-(two float arrays, ~1 MiB by default). An address maps to one bucket in each row, by a keyed
-hash (BLAKE2b with a random per-process key, so a client cannot choose addresses that collide
-with another's); a request takes a token from each of its buckets, and is allowed while the
-fullest of them holds one. Buckets shared with other addresses only ever hold less, so an
-address is never allowed more than its limit (as a count-min sketch never under-counts); an
-innocent address is wrongly limited only if every one of its buckets is shared with heavy
-clients, about (heavy clients / width) ** rows: 1e-5 with 1,000 heavy clients at the defaults.
+Memory: one small bucket per address seen within the last refill period, in a table bounded
+at `max_addresses` (65,536 by default: ~20 MiB at most). A bucket that has refilled to full
+carries no information (a new one would be the same), so the least recently seen buckets are
+dropped as soon as they are full: the table holds the addresses active within the last
+minute, not every address ever seen, and 100,000 addresses passing through leave it as small
+as the traffic of one minute. Only when more than `max_addresses` addresses are active within
+one minute is a bucket forgotten before it is full, the least recently seen one first (the
+one refilling the longest); `forgotten_early` counts those, so a table too small shows. Each
+address is limited exactly while its bucket is kept. Why not a count-min sketch of buckets:
+its memory is fixed, but every address shares its cells with others, so with 100,000 active
+addresses and any affordable width, innocent addresses are refused for their neighbours'
+traffic; a wrong 429 is worse than a forgotten bucket for a client idle the longest.
 
 The refusal is the per-key limiter's: 429 in OpenAI's error shape with `Retry-After`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import math
-import os
 import threading
-from array import array
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 from middleware.auth import AuthDecision, refusal
@@ -44,52 +43,54 @@ IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 class IpRateLimiter:
     """Token buckets of `requests_per_minute` (burst: the same number) per client address."""
 
-    def __init__(
-        self, requests_per_minute: float, rows: int = 4, width: int = 16384, now_s: float = 0.0
-    ) -> None:
+    def __init__(self, requests_per_minute: float, max_addresses: int = 65536) -> None:
         if requests_per_minute <= 0:
             raise ValueError(f"requests_per_minute must be positive, got {requests_per_minute}")
-        if not 1 <= rows <= 8 or width < 1 or width > 2**32:
-            raise ValueError("rows must be 1..8 and width 1..2**32")
+        if max_addresses < 1:
+            raise ValueError(f"max_addresses must be at least 1, got {max_addresses}")
         self.capacity = float(requests_per_minute)
         self.rate_per_s = self.capacity / 60.0
-        self.rows = rows
-        self.width = width
-        self._levels = array("d", [self.capacity]) * (rows * width)
-        self._updated = array("d", [now_s]) * (rows * width)
-        self._key = os.urandom(16)
+        self.max_addresses = max_addresses
+        self.forgotten_early = 0  # buckets dropped before they were full: the table is too small
+        # address -> [level, updated_s], least recently seen first
+        self._buckets: OrderedDict[str, list[float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    @property
-    def state_bytes(self) -> int:
-        """The memory the buckets take; fixed from construction."""
-        return self._levels.itemsize * len(self._levels) * 2
-
-    def cells(self, address: str) -> list[int]:
-        """The bucket of `address` in each row (indices into the flat arrays)."""
-        digest = hashlib.blake2b(address.encode(), key=self._key, digest_size=4 * self.rows)
-        raw = digest.digest()
-        return [
-            row * self.width + int.from_bytes(raw[4 * row : 4 * row + 4], "little") % self.width
-            for row in range(self.rows)
-        ]
+    def __len__(self) -> int:
+        return len(self._buckets)
 
     def wait_s(self, address: str, now_s: float) -> float:
         """Take one request for `address` and return 0, or return the seconds until it may
         (nothing taken)."""
-        cells = self.cells(address)
-        levels, updated = self._levels, self._updated
         with self._lock:
-            best = -math.inf
-            for cell in cells:
-                level = min(self.capacity, levels[cell] + (now_s - updated[cell]) * self.rate_per_s)
-                levels[cell], updated[cell] = level, now_s
-                best = max(best, level)
-            if best < 1.0:
-                return (1.0 - best) / self.rate_per_s
-            for cell in cells:
-                levels[cell] -= 1.0
+            self._drop_full(now_s)
+            bucket = self._buckets.get(address)
+            if bucket is None:
+                if len(self._buckets) >= self.max_addresses:
+                    self._buckets.popitem(last=False)
+                    self.forgotten_early += 1
+                bucket = self._buckets[address] = [self.capacity, now_s]
+            else:
+                self._buckets.move_to_end(address)
+            level = min(self.capacity, bucket[0] + (now_s - bucket[1]) * self.rate_per_s)
+            bucket[1] = now_s
+            if level < 1.0:
+                bucket[0] = level
+                return (1.0 - level) / self.rate_per_s
+            bucket[0] = level - 1.0
         return 0.0
+
+    def _drop_full(self, now_s: float) -> None:
+        """Forget the least recently seen buckets that have refilled (two at most a call: the
+        table shrinks at up to twice the rate it can grow, with no sweep that stalls one)."""
+        buckets = self._buckets
+        for _ in range(2):
+            if not buckets:
+                return
+            level, updated = next(iter(buckets.values()))
+            if level + (now_s - updated) * self.rate_per_s < self.capacity:
+                return
+            buckets.popitem(last=False)
 
 
 def parse_networks(specs: Iterable[str], where: str = "--trusted-proxies") -> list[IpNetwork]:
@@ -184,7 +185,8 @@ class IpLimitMiddleware:
         )
         address = client_address(client[0] if client else None, forwarded, self.trusted)
         if address is not None:
-            wait = self.limiter.wait_s(address, self.clock.wall_s())
+            # monotonic: a wall clock stepped back would drain every bucket
+            wait = self.limiter.wait_s(address, self.clock.now_ns() / 1e9)
             if wait > 0:
                 message = f"rate limit of client address {address} reached; retry after {math.ceil(wait)} s"  # fmt: skip
                 await refusal(AuthDecision(None, 429, message, wait))(scope, receive, send)

@@ -10,6 +10,8 @@ the policy's shortest window, held for `for`. The absent-metrics alert is Promet
 from __future__ import annotations
 
 import datetime as dt
+import os
+import ssl
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -86,5 +88,26 @@ def push_to_alertmanager(url: str, alerts: list[dict[str, Any]], interval_s: flo
         }
         for alert in alerts
     ]
-    response = httpx.post(url.rstrip("/") + "/api/v2/alerts", json=payload, timeout=5.0)
+    verify, headers = _alertmanager_access()
+    response = httpx.post(
+        url.rstrip("/") + "/api/v2/alerts",
+        json=payload,
+        timeout=5.0,
+        headers=headers,
+        verify=verify,
+    )
     response.raise_for_status()
+
+
+def _alertmanager_access() -> tuple[Any, dict[str, str]]:
+    """(verify, headers) of the push: an HTTPS Alertmanager verified against
+    $LLM_SLO_ALERTMANAGER_CA_FILE (else the system's CAs), and the first line of
+    $LLM_SLO_ALERTMANAGER_TOKEN_FILE as a bearer token, read at every push (rotation)."""
+    ca_file = os.environ.get("LLM_SLO_ALERTMANAGER_CA_FILE") or None
+    token_file = os.environ.get("LLM_SLO_ALERTMANAGER_TOKEN_FILE") or None
+    verify: Any = ssl.create_default_context(cafile=ca_file) if ca_file else True
+    headers = {}
+    if token_file:
+        with open(token_file, encoding="utf-8") as lines:
+            headers["authorization"] = "Bearer " + lines.readline().strip()
+    return verify, headers

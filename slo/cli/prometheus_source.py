@@ -17,6 +17,7 @@ alerts from `slo.arithmetic` (through `slo.check.evaluate.burn_rates`), the perc
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import httpx
@@ -34,12 +35,30 @@ from slo.units import format_duration
 Buckets = list[tuple[float, float]]  # (upper bound, cumulative count), +Inf last
 
 
+CA_FILE_ENV = "LLM_SLO_PROMETHEUS_CA_FILE"
+TOKEN_FILE_ENV = "LLM_SLO_PROMETHEUS_TOKEN_FILE"
+
+
 class PrometheusReader:
+    """Instant queries against Prometheus' HTTP API. Over HTTPS it verifies against `ca_file`
+    (else the system's CAs); `token_file` sends `Authorization: Bearer <its first line>` (a
+    Prometheus behind an authenticating proxy). Both default to $LLM_SLO_PROMETHEUS_CA_FILE and
+    $LLM_SLO_PROMETHEUS_TOKEN_FILE."""
+
     def __init__(
-        self, url: str, client: httpx.Client | None = None, at: float | None = None
+        self,
+        url: str,
+        client: httpx.Client | None = None,
+        at: float | None = None,
+        *,
+        ca_file: str | None = None,
+        token_file: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
-        self.client = client or httpx.Client(timeout=30.0)
+        self.client = client or _client(
+            ca_file or os.environ.get(CA_FILE_ENV) or None,
+            token_file or os.environ.get(TOKEN_FILE_ENV) or None,
+        )
         # Evaluation time (Unix seconds) of every query; None: each at the server's now.
         self.at = at
 
@@ -47,15 +66,27 @@ class PrometheusReader:
         self.client.close()
 
     def query(self, promql: str) -> list[tuple[dict[str, str], float]]:
+        params = {"query": promql}
+        if self.at is not None:
+            params["time"] = f"{self.at:.3f}"
         try:
-            params = {"query": promql}
-            if self.at is not None:
-                params["time"] = f"{self.at:.3f}"
             response = self.client.get(f"{self.url}/api/v1/query", params=params)
-            body = response.json()
-        except (httpx.HTTPError, ValueError) as error:
+        except httpx.HTTPError as error:
             raise UsageError(
-                f"cannot query Prometheus at {self.url}: {error}; check --prometheus URL"
+                f"cannot query Prometheus at {self.url}: {error}; check --prometheus URL "
+                f"(and ${CA_FILE_ENV} for a private CA)"
+            ) from None
+        if response.status_code in (401, 403):
+            raise UsageError(
+                f"Prometheus at {self.url} answered {response.status_code}: give its bearer "
+                f"token in a file named by ${TOKEN_FILE_ENV}"
+            )
+        try:
+            body = response.json()
+        except ValueError:
+            raise UsageError(
+                f"Prometheus at {self.url} answered {response.status_code} with no JSON; "
+                "check --prometheus URL"
             ) from None
         if body.get("status") != "success":
             raise UsageError(f"Prometheus at {self.url} refused {promql!r}: {body.get('error')}")
@@ -80,6 +111,18 @@ class PrometheusReader:
     def total(self, metric: str, tier: str, window_s: float) -> float:
         rows = self.query(f'sum(increase({metric}{{tier="{tier}"}}[{format_duration(window_s)}]))')
         return rows[0][1] if rows else 0.0
+
+
+def _client(ca_file: str | None, token_file: str | None) -> httpx.Client:
+    from slo.cli.tls import client_context, read_token_file
+
+    headers = {}
+    if token_file is not None:
+        headers["authorization"] = "Bearer " + read_token_file(f"${TOKEN_FILE_ENV}", token_file)
+    verify: Any = True
+    if ca_file is not None:
+        verify = client_context(ca_certs=ca_file, ca_flag=f"${CA_FILE_ENV}")
+    return httpx.Client(timeout=30.0, headers=headers, verify=verify)
 
 
 def bucket_quantile(buckets: Buckets, target: float) -> float | None:

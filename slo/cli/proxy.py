@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from slo.cli.security import (
     add_security_flags,
+    check_outbound_credentials,
     guard_operations,
     limit_addresses,
     ops_token,
@@ -128,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     )
     context = tls_context(args)
     token = ops_token(args)
+    check_outbound_credentials()
     upstream_tls = _upstream_context(args)
     from middleware import LatencyMiddleware
     from middleware.proxy import ProxyApp

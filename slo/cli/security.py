@@ -62,6 +62,19 @@ def ops_token(args: argparse.Namespace) -> str | None:
     return None
 
 
+def check_outbound_credentials() -> None:
+    """The Alertmanager push's CA and token files (environment), read now rather than at the
+    first alert, when no one is watching."""
+    ca_file = os.environ.get("LLM_SLO_ALERTMANAGER_CA_FILE")
+    if ca_file:
+        from slo.cli.tls import client_context
+
+        client_context(ca_certs=ca_file, ca_flag="$LLM_SLO_ALERTMANAGER_CA_FILE")
+    token_file = os.environ.get("LLM_SLO_ALERTMANAGER_TOKEN_FILE")
+    if token_file:
+        read_token_file("$LLM_SLO_ALERTMANAGER_TOKEN_FILE", token_file)
+
+
 def limit_addresses(app: ASGIApp, args: argparse.Namespace) -> ASGIApp:
     """`app` behind the per-address limit, when one is asked for. It goes inside the
     measurement, so its 429s are recorded and counted like the per-key limiter's."""

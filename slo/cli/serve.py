@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from slo.cli.engine_flags import add_engine_flags, engine_overrides
 from slo.cli.security import (
     add_security_flags,
+    check_outbound_credentials,
     guard_operations,
     limit_addresses,
     ops_token,
@@ -138,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
     # Certificates, the token and the limits are checked before the engine spends its warm-up.
     context = tls_context(args)
     token = ops_token(args)
+    check_outbound_credentials()
     from engine.api import Limits, create_app
 
     engine = _load_engine(args)

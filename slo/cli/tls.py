@@ -94,13 +94,14 @@ def client_context(
     keyfile: str | None = None,
     insecure: bool = False,
     flag_prefix: str = "--upstream",
+    ca_flag: str | None = None,
 ) -> ssl.SSLContext:
     """A context for reaching an HTTPS server: verified against the system's CAs, or `ca_certs`;
     `certfile`/`keyfile` present a client certificate (mTLS); `insecure` verifies nothing."""
     context = ssl.create_default_context()
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if ca_certs is not None:
-        _load_cas(context, f"{flag_prefix}-ca-certs", ca_certs, None)
+        _load_cas(context, ca_flag or f"{flag_prefix}-ca-certs", ca_certs, None)
     if certfile is not None:
         check_certificate_file(f"{flag_prefix}-certfile", certfile, None)
         _load_chain(context, f"{flag_prefix}-certfile", certfile, keyfile or certfile)
