@@ -1,66 +1,52 @@
 """Prometheus recording and alerting rules for a spec, from `slo.alert_rules`.
 
-Recording rules, per tier and objective, for every window of the policy and the SLO window:
-the error ratio (bad events over events, event-weighted across models, routes and replicas)
-and the event count the low-traffic guard reads, plus two constants (error budget, latency
-threshold) that dashboards divide by. Alerts read those records, except threshold alerts,
-which take `histogram_quantile` over the raw buckets.
+Recording rules (`alerts.records`), per tier and objective, for every window of the policy
+and the SLO window: the error ratio (bad events over events, event-weighted across models,
+routes and replicas) and the event count the low-traffic guard reads, plus two constants
+(error budget, latency threshold) that dashboards divide by; windows longer than 6h add
+recorded hourly tiles. Alerts read those records, except threshold alerts, which take
+`histogram_quantile` over the raw buckets of a 5m window.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from alerts.records import error_ratio_expr, events_expr, is_derived, objective_records
+from alerts.rule_types import GOOD_OUTCOME, REQUESTS, Group, Rule
 from alerts.templating import render
 from slo.alert_rules import (
-    AVAILABILITY,
     AlertRule,
     alert_rules,
-    budget_objectives,
-    error_budget,
     threshold_window_s,
     windows_s,
 )
 from slo.arithmetic import BURN_RATE_OPERATOR, MIN_EVENTS_OPERATOR
 from slo.promql import (
-    ERROR_BUDGET_RECORD,
-    THRESHOLD_RECORD,
-    any_of,
-    le_matcher,
-    matcher,
     number,
     prom_duration,
     record_error_ratio,
     record_events,
     selector,
 )
-from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
-from slo.spec import SLOSpec, Tier
-from slo.spec.objectives import Objective
+from slo.sli import CATALOG
+from slo.spec import SLOSpec
 from slo.units import format_duration
 
-GOOD_OUTCOME = "ok"
-REQUESTS = CATALOG["requests"].metric
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One entry of a rule group, as the template writes it."""
-
-    expr: str
-    record: str | None = None
-    alert: str | None = None
-    for_: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Group:
-    name: str
-    rules: list[Rule]
-    interval: str | None = None
+__all__ = [
+    "GOOD_OUTCOME",
+    "REQUESTS",
+    "Group",
+    "Links",
+    "Rule",
+    "alert_annotations",
+    "alert_expr",
+    "error_ratio_expr",
+    "events_expr",
+    "render_rules",
+    "rule_groups",
+]
 
 
 @dataclass(frozen=True)
@@ -69,65 +55,6 @@ class Links:
 
     runbook_base: str = "https://runbooks.example.com/llm-slo"
     dashboard: str = "http://localhost:3000/d/llm-slo-overview"
-
-
-def events_expr(tier: str, objective: Objective, window_s: float) -> str:
-    """PromQL: the objective's events in the window, summed over models, routes, replicas."""
-    window = prom_duration(window_s)
-    if objective.kind == AVAILABILITY:
-        excluded = matcher("outcome", "!~", any_of(OUTCOMES_EXCLUDED_FROM_AVAILABILITY))
-        return f"sum(increase({selector(REQUESTS, excluded, tier=tier)}[{window}]))"
-    metric = CATALOG[objective.sli or ""].metric
-    return f"sum(increase({selector(metric + '_count', tier=tier)}[{window}]))"
-
-
-def error_ratio_expr(tier: str, objective: Objective, window_s: float) -> str:
-    """PromQL: bad events / events in the window (a ratio of sums, never a mean of ratios)."""
-    window = prom_duration(window_s)
-    events = events_expr(tier, objective, window_s)
-    if objective.kind == AVAILABILITY:
-        bad = matcher("outcome", "!~", any_of((GOOD_OUTCOME, *OUTCOMES_EXCLUDED_FROM_AVAILABILITY)))
-        # `or vector(0)`: with no failed request yet the ratio is 0, not missing.
-        bad_events = f"sum(increase({selector(REQUESTS, bad, tier=tier)}[{window}]))"
-        return f"({bad_events} or vector(0))\n/\n{events}"
-    metric = CATALOG[objective.sli or ""].metric
-    good = selector(metric + "_bucket", le_matcher(objective.threshold_s or 0.0), tier=tier)
-    # (events - good) / events: one division, so the ratio is the correctly rounded bad/events
-    # and `> limit` against the decimal limit is exact (1 - good/events rounds twice).
-    good_events = f"sum(increase({good}[{window}]))"
-    return f"(\n  {events}\n  -\n  {good_events}\n)\n/\n{events}"
-
-
-def _record_labels(tier: Tier, objective: Objective) -> dict[str, str]:
-    return {"tier": tier.name, "sli": objective.sli or AVAILABILITY, "objective": objective.name}
-
-
-def _records(tier: Tier, windows: tuple[float, ...]) -> list[Rule]:
-    rules: list[Rule] = []
-    for objective in budget_objectives(tier):
-        labels = _record_labels(tier, objective)
-        rules.append(
-            Rule(number(error_budget(objective)), record=ERROR_BUDGET_RECORD, labels=labels)
-        )
-        if objective.kind == "latency":
-            threshold = number(objective.threshold_s or 0.0)
-            rules.append(Rule(threshold, record=THRESHOLD_RECORD, labels=labels))
-        for window in windows:
-            rules.append(
-                Rule(
-                    error_ratio_expr(tier.name, objective, window),
-                    record=record_error_ratio(window),
-                    labels=labels,
-                )
-            )
-            rules.append(
-                Rule(
-                    events_expr(tier.name, objective, window),
-                    record=record_events(window),
-                    labels=labels,
-                )
-            )
-    return rules
 
 
 def _series(record: str, rule: AlertRule) -> str:
@@ -217,6 +144,7 @@ def rule_groups(spec: SLOSpec, links: Links, budget_interval: str | None = "1m")
     alert_windows = tuple(w for w in windows_s(spec) if w in alerted)
     budget_windows = tuple(w for w in windows_s(spec) if w not in alert_windows)
     rules = alert_rules(spec)
+    tiles = any(is_derived(window) for window in windows_s(spec))
     groups: list[Group] = []
     for tier in spec.tiers:
         tier_alerts = [
@@ -230,9 +158,10 @@ def rule_groups(spec: SLOSpec, links: Links, budget_interval: str | None = "1m")
             for rule in rules
             if rule.tier == tier.name
         ]
-        groups.append(Group(f"llm-slo-{tier.name}", _records(tier, alert_windows) + tier_alerts))
+        records = objective_records(tier, alert_windows, tiles=tiles)
+        groups.append(Group(f"llm-slo-{tier.name}", records + tier_alerts))
         if budget_windows:
-            budget = [r for r in _records(tier, budget_windows) if r.record not in _CONSTANTS]
+            budget = objective_records(tier, budget_windows, constants=False)
             groups.append(Group(f"llm-slo-{tier.name}-budget", budget, budget_interval))
     absent = [r for r in rules if r.tier is None]
     groups.append(
@@ -251,9 +180,6 @@ def rule_groups(spec: SLOSpec, links: Links, budget_interval: str | None = "1m")
         )
     )
     return groups
-
-
-_CONSTANTS = (ERROR_BUDGET_RECORD, THRESHOLD_RECORD)
 
 
 def render_rules(spec: SLOSpec, links: Links, budget_interval: str | None = "1m") -> str:

@@ -102,3 +102,8 @@ def selector(metric: str, *matchers: str, **equal: str) -> str:
 def any_of(values: tuple[str, ...] | list[str]) -> str:
     """A regex alternative of literal values, for `=~` and `!~` matchers."""
     return "|".join(re.escape(value) for value in values)
+
+
+def record_bad(window_s: float) -> str:
+    """Bad events of one objective over the window: long windows are sums of these."""
+    return f"{RECORD_LEVEL}:objective_bad:increase{prom_duration(window_s)}"

@@ -1,0 +1,29 @@
+"""The shapes a rule file is made of, shared by the modules that fill it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slo.sli import CATALOG
+
+GOOD_OUTCOME = "ok"
+REQUESTS = CATALOG["requests"].metric
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One entry of a rule group, as the template writes it."""
+
+    expr: str
+    record: str | None = None
+    alert: str | None = None
+    for_: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    rules: list[Rule]
+    interval: str | None = None
