@@ -1,13 +1,20 @@
 """`Breakdown`: everything derived from one finished request's timeline, in seconds.
 
 The additive parts (`phases`) sum to e2e: see `middleware.timeline` for how the request's
-critical path is cut into them.
+critical path is cut into them. A latency SLI that none of the fields below measures is
+measured here too, from the timeline's marks: one function in `MEASURED_FROM_MARKS`, under
+its record field (CONTRIBUTING.md: add a latency SLI, end to end).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from middleware.timeline import RequestTimeline
 
 NS = 1e-9
 
@@ -52,3 +59,17 @@ class Breakdown:
         breakdown = object.__new__(cls)
         breakdown.__dict__.update(fields)
         return breakdown
+
+
+# Record field -> its value (seconds, or None when the request has no such moment) from a
+# finished request's timeline: RequestTimeline.breakdown puts each on the Breakdown under that
+# name, and from there it reaches the record, the histogram and the live windows like the
+# fields above. Its marks are perf_counter nanoseconds (`timeline.start_ns`, `body_chunk_ns`,
+# `token_ns`, `first_token_byte_ns`, `last_byte_ns`, ...).
+MEASURED_FROM_MARKS: dict[str, Callable[[RequestTimeline], float | None]] = {}
+
+
+def measured_fields() -> tuple[str, ...]:
+    """Every attribute a Breakdown carries: its fields, then what is measured from marks."""
+    own = tuple(field.name for field in dataclasses.fields(Breakdown))
+    return (*own, *(name for name in MEASURED_FROM_MARKS if name not in own))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from middleware.breakdown import measured_fields
 from middleware.otel.request import GenAIRequest
 from middleware.timeline import Breakdown, RequestTimeline
 from slo.records import FIELD_NAMES, LIST_FIELDS
@@ -61,7 +62,7 @@ def timings_comment(breakdown: Breakdown) -> bytes:
 # the Breakdown attribute measuring it: slo.sli.LATENCY_FIELDS), so a new SLI needs no line
 # here. A response that produced no tokens keeps the timeline's cuts (e2e and its phases) and
 # nothing about tokens.
-_BREAKDOWN_FIELDS = tuple(field.name for field in dataclasses.fields(Breakdown))
+_BREAKDOWN_FIELDS = measured_fields()
 _CUT_FIELDS = (LATENCY_FIELDS["e2e"], *PHASE_FIELDS)
 _NOT_PRODUCED: dict[str, Any] = {
     **dict.fromkeys(name for name in LATENCY_FIELDS.values() if name not in _CUT_FIELDS),

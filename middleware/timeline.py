@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
-from middleware.breakdown import NS, Breakdown
+from middleware.breakdown import MEASURED_FROM_MARKS, NS, Breakdown
 from middleware.clock import Clock
 from middleware.context import current_timeline, reset_current_timeline, set_current_timeline
 from middleware.upstream import UpstreamReport
@@ -220,7 +220,7 @@ class RequestTimeline:
         tpot = None
         if ttft is not None and output_tokens > 1:
             tpot = max(e2e * NS - ttft, 0.0) / (output_tokens - 1)
-        return Breakdown._of(
+        breakdown = Breakdown._of(
             e2e_s=e2e * NS,
             ttft_s=ttft,
             tpot_s=tpot,
@@ -235,6 +235,9 @@ class RequestTimeline:
             output_tokens=output_tokens,
             tokens_source=tokens_source,
         )
+        for name, measure in MEASURED_FROM_MARKS.items():
+            breakdown.__dict__[name] = measure(self)
+        return breakdown
 
     def _engine_parts(self, receive_end: int, end: int) -> tuple[Any, ...]:
         """The engine marked every phase (its hooks): (network after the body, queue, prefill,

@@ -11,7 +11,6 @@ reads (`middleware.live.shared`): `/slo` and the alerts judge the whole server's
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import threading
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from middleware.breakdown import measured_fields
 from middleware.clock import Clock, SystemClock
 from middleware.histograms import BucketCounts, bucket_counts
 from middleware.live.alerting import firing_rules, push_to_alertmanager
@@ -54,15 +54,16 @@ def breakdown_fields(slis: tuple[str, ...]) -> dict[str, str]:
     Called once at import: a catalog SLI the breakdown does not carry stops the import,
     instead of the live windows (or the histograms) leaving it out without a word.
     """
-    carried = {field.name for field in dataclasses.fields(Breakdown)}
+    carried = set(measured_fields())
     measured = {}
     for name in slis:
         field = LATENCY_FIELDS.get(name)
         if field is None or field not in carried:
             raise TypeError(
                 f"slo/sli.py: SLI {name!r} (record field {field!r}) is not measured by "
-                f"{Breakdown.__module__}.Breakdown; add the field there and compute it in "
-                "RequestTimeline.breakdown, so /slo, /metrics and `slo check` all see it"
+                f"{Breakdown.__module__}.Breakdown; add a field computed in "
+                "RequestTimeline.breakdown, or a function of the timeline's marks to "
+                "MEASURED_FROM_MARKS there, so /slo, /metrics and `slo check` all see it"
             )
         measured[name] = field
     return measured
