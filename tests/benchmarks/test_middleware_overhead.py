@@ -248,6 +248,9 @@ def test_report_ratios(tmp_path: Path) -> None:
     """The ratios, from interleaved rounds of every variant (the per-variant tests above show
     each one's distribution; on a shared 2-core machine their separate timings drift), on
     FastAPI and on plain Starlette; fails when a goal is missed."""
+    from tests.benchmarks.bench_record import load_average
+
+    load_at_start = load_average()
     report: dict[str, Any] = {}
     missed: list[str] = []
     for framework in FRAMEWORKS:
@@ -274,4 +277,30 @@ def test_report_ratios(tmp_path: Path) -> None:
             if tracing_off > 1:
                 missed.append(f"{key}: tracing off / starlette-exporter = {tracing_off:.2f}")
     print("\n" + json.dumps(report, indent=2))
+    write_page(report, load_at_start)
     assert not missed, "goals missed: " + "; ".join(missed)
+
+
+def write_page(report: dict[str, Any], load_at_start: str) -> None:
+    """The run's figures on docs/benchmarks/middleware-overhead.md, with commit and date."""
+    from tests.benchmarks.bench_record import ROOT, stamp, table, write_section
+
+    rows = [
+        [key, figures["bare_us_per_request"],
+         *figures["overhead_us_per_request"].values(),
+         figures["ours_all_on / otel_asgi (goal < 1)"],
+         figures["ours_tracing_off / starlette_exporter (goal <= 1)"]]
+        for key, figures in report.items()
+    ]  # fmt: skip
+    variants = list(next(iter(report.values()))["overhead_us_per_request"])
+    header = ["app/workload", "bare (us/request)", *(f"{v} (us added)" for v in variants),
+              "all on / otel-asgi (goal < 1)", "tracing off / starlette-exporter (goal <= 1)"]  # fmt: skip
+    text = "\n\n".join([
+        "## CPU per request added to the bare app",
+        stamp(load_at_start),
+        "Medians over 9 interleaved rounds of 300 requests. Command: `python -m pytest "
+        "tests/benchmarks/test_middleware_overhead.py -o addopts=\"\" -s -k report_ratios`.",
+        table(header, rows),
+    ])  # fmt: skip
+    page = ROOT / "docs" / "benchmarks" / "middleware-overhead.md"
+    write_section(page, "The middleware: what it adds per request", "report-ratios", text)
