@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+GREEDY_BELOW_TEMPERATURE = 1e-5
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to pick tokens and when to stop. `temperature == 0` means greedy."""
+    """How to pick tokens and when to stop. `temperature` 0 (or below 1e-5) means greedy."""
 
     max_tokens: int = 16
     temperature: float = 1.0
@@ -52,7 +54,9 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        # Below this, logits / temperature overflows float32 to inf and softmax gives NaN; the
+        # distribution is one-hot anyway (vLLM's _SAMPLING_EPS is the same bound).
+        return self.temperature < GREEDY_BELOW_TEMPERATURE
 
 
 def adjust_logits(
@@ -110,6 +114,7 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         sorted_probs = torch.softmax(sorted_scores, dim=-1)
         # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
         drop = sorted_probs.cumsum(-1) - sorted_probs >= params.top_p
+        drop[..., 0] = False  # even when top_p underflows to 0 in float32
         sorted_scores = sorted_scores.masked_fill(drop, float("-inf"))
         scores = torch.full_like(scores, float("-inf")).scatter(-1, order, sorted_scores)
     return torch.softmax(scores, dim=-1)

@@ -39,6 +39,7 @@ _RESPONSES = {
         },
     },
     "400": _ERROR,
+    "401": _ERROR,  # `slo serve --api-keys`: a missing or unknown key
     "404": _ERROR,
     "413": _ERROR,
     "429": _ERROR,
@@ -56,8 +57,8 @@ def openapi_document(model_name: str) -> dict[str, Any]:
             "description": f"Serves model '{model_name}'.",
         },
         "paths": {
-            "/v1/completions": _generation("createCompletion", _completion_request()),
-            "/v1/chat/completions": _generation("createChatCompletion", _chat_request()),
+            "/v1/completions": _generation("createCompletion", _completion_request(model_name)),
+            "/v1/chat/completions": _generation("createChatCompletion", _chat_request(model_name)),
             "/v1/models": {
                 "get": {
                     "operationId": "listModels",
@@ -65,6 +66,11 @@ def openapi_document(model_name: str) -> dict[str, Any]:
                         "200": {
                             "description": "the served model",
                             "content": {"application/json": {"schema": {"type": "object"}}},
+                            # The model's name, for the generation routes (and stateful fuzzers).
+                            "links": {
+                                "ChatWithServedModel": _model_link("createChatCompletion"),
+                                "CompleteWithServedModel": _model_link("createCompletion"),
+                            },
                         }
                     },
                 }
@@ -96,7 +102,11 @@ def _generation(operation_id: str, request_schema: dict[str, Any]) -> dict[str, 
     }
 
 
-def _properties(route: Route) -> dict[str, Any]:
+def _model_link(operation_id: str) -> dict[str, Any]:
+    return {"operationId": operation_id, "requestBody": {"model": "$response.body#/data/0/id"}}
+
+
+def _properties(route: Route, model_name: str) -> dict[str, Any]:
     """Every field the route takes (engine/api/fields.py), its disposition in its description."""
     properties: dict[str, Any] = {}
     for name, field in BY_ROUTE[route].items():
@@ -106,11 +116,12 @@ def _properties(route: Route) -> dict[str, Any]:
             else f"refused unless {field.accepted}"
         )
         properties[name] = {**field.schema, "description": f"{says}: {field.why}"}
+    properties["model"] |= {"enum": [model_name]}  # another name is a 404
     return properties
 
 
-def _completion_request() -> dict[str, Any]:
-    properties = _properties("completions")
+def _completion_request(model_name: str) -> dict[str, Any]:
+    properties = _properties("completions", model_name)
     properties["prompt"] |= {
         "oneOf": [
             {"type": "string"},
@@ -125,7 +136,7 @@ def _completion_request() -> dict[str, Any]:
     }
 
 
-def _chat_request() -> dict[str, Any]:
+def _chat_request(model_name: str) -> dict[str, Any]:
     message = {
         "type": "object",
         "required": ["role", "content"],
@@ -134,7 +145,7 @@ def _chat_request() -> dict[str, Any]:
             "content": {"type": "string"},
         },
     }
-    properties = _properties("chat")
+    properties = _properties("chat", model_name)
     properties["messages"] |= {"items": message}
     return {
         "type": "object",

@@ -79,3 +79,15 @@ def test_speculative_decoding_refuses_what_it_would_drop() -> None:
     refuse_under_speculation(SamplingParams(seed=3, stop=("x",)))
     with pytest.raises(ValueError, match="speculative decoding"):
         refuse_under_speculation(SamplingParams(frequency_penalty=0.5))
+
+
+def test_values_at_the_edge_of_float32_still_sample() -> None:
+    """Found by schemathesis: top_p 5e-324 is 0 in float32 and dropped every token (NaN, a
+    500); a temperature of 1e-30 made logits / temperature overflow to inf (NaN again)."""
+    logits = torch.tensor([[0.5, 3.0, 1.0]])
+    generator = torch.Generator().manual_seed(0)
+    tiny_top_p = SamplingParams(temperature=1.0, top_p=5e-324)
+    assert sample_tokens(logits, [tiny_top_p], [generator]) == [1]
+    tiny_temperature = SamplingParams(temperature=1e-30)
+    assert tiny_temperature.greedy and not SamplingParams(temperature=1e-5).greedy
+    assert sample_tokens(logits, [tiny_temperature], [generator]) == [1]
