@@ -114,23 +114,12 @@ class LatencyMiddleware:
         self.slo_path = slo_path
         self.llm_routes = _measured_routes(llm_routes, self.spec)
         self.server_timing = server_timing
-        self.metrics = MetricSet(self.spec, model, registry, routes=self.llm_routes)
-        self.span_drops = DropCounter()
-        # GenAI conventions (middleware.otel): model names become metric attributes only from
-        # this allow-list (configured, or listed at /v1/models); gen_ai.* metrics on the SDK's
-        # MeterProvider (OTLP per OTEL_*) and on /metrics, beside the llm_slo_* series, when
-        # OpenTelemetry is on (middleware.otel.sdk.metrics_wanted): off costs nothing.
-        self.model_labels = ModelLabels([*models, *([model] if model != "unknown" else [])])
-        self.tracer = RequestTracer(
-            tracer_provider, self.span_drops, provider_name=provider_name, labels=self.model_labels
-        )
+        self.gpu_stats = gpu_stats
+        self._set_up_telemetry(registry, tracer_provider, provider_name, models, alertmanager_url)
         self.genai = self._genai_metrics(
             provider_name, genai_metrics, meter_provider, list(metric_readers)
         )
         self.tracer.genai = self.genai
-        self.bridge = EngineBridge(on_step=self.metrics.observe_engine_step)
-        self.live = LiveSLO(self.spec, clock=self.clock, alertmanager_url=alertmanager_url)
-        self.gpu_stats = gpu_stats
         if isinstance(auth, str | Path):
             auth = ApiKeyAuth.load(auth, {tier.name for tier in self.spec.tiers})
         self.auth = auth
@@ -139,31 +128,67 @@ class LatencyMiddleware:
         # Ask streamed requests for `usage` (stream_options.include_usage) so counts are exact
         # on engines that report it; the usage chunk is kept from clients that did not ask.
         self.inject_usage = inject_usage
-        # Engine request spans (OTLP at `traces_path`) joined to the records: see
-        # middleware.intake.join for when a report waits for its span, and how long.
-        self.traces_path = traces_path
-        self.span_join = SpanJoin(engine_span_wait_s, expect=engine_spans)
-        # Send the app (the engine, or `slo proxy`'s upstream) a traceparent of our request
-        # span and an X-Request-Id; by default when our spans are exported (else the parent
-        # would name a span no backend has), and always behind `slo proxy`.
-        self.propagate_trace = self.tracer.enabled if propagate_trace is None else propagate_trace
+        self._set_up_engine_spans(traces_path, engine_spans, engine_span_wait_s, propagate_trace)
         self.lifespan = Lifespan(self.close)
         # uuid4 reads the OS entropy pool per call (slow on some VMs): a random prefix per
         # middleware plus a counter is as unique and costs nothing.
         self._id_prefix = os.urandom(6).hex()
         self._ids = itertools.count(1)
-        # perf_counter_ns -> unix ns, for spans; fixed once so every span agrees.
-        self.reporter = Reporter(
-            model=model,
+        self.reporter = self._reporter()
+
+    def _reporter(self) -> Reporter:
+        """What settles each finished request: span, metrics, live windows, record."""
+        return Reporter(
+            model=self.model,
             metrics=self.metrics,
             live=self.live,
             store=self.store,
             tracer=self.tracer,
             span_join=self.span_join,
-            capture=capture,
+            capture=self.capture,
             propagate_trace=self.propagate_trace,
+            # perf_counter_ns -> unix ns, for spans; fixed once so every span agrees.
             epoch_offset_ns=time.time_ns() - time.perf_counter_ns(),
         )
+
+    def _set_up_telemetry(
+        self,
+        registry: Any | None,
+        tracer_provider: Any | None,
+        provider_name: str,
+        models: Iterable[str],
+        alertmanager_url: str | None,
+    ) -> None:
+        """Metrics, request spans, engine-step bridge and live SLOs."""
+        self.metrics = MetricSet(self.spec, self.model, registry, routes=self.llm_routes)
+        self.span_drops = DropCounter()
+        # GenAI conventions (middleware.otel): model names become metric attributes only from
+        # this allow-list (configured, or listed at /v1/models); gen_ai.* metrics on the SDK's
+        # MeterProvider (OTLP per OTEL_*) and on /metrics, beside the llm_slo_* series, when
+        # OpenTelemetry is on (middleware.otel.sdk.metrics_wanted): off costs nothing.
+        model = self.model
+        self.model_labels = ModelLabels([*models, *([model] if model != "unknown" else [])])
+        self.tracer = RequestTracer(
+            tracer_provider, self.span_drops, provider_name=provider_name, labels=self.model_labels
+        )
+        self.bridge = EngineBridge(on_step=self.metrics.observe_engine_step)
+        self.live = LiveSLO(self.spec, clock=self.clock, alertmanager_url=alertmanager_url)
+
+    def _set_up_engine_spans(
+        self,
+        traces_path: str | None,
+        engine_spans: Literal["auto", "always", "never"],
+        wait_s: float,
+        propagate_trace: bool | None,
+    ) -> None:
+        """Engine request spans (OTLP at `traces_path`) joined to the records: see
+        middleware.intake.join for when a report waits for its span, and how long."""
+        self.traces_path = traces_path
+        self.span_join = SpanJoin(wait_s, expect=engine_spans)
+        # Send the app (the engine, or `slo proxy`'s upstream) a traceparent of our request
+        # span and an X-Request-Id; by default when our spans are exported (else the parent
+        # would name a span no backend has), and always behind `slo proxy`.
+        self.propagate_trace = self.tracer.enabled if propagate_trace is None else propagate_trace
 
     def _genai_metrics(
         self,
