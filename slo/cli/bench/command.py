@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slo.capacity.arrivals import ARRIVALS, ArrivalKind, check_arrival
 from slo.cli.bench.profiles import PROFILES, get_profile, parse_tier_mix, plan_requests
 from slo.errors import UsageError
 
@@ -40,11 +41,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
     pace = parser.add_mutually_exclusive_group()
     pace.add_argument("--rate", type=float, metavar="R", help="Poisson arrivals at R requests/s (default: the profile's)")  # fmt: skip
     pace.add_argument("--concurrency", type=int, metavar="C", help="closed loop: C requests in flight at all times")  # fmt: skip
+    pace.add_argument("--find-max-rate", action="store_true", help="search the highest arrival rate at which every tier meets its objectives; --out DIR gets capacity.json (see docs/capacity.md)")  # fmt: skip
+    pace.add_argument("--find-max-concurrency", action="store_true", help="the closed-loop twin of --find-max-rate: the most requests in flight every tier holds")  # fmt: skip
+    parser.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="open-loop arrivals: constant gaps, Poisson, or gamma (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--burstiness", type=float, default=1.0, help="gamma shape with --arrival gamma: 1 is Poisson, < 1 burstier, > 1 steadier (default: %(default)s)")  # fmt: skip
+    search = parser.add_argument_group("capacity search (--find-max-rate, --find-max-concurrency)")
+    search.add_argument("--resolution", type=float, default=0.05, help="stop bisecting when the bracket is narrower than this share of its low end (default: %(default)s)")  # fmt: skip
+    search.add_argument("--max-steps", type=int, default=12, help="at most this many steps (default: %(default)s)")  # fmt: skip
+    search.add_argument("--tail-events", type=int, default=10, help="requests beyond each tier's strictest percentile per step: sizes the measured window (default: %(default)s)")  # fmt: skip
+    search.add_argument("--warmup", type=float, default=0.2, metavar="SHARE", help="warm-up requests per step, sent first and not judged, as a share of the measured ones (default: %(default)s)")  # fmt: skip
+    search.add_argument("--start", type=float, metavar="LOAD", help="first load to try (default: 0.8x a saturation probe's rate; concurrency 1)")  # fmt: skip
+    search.add_argument("--cooldown", type=float, default=2.0, metavar="S", help="pause after a step that did not pass, for what the server still runs of it to drain (default: %(default)s)")  # fmt: skip
+    search.add_argument("--probe-concurrency", type=int, default=32, help="closed-loop width of the saturation probe (default: %(default)s)")  # fmt: skip
+    search.add_argument("--serve-arg", action="append", default=[], metavar="FLAG", help="with --embedded: a flag for `slo serve`, e.g. --serve-arg=--quantization=int8 (repeatable)")  # fmt: skip
     parser.add_argument("--tier-mix", metavar="T=W,...", help="tiers and weights, e.g. premium=0.2,standard=0.7,batch=0.1 (default: the profile's)")  # fmt: skip
     parser.add_argument("--tier-header", default="x-llm-tier", help="request header carrying the tier (default: %(default)s)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of lengths, prompts, tiers and arrivals (default: %(default)s)")  # fmt: skip
     parser.add_argument("--duration-limit", type=float, default=600.0, metavar="S", help="stop after S seconds, keeping what finished (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--out", default="run.jsonl", help="JSONL records, one per finished request (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--out", help="JSONL records, one per finished request (default: run.jsonl); with --find-max-*: a directory (default: capacity/)")  # fmt: skip
     parser.add_argument("--spec", help="SLO spec for goodput and the verdict (default: the packaged example)")  # fmt: skip
     parser.add_argument("--model", help="model to ask for (default: the first in /v1/models; with --embedded, the one to serve: bundled:tiny)")  # fmt: skip
     parser.add_argument("--max-model-len", type=int, help=f"context length to fit the profile into (default: /v1/models' max_model_len, else {FALLBACK_CONTEXT})")  # fmt: skip
@@ -72,6 +86,8 @@ class BenchOptions:
     ignore_eos: bool = True
     request_timeout_s: float = 300.0
     progress: bool = True
+    arrival: ArrivalKind = "poisson"
+    burstiness: float = 1.0
 
     def check(self) -> None:
         problems = [
@@ -88,6 +104,7 @@ class BenchOptions:
         for failed, message in problems:
             if failed:
                 raise UsageError(message)
+        check_arrival(self.arrival, self.rate or 1.0, self.burstiness)
 
 
 def options_from_args(args: argparse.Namespace) -> BenchOptions:
@@ -98,6 +115,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         max_model_len=args.max_model_len, chars_per_token=args.chars_per_token,
         stream=not args.no_stream, ignore_eos=not args.no_ignore_eos,
         request_timeout_s=args.request_timeout, progress=not args.quiet,
+        arrival=args.arrival, burstiness=args.burstiness,
     )  # fmt: skip
 
 
@@ -120,10 +138,13 @@ def execute(options: BenchOptions, base_url: str, out: Path) -> RunResult:
             concurrency = profile.concurrency
     plan = plan_requests(profile, options.requests, seed=options.seed, max_model_len=context,
                          rate=rate if concurrency is None else None, tier_mix=mix,
-                         chars_per_token=options.chars_per_token)  # fmt: skip
+                         chars_per_token=options.chars_per_token, arrival=options.arrival,
+                         burstiness=options.burstiness)  # fmt: skip
     settings = RequestSettings(info.name, profile.endpoint, options.stream, options.ignore_eos,
                                options.tier_header, options.seed, options.request_timeout_s)  # fmt: skip
-    pace = f"Poisson {rate:g} req/s" if concurrency is None else f"concurrency {concurrency}"
+    pace = (
+        f"{options.arrival} {rate:g} req/s" if concurrency is None else f"concurrency {concurrency}"
+    )
     tiers = ", ".join(f"{name}={weight:.2g}" for name, weight in (mix or profile.tier_mix))
     # Two lines, so that each fits a terminal of 100 columns.
     print(f"slo bench: {profile.name} profile, {len(plan)} requests, {pace}, tiers {tiers}")
@@ -141,7 +162,13 @@ def execute(options: BenchOptions, base_url: str, out: Path) -> RunResult:
 
 
 @contextlib.contextmanager
-def target(url: str | None, embedded: bool, model: str | None, spec: str | None) -> Iterator[str]:
+def target(
+    url: str | None,
+    embedded: bool,
+    model: str | None,
+    spec: str | None,
+    serve_args: tuple[str, ...] = (),
+) -> Iterator[str]:
     if url is not None:
         yield url
         return
@@ -151,7 +178,9 @@ def target(url: str | None, embedded: bool, model: str | None, spec: str | None)
         f"slo bench: starting `slo serve --model {model or 'bundled:tiny'}` on 127.0.0.1 ...",
         flush=True,
     )
-    with embedded_server(model=model or "bundled:tiny", spec=spec) as base_url:
+    with embedded_server(
+        model=model or "bundled:tiny", spec=spec, extra_args=serve_args
+    ) as base_url:
         yield base_url
 
 
@@ -163,7 +192,13 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     options.check()
     spec = SLOSpec.load(args.spec) if args.spec else SLOSpec.default()
-    out = Path(args.out)
+    if args.find_max_rate or args.find_max_concurrency:
+        from slo.cli.bench.find import run_search
+
+        return run_search(args, options, spec)
+    if args.serve_arg:
+        raise UsageError("--serve-arg is for --find-max-*; start `slo serve` yourself instead")
+    out = Path(args.out or "run.jsonl")
     with target(args.url, args.embedded, args.model, args.spec) as base_url:
         result = execute(options, base_url, out)
     print(describe_stop(result))

@@ -98,13 +98,15 @@ async def run_plan(
     out: IO[str] | None,
     progress: bool,
     transport: httpx.AsyncBaseTransport | None = None,
-    stop_when: Callable[[dict[str, Any]], bool] | None = None,
+    stop_when: Callable[[dict[str, Any], PlannedRequest], bool] | None = None,
 ) -> RunResult:
     """Send the plan: at each request's offset (open loop) or `concurrency` at a time (closed).
 
-    `stop_when(record)` is asked after each finished request; True ends the run there (a step
+    `stop_when(record, planned)` is asked after each finished request; True ends the run there (a step
     of the capacity search that can no longer pass), as the duration limit would.
     """
+    import middleware.wire  # noqa: F401  (imported by the first reply: not on the schedule)
+
     result = RunResult(planned=len(plan), started_at=time.time())
     stop = asyncio.Event()
     live = _LiveTTFT()
@@ -132,7 +134,7 @@ async def run_plan(
             out.flush()
         live.add(measurement.ttft_s if measurement.outcome == "ok" else None)
         bar.update(task_id, advance=1, ttft=live.text())
-        if stop_when is not None and stop_when(record):
+        if stop_when is not None and stop_when(record, measurement.planned):
             stop.set()
 
     async with httpx.AsyncClient(
@@ -174,14 +176,18 @@ async def run_plan(
         with bar:
             try:
                 async with asyncio.timeout(duration_limit_s):
+                    # The schedule starts now, not before the client was built (its TLS
+                    # context alone takes tens of milliseconds): no send starts late.
+                    start = time.perf_counter()
                     work = asyncio.create_task(
                         open_loop() if concurrency is None else closed_loop(concurrency)
                     )
-                    tasks.add(work)
                     stopper = asyncio.create_task(_wait(stop))
-                    tasks.add(stopper)
-                    await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                    if work.done():
+                    try:
+                        await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        await _cancel({stopper} if work.done() else {work, stopper})
+                    if work.done() and not work.cancelled():
                         work.result()  # an error in the loop itself surfaces here
                     else:
                         result.stopped_by = "stop condition"

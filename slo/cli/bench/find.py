@@ -1,0 +1,71 @@
+"""`slo bench --find-max-rate | --find-max-concurrency`: the arguments turned into a search,
+its progress (one line per step) and the answer (see `slo.cli.bench.capacity`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from slo.cli.bench.command import FALLBACK_CONTEXT, BenchOptions, target
+from slo.cli.bench.profiles import get_profile, parse_tier_mix
+from slo.errors import UsageError
+from slo.spec import SLOSpec
+
+
+def run_search(args: argparse.Namespace, options: BenchOptions, spec: SLOSpec) -> int:
+    from slo.cli.bench.capacity import CapacityOptions, search, step_shape_sizes, summary_lines
+    from slo.cli.bench.client import RequestSettings
+    from slo.cli.bench.runner import fetch_model_info
+    from slo.cli.bench.step import StepShape
+
+    mode = "rate" if args.find_max_rate else "concurrency"
+    if mode == "concurrency" and options.arrival != "poisson":
+        raise UsageError("--arrival shapes open-loop load; --find-max-concurrency is closed-loop")
+    out_dir = Path(args.out or "capacity")
+    if out_dir.suffix == ".jsonl":
+        raise UsageError(
+            f"--out {out_dir}: with --find-max-* give a directory, e.g. --out capacity"
+        )
+    capacity = CapacityOptions(
+        mode=mode, resolution=args.resolution, max_steps=args.max_steps,
+        tail_events=args.tail_events, warmup_share=args.warmup, start=args.start,
+        probe_concurrency=args.probe_concurrency, out_dir=out_dir, cooldown_s=args.cooldown,
+    )  # fmt: skip
+    capacity.check()
+    if args.serve_arg and not args.embedded:
+        raise UsageError("--serve-arg needs --embedded (it passes flags to `slo serve`)")
+    profile = get_profile(options.profile)
+    mix = parse_tier_mix(options.tier_mix) if options.tier_mix else profile.tier_mix
+    unknown = [name for name, _ in mix if name not in {tier.name for tier in spec.tiers}]
+    if unknown:
+        raise UsageError(
+            f"--tier-mix: tier {unknown[0]!r} is not in the spec; use one of "
+            + ", ".join(tier.name for tier in spec.tiers)
+        )
+    warmup, measured = step_shape_sizes(spec, mix, capacity)
+    with target(args.url, args.embedded, args.model, args.spec, tuple(args.serve_arg)) as base_url:
+        base_url = base_url.rstrip("/")
+        info = fetch_model_info(base_url, options.model)
+        context = options.max_model_len or info.max_model_len or FALLBACK_CONTEXT
+        shape = StepShape(profile, mix, warmup, measured, context, options.seed,
+                          options.chars_per_token, options.arrival, options.burstiness,
+                          options.request_timeout_s)  # fmt: skip
+        settings = RequestSettings(info.name, profile.endpoint, options.stream,
+                                   options.ignore_eos, options.tier_header, options.seed,
+                                   options.request_timeout_s)  # fmt: skip
+        print(
+            f"slo bench: finding the max {mode} of {base_url} ({info.name}), {profile.name} "
+            f"profile, tiers {', '.join(f'{n}={w:.2g}' for n, w in mix)}; each step "
+            f"{warmup} warm-up + {measured} measured requests, resolution {capacity.resolution:g}",
+            flush=True,
+        )
+        document = search(spec, shape, capacity, base_url, settings)
+    document["engine"]["serve_args"] = list(args.serve_arg)
+    from slo.capacity import result as capacity_file
+
+    capacity_file.write(out_dir / "capacity.json", document)
+    for line in summary_lines(document):
+        print(line)
+    print(f"written: {out_dir / 'capacity.json'} and one step-NN.jsonl per step; plan with "
+          f"`slo plan {out_dir / 'capacity.json'} --rate TIER=R`")  # fmt: skip
+    return 0 if document[capacity_file.load_key(mode)] is not None else 1
