@@ -41,11 +41,13 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 @contextlib.contextmanager
-def tls_upstream(pki: Pki) -> Iterator[str]:
-    """The stand-in OpenAI server on HTTPS (uvicorn's own ssl options), in a thread."""
+def tls_upstream(pki: Pki, client_certificates: bool = False) -> Iterator[str]:
+    """The stand-in OpenAI server on HTTPS (uvicorn's own ssl options), in a thread;
+    `client_certificates`: it asks for one signed by the test's CA (mTLS)."""
     import uvicorn
 
     port = free_port()
+    mtls = {"ssl_ca_certs": str(pki.ca), "ssl_cert_reqs": ssl.CERT_REQUIRED}
     config = uvicorn.Config(
         OpenAIUpstream(),
         host="127.0.0.1",
@@ -53,13 +55,14 @@ def tls_upstream(pki: Pki) -> Iterator[str]:
         log_level="warning",
         ssl_certfile=str(pki.server_cert),
         ssl_keyfile=str(pki.server_key),
+        **(mtls if client_certificates else {}),  # type: ignore[arg-type]
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"https://127.0.0.1:{port}"
     try:
-        wait_until_https_ready(url + "/health", pki.client_context())
+        wait_until_https_ready(url + "/health", pki.client_context(with_client_cert=True))
         yield url
     finally:
         server.should_exit = True
@@ -205,6 +208,20 @@ def test_an_upstream_it_cannot_verify_is_refused(pki: Pki, upstream: str, tmp_pa
         assert answer.status_code == 502
         assert "cannot be verified" in answer.json()["error"]["message"]
     assert [row["status_code"] for row in records(db)] == [502]
+
+
+def test_an_upstream_that_asks_for_a_client_certificate(pki: Pki, tmp_path: Path) -> None:
+    body = {"model": "m", "prompt": "hi", "max_tokens": 2}
+    with tls_upstream(pki, client_certificates=True) as upstream:
+        trusted = ("--upstream-ca-certs", str(pki.ca))
+        with tls_proxy(pki, upstream, tmp_path / "without.db", *trusted) as url:
+            answer = httpx.post(url + "/v1/completions", json=body, verify=pki.client_context())
+            assert answer.status_code == 502  # the upstream ended the handshake
+        mtls = (*trusted, "--upstream-certfile", str(pki.client_cert))
+        mtls += ("--upstream-keyfile", str(pki.client_key))
+        with tls_proxy(pki, upstream, tmp_path / "with.db", *mtls) as url:
+            answer = httpx.post(url + "/v1/completions", json=body, verify=pki.client_context())
+            assert answer.status_code == 200, answer.text
 
 
 def _cli_error(*args: str) -> str:
