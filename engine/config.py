@@ -145,6 +145,9 @@ class EngineConfig:
     # instead of stalling the decodes. None: max_prefill_tokens.
     max_num_batched_tokens: int | None = None
     scheduling: str = "priority"  # "fifo", "priority" (preempts lower tiers) or "slo"
+    # Why `scheduling` was chosen, shown in /health (`slo serve`: the spec's objectives or the
+    # flag); None: this default.
+    scheduling_reason: str | None = None
     priority_aging_s: float | None = 2.0  # waiting this long moves a request up one level
     # scheduling="slo": each priority's (TTFT, TPOT) objective thresholds in seconds (None: no
     # objective); `slo serve` fills it from the spec's tiers.

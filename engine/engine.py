@@ -289,6 +289,10 @@ class Engine:
         config, scheduler = self.config, self.worker.scheduler
         return {
             "policy": config.scheduling,
+            # Why this policy runs (the spec's objectives, a flag) and what it promises.
+            "policy_reason": config.scheduling_reason
+            or "EngineConfig.scheduling (the engine's default when no spec chooses)",
+            "policy_promise": scheduler.policy.promise,
             "max_batch_size": scheduler.max_batch_size,
             "max_num_batched_tokens": scheduler.max_num_batched_tokens,
             "max_model_len": self.max_model_len,

@@ -57,6 +57,8 @@ class SchedulingPolicy(Protocol):
     """What the scheduler asks of a policy; nothing else of one is ever called."""
 
     name: ClassVar[str]
+    # What the policy promises, in one sentence (shown in /health, the docs restate it).
+    promise: ClassVar[str]
 
     def rank(self, sequence: Sequence, now_ns: int, tokens_per_step: int) -> tuple[float, int, int]:
         """Sort key of prefill work: smaller goes first."""

@@ -14,6 +14,9 @@ class FifoPolicy(OrderingPolicy):
     """First come, first served: tiers are ignored, nobody is evicted for a newcomer."""
 
     name: ClassVar[str] = "fifo"
+    promise: ClassVar[str] = (
+        "arrival order for every tier; nothing is preempted or shed for a newcomer"
+    )
 
     def __init__(self, settings: PolicySettings | None = None) -> None:
         pass  # nothing to configure; the uniform signature lets one map build every policy

@@ -25,6 +25,10 @@ class PriorityPolicy(OrderingPolicy):
     """Tiers in priority order, with aging; a waiting higher tier preempts a lower one."""
 
     name: ClassVar[str] = "priority"
+    promise: ClassVar[str] = (
+        "a higher tier's prefill goes first and preempts a lower tier's; aging keeps the "
+        "lowest moving; no latency objective is kept and nothing is shed"
+    )
 
     def __init__(self, settings: PolicySettings | None = None) -> None:
         aging_s = (settings or PolicySettings()).aging_s

@@ -58,6 +58,11 @@ class SloPolicy:
     the TPOT objective of the tiers that have one."""
 
     name: ClassVar[str] = "slo"
+    promise: ClassVar[str] = (
+        "each tier's TTFT and TPOT objectives: prefill by slack to the TTFT deadline, steps "
+        "kept within the tightest TPOT objective running, and a request that can no longer "
+        "meet its TTFT objective shed (429), lowest tier first"
+    )
 
     def __init__(self, settings: PolicySettings | None = None) -> None:
         settings = settings or PolicySettings()

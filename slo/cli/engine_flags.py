@@ -2,8 +2,10 @@
 
 --max-batch-size, --max-model-len, --kv-cache-memory or --kv-cache-blocks,
 --max-num-batched-tokens and --scheduling fifo|priority|slo (the names vLLM users know).
-With `--scheduling slo` the engine schedules by each tier's TTFT and TPOT objectives, read
-from the same spec the middleware judges with.
+The spec drives the scheduler by default: when the spec the middleware judges with sets a TTFT
+or TPOT objective on any tier, the engine schedules by them (`slo`); a spec without latency
+objectives gets `priority`. fifo and priority stay explicit choices. The choice and its reason
+travel to the engine (`EngineConfig.scheduling_reason`), which shows both in /health.
 """
 
 from __future__ import annotations
@@ -61,11 +63,12 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scheduling",
         choices=SCHEDULING,
-        default="priority",
+        default=None,
         help="fifo: arrival order; priority: tiers in priority order, a waiting higher tier "
         "preempts a lower one, aging keeps the lowest moving; slo: by slack to each tier's "
-        "TTFT objective in --spec, chunks sized to its TPOT objective, requests that can no "
-        "longer meet their TTFT objective shed with 429 (default: %(default)s)",
+        "TTFT objective in --spec, steps sized to its TPOT objective, requests that can no "
+        "longer meet their TTFT objective shed with 429, lowest tier first (default: slo when "
+        "the spec sets a TTFT or TPOT objective on any tier, else priority)",
     )
 
 
@@ -94,28 +97,52 @@ def engine_overrides(args: argparse.Namespace, spec_path: str | None) -> dict[st
         "max_batch_size": args.max_batch_size,
         "max_model_len": args.max_model_len,
         "max_num_batched_tokens": args.max_num_batched_tokens,
-        "scheduling": args.scheduling,
     }
     if args.kv_cache_blocks is not None:
         overrides["num_kv_blocks"] = args.kv_cache_blocks
     if args.kv_cache_memory is not None:
         overrides["kv_cache_bytes"] = parse_size(args.kv_cache_memory, "--kv-cache-memory")
-    if args.scheduling == "slo":
-        from slo.errors import SpecError
-        from slo.isolation import tier_objectives
-        from slo.spec import SLOSpec
-
-        try:
-            spec = SLOSpec.load(spec_path) if spec_path else SLOSpec.default()
-        except (SpecError, OSError) as error:
-            raise UsageError(
-                f"--scheduling slo reads the tiers' objectives from --spec: {error}"
-            ) from None
-        overrides["tier_objectives"] = tier_objectives(spec)
-        if not overrides["tier_objectives"]:
-            raise UsageError(
-                f"--scheduling slo: the spec {spec_path or '(packaged example)'} sets no TTFT or "
-                "TPOT objective on any tier; add one (e.g. 'p95 ttft <= 200ms') or use "
-                "--scheduling priority"
-            )
+    overrides.update(choose_scheduling(args.scheduling, spec_path))
     return overrides
+
+
+def choose_scheduling(explicit: str | None, spec_path: str | None) -> dict[str, Any]:
+    """The policy, why it was chosen, and the tiers' objectives it schedules by.
+
+    `explicit` is --scheduling as given (None: not given). Unset, the spec decides: `slo` when
+    any tier has a TTFT or TPOT objective (a spec is a promise; the scheduler keeps it),
+    `priority` otherwise.
+    """
+    if explicit is not None and explicit != "slo":  # fifo and priority read no objectives
+        return {"scheduling": explicit, "scheduling_reason": f"--scheduling {explicit} was given"}
+    from slo.errors import SpecError
+    from slo.isolation import tier_objectives
+    from slo.spec import SLOSpec
+
+    where = spec_path or "the packaged example spec"
+    try:
+        spec = SLOSpec.load(spec_path) if spec_path else SLOSpec.default()
+    except (SpecError, OSError) as error:
+        flag = f"--scheduling {explicit}" if explicit else "the default scheduling"
+        raise UsageError(f"{flag} reads the tiers' objectives from --spec: {error}") from None
+    objectives = tier_objectives(spec)
+    tiers = ", ".join(t.name for t in spec.tiers if t.priority in objectives)
+    if explicit is None:
+        name = "slo" if objectives else "priority"
+        reason = (
+            f"default: {where} sets TTFT/TPOT objectives on {tiers}; scheduling keeps them"
+            if objectives
+            else f"default: {where} sets no TTFT or TPOT objective; tiers go in priority order"
+        )
+    else:
+        name, reason = explicit, f"--scheduling {explicit} was given"
+    if not objectives and explicit:
+        raise UsageError(
+            f"--scheduling slo: the spec {spec_path or '(packaged example)'} sets no TTFT or "
+            "TPOT objective on any tier; add one (e.g. 'p95 ttft <= 200ms') or use "
+            "--scheduling priority"
+        )
+    chosen: dict[str, Any] = {"scheduling": name, "scheduling_reason": reason}
+    if name == "slo":
+        chosen["tier_objectives"] = objectives
+    return chosen

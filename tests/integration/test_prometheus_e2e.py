@@ -100,7 +100,9 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
         slo_serve(
             "--spec", str(spec_path), "--store", f"sqlite:///{tmp_path / 'b.db'}"
         ) as replica_b,
-        # Scraped from the start, idle until the drill: every engine step sleeps 300 ms.
+        # Scraped from the start, idle until the drill: every engine step sleeps 300 ms. Under
+        # priority scheduling: the drill wants slow first tokens served, which the default
+        # (slo, from the spec's TTFT objective) would shed as out of reach instead.
         slo_serve(
             "--spec",
             str(spec_path),
@@ -108,6 +110,8 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
             f"sqlite:///{tmp_path / 'c.db'}",
             "--step-delay-ms",
             SLOW_STEP_MS,
+            "--scheduling",
+            "priority",
         ) as slow,  # fmt: skip
     ):
         timing = Timing("1s", "1s", "1m", "1m", "1m")

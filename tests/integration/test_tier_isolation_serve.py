@@ -1,4 +1,6 @@
-"""`slo serve --scheduling slo` over real HTTP: the settings in /health and /v1/models, a
+"""`slo serve` with a spec that sets TTFT objectives, default flags, over real HTTP: the slo
+policy chosen by the spec, and the settings, the reason and the promise in /health and
+/v1/models; a
 request whose tier's TTFT objective is out of reach shed with a 429 naming the reason, and
 the shed counted by tier and reason in /metrics (outcome `shed` in the request counter)."""
 
@@ -27,7 +29,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     spec.write_text(SPEC)
     with slo_serve(
         "--spec", str(spec), "--store", f"sqlite:///{folder / 'records.db'}",
-        "--scheduling", "slo", "--max-batch-size", "8", "--max-num-batched-tokens", "64",
+        "--max-batch-size", "8", "--max-num-batched-tokens", "64",
         "--kv-cache-blocks", "128", "--max-model-len", "512",
     ) as base_url:  # fmt: skip
         yield base_url
@@ -44,11 +46,14 @@ def completion(base_url: str, tier: str, max_tokens: int = 8) -> httpx.Response:
 
 def test_settings_show_in_health_and_models(served: str) -> None:
     health = httpx.get(served + "/health").json()["scheduling"]
+    # No --scheduling: the spec's TTFT objective chose slo, and /health says so.
     assert health["policy"] == "slo"
+    assert health["policy_reason"].startswith("default: ") and "premium" in health["policy_reason"]
+    assert "TTFT" in health["policy_promise"] and "shed" in health["policy_promise"]
     assert health["max_batch_size"] == 8 and health["max_num_batched_tokens"] == 64
     assert health["kv_cache_blocks"] == 128 and health["max_model_len"] == 512
     model = httpx.get(served + "/v1/models").json()["data"][0]
-    assert model["max_model_len"] == 512 and model["scheduling"]["policy"] == "slo"
+    assert model["max_model_len"] == 512 and model["scheduling"] == health
 
 
 def test_an_out_of_reach_ttft_objective_is_shed_with_a_429(served: str) -> None:

@@ -89,10 +89,16 @@ def test_the_cli_offers_exactly_the_engines_policies() -> None:
     add_engine_flags(parser)
     (choices,) = re.findall(r"--scheduling \{([^}]*)\}", parser.format_usage())
     assert tuple(choices.split(",")) == POLICY_NAMES
-    assert parser.parse_args([]).scheduling in POLICIES
+    assert parser.parse_args([]).scheduling is None  # unset: the spec decides
     help_text = parser.format_help()
     for name in POLICY_NAMES:  # the help describes every choice
         assert f"{name}:" in help_text
+
+
+def test_every_policy_states_its_promise() -> None:
+    promises = {name: POLICIES[name].promise for name in POLICY_NAMES}
+    assert all(len(promise) > 20 for promise in promises.values())
+    assert len(set(promises.values())) == len(promises)  # one each, none copied
 
 
 def test_shed_reasons_agree_with_the_catalog() -> None:

@@ -30,6 +30,7 @@ def test_flags_become_engine_config_fields() -> None:
         "max_model_len": 512,
         "max_num_batched_tokens": 128,
         "scheduling": "fifo",
+        "scheduling_reason": "--scheduling fifo was given",
         "kv_cache_bytes": 64 * 2**20,
     }
     assert engine_overrides(parse("--kv-cache-blocks", "100"), None)["num_kv_blocks"] == 100
@@ -67,6 +68,37 @@ def test_slo_scheduling_without_any_ttft_or_tpot_objective_is_refused(tmp_path: 
     )
     with pytest.raises(UsageError, match="sets no TTFT or TPOT objective"):
         engine_overrides(parse("--scheduling", "slo"), str(spec))
+
+
+def test_the_spec_drives_the_scheduler_by_default(tmp_path: Path) -> None:
+    # The packaged example sets premium's TTFT and TPOT: unset, --scheduling is slo, and says why.
+    chosen = engine_overrides(parse(), None)
+    assert chosen["scheduling"] == "slo"
+    assert chosen["scheduling_reason"].startswith("default: the packaged example spec sets")
+    assert "premium" in chosen["scheduling_reason"]
+    assert (
+        chosen["tier_objectives"]
+        == engine_overrides(parse("--scheduling", "slo"), None)["tier_objectives"]
+    )
+    # A spec without latency objectives: priority, with the reason; no objectives passed on.
+    spec = tmp_path / "slo.yaml"
+    spec.write_text(
+        "version: 1\ntiers:\n  - name: all\n    default: true\n"
+        "    objectives: [availability >= 99%]\n"
+    )
+    plain = engine_overrides(parse(), str(spec))
+    assert plain["scheduling"] == "priority" and "tier_objectives" not in plain
+    assert plain["scheduling_reason"] == (
+        f"default: {spec} sets no TTFT or TPOT objective; tiers go in priority order"
+    )
+    # fifo and priority stay explicit choices, whatever the spec says.
+    for name in ("fifo", "priority"):
+        assert engine_overrides(parse("--scheduling", name), None)["scheduling"] == name
+
+
+def test_default_scheduling_names_a_spec_it_cannot_read(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"the default scheduling reads .* --spec"):
+        engine_overrides(parse(), str(tmp_path / "missing.yaml"))
 
 
 def test_cli_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
