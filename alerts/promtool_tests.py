@@ -28,8 +28,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from alerts.phase_tests import phase_groups
 from alerts.policy_tests import availability_series, policy_cases
-from alerts.rules import GOOD_OUTCOME, REQUESTS, Links, alert_annotations
+from alerts.rules import GOOD_OUTCOME, REQUESTS, Links, shown_annotations
 from alerts.templating import render
 from slo.alert_rules import AVAILABILITY, AlertRule, alert_rules, windows_s
 from slo.promql import le_value, prom_duration
@@ -126,7 +127,10 @@ def _availability_series(tier: str, case: str, steps: int, rate: int, low: int) 
 
 def _expected(rules: list[AlertRule], spec: SLOSpec, links: Links) -> list[dict[str, Any]]:
     return [
-        {"exp_labels": dict(rule.labels), "exp_annotations": alert_annotations(rule, spec, links)}
+        {
+            "exp_labels": rule.labels_with_phase(),
+            "exp_annotations": shown_annotations(rule, spec, links),
+        }
         for rule in rules
     ]
 
@@ -180,6 +184,7 @@ def test_groups(spec: SLOSpec, links: Links) -> list[dict[str, Any]]:
             )
     groups.extend(_absent_groups(spec, rules, links, interval, grid))
     groups.extend(_policy_groups(spec, rules, links, interval, grid))
+    groups.extend(phase_groups(spec, rules, links, interval, grid))
     return groups
 
 

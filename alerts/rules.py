@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from alerts.phases import phase_annotation, phase_records, phase_text, with_phase
 from alerts.records import error_ratio_expr, events_expr, is_derived, objective_records
 from alerts.rule_types import GOOD_OUTCOME, REQUESTS, Group, Rule
 from alerts.templating import render
 from slo.alert_rules import (
+    UNATTRIBUTED,
     AlertRule,
     alert_rules,
     threshold_window_s,
@@ -46,6 +48,7 @@ __all__ = [
     "events_expr",
     "render_rules",
     "rule_groups",
+    "shown_annotations",
 ]
 
 
@@ -63,7 +66,13 @@ def _series(record: str, rule: AlertRule) -> str:
 
 
 def alert_expr(rule: AlertRule) -> str:
-    """The PromQL of one alert; it returns a series exactly when the alert's condition holds."""
+    """The PromQL of one alert: a series exactly when its condition holds, labelled with the
+    phase to blame where it blames one (`alerts.phases.with_phase`)."""
+    return with_phase(rule, condition_expr(rule))
+
+
+def condition_expr(rule: AlertRule) -> str:
+    """The alert's condition alone."""
     if rule.kind == "absent":
         return f"absent({REQUESTS})"
     if rule.kind == "burn_rate":
@@ -86,13 +95,37 @@ def alert_expr(rule: AlertRule) -> str:
     count = selector(metric + "_count", tier=rule.tier or "")
     quantile = number((rule.percentile or 0) / 100)
     return (
-        f"histogram_quantile({quantile}, sum by (le) (rate({buckets}[{window}])))"
+        f"histogram_quantile({quantile}, sum by (tier, le) (rate({buckets}[{window}])))"
         f" > {number(rule.threshold_s or 0)}\n"
         f"and on () sum(increase({count}[{window}])) {MIN_EVENTS_OPERATOR} {rule.min_events}"
     )
 
 
 def alert_annotations(rule: AlertRule, spec: SLOSpec, links: Links) -> dict[str, str]:
+    """summary, description, runbook_url, dashboard_url, and for a latency alert `phase`: a
+    template reading the blamed phase's share of e2e now and before (`alerts.phases`)."""
+    annotations = _static_annotations(rule, spec, links)
+    if rule.phases:
+        annotations["phase"] = phase_annotation()
+    return annotations
+
+
+def shown_annotations(
+    rule: AlertRule,
+    spec: SLOSpec,
+    links: Links,
+    phase: str = UNATTRIBUTED,
+    shares: tuple[float, float] | None = None,
+) -> dict[str, str]:
+    """The annotations as Alertmanager shows them, for `phase` whose share of the mean e2e
+    was shares[0] now and shares[1] before (promtool tests expect these)."""
+    annotations = _static_annotations(rule, spec, links)
+    if rule.phases:
+        annotations["phase"] = phase_text(phase, shares)
+    return annotations
+
+
+def _static_annotations(rule: AlertRule, spec: SLOSpec, links: Links) -> dict[str, str]:
     """summary, description, runbook_url, dashboard_url: static text, so promtool can check it."""
     runbook = f"{links.runbook_base.rstrip('/')}/{rule.name}.md"
     dashboard = links.dashboard + (f"?var-tier={rule.tier}" if rule.tier else "")
@@ -158,7 +191,7 @@ def rule_groups(spec: SLOSpec, links: Links, budget_interval: str | None = "1m")
             for rule in rules
             if rule.tier == tier.name
         ]
-        records = objective_records(tier, alert_windows, tiles=tiles)
+        records = objective_records(tier, alert_windows, tiles=tiles) + phase_records(tier)
         groups.append(Group(f"llm-slo-{tier.name}", records + tier_alerts))
         if budget_windows:
             budget = objective_records(tier, budget_windows, constants=False)

@@ -1,13 +1,15 @@
-"""One Markdown runbook per alert name: what it means, likely causes by phase, PromQL, steps."""
+"""One Markdown runbook per alert name: what it means, a section per phase it may blame (what
+to check, what usually fixes it: `alerts.phase_guide`), PromQL, steps."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from alerts.phase_guide import guides
 from alerts.rules import GOOD_OUTCOME, REQUESTS
 from alerts.templating import render
 from slo.alert_rules import AVAILABILITY, AlertRule, alert_rules
-from slo.promql import any_of, matcher, number, prom_duration, selector
+from slo.promql import PHASE_GROWTH_RECORD, any_of, matcher, number, prom_duration, selector
 from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, PHASES
 from slo.spec import SLOSpec
 
@@ -36,7 +38,15 @@ def queries(rules: list[AlertRule]) -> list[Query]:
             Query("Are the replicas scraped at all?", "up"),
             Query("Any request metric, any label", f"count({REQUESTS})"),
         ]
-    found = [Query(f"Mean {phase} time per tier", _mean(phase)) for phase in PHASES]
+    phases = rule.phases or PHASES
+    found = [Query(f"Mean {phase} time per tier", _mean(phase)) for phase in phases]
+    found.insert(
+        0,
+        Query(
+            "Which phase grew: mean over the last 5m minus the baseline hour's, in seconds",
+            f"sort_desc({PHASE_GROWTH_RECORD})",
+        ),
+    )
     if rule.sli == AVAILABILITY:
         bad = any_of((GOOD_OUTCOME, *OUTCOMES_EXCLUDED_FROM_AVAILABILITY))
         failed = selector(REQUESTS, matcher("outcome", "!~", bad))
@@ -72,6 +82,7 @@ def render_runbooks(spec: SLOSpec) -> dict[str, str]:
             rule=rule,
             rules=rules,
             queries=queries(rules),
+            phase_guides=guides(rule.phases or PHASES),
             catalog=CATALOG,
             number=number,
             prom_duration=prom_duration,

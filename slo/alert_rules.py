@@ -53,7 +53,7 @@ from typing import Literal
 from slo.arithmetic import alerts_on_budget, as_decimal, burn_limit
 from slo.arithmetic import error_budget as arithmetic_error_budget
 from slo.promql import exact, number, prom_duration
-from slo.sli import CATALOG, buckets_for
+from slo.sli import CATALOG, PHASES, buckets_for
 from slo.spec import SLOSpec, Tier
 from slo.spec.alert_policy import BurnRateRule, ThresholdAlert
 from slo.spec.objectives import Objective
@@ -72,6 +72,26 @@ AVAILABILITY = "availability"  # the `sli` label of availability objectives
 ABSENT_FOR_S = 600.0
 _DEFAULT_THRESHOLD_WINDOW_S = 300.0
 _ACRONYMS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
+# The phase to blame: a latency alert carries the label `phase`, the phase (of those its SLI is
+# made of) whose mean grew most against its baseline, or UNATTRIBUTED when Prometheus has no
+# phase timings for the tier. Phases after the first token make up TPOT and ITL; the others
+# (queue_prefill among them) come before it and make up TTFT; e2e is every phase.
+PHASE_LABEL = "phase"
+UNATTRIBUTED = "unknown"
+AFTER_FIRST_TOKEN: tuple[str, ...] = ("decode", "detokenize")
+
+
+def phases_of(sli: str | None) -> tuple[str, ...]:
+    """The phases an SLI is made of, in `PHASES` order; () for availability and non-latency."""
+    if sli in PHASES:
+        return (sli,)
+    if sli == "ttft":
+        return tuple(p for p in PHASES if p not in AFTER_FIRST_TOKEN)
+    if sli in ("tpot", "itl"):
+        return tuple(p for p in PHASES if p in AFTER_FIRST_TOKEN)
+    if sli == "e2e":
+        return PHASES
+    return ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +135,17 @@ class AlertRule:
         return ()
 
     @property
+    def phases(self) -> tuple[str, ...]:
+        """The phases this alert may blame (its SLI's); () when it carries no `phase`."""
+        return phases_of(self.sli) if self.kind in ("burn_rate", "threshold") else ()
+
+    def labels_with_phase(self, phase: str = UNATTRIBUTED) -> dict[str, str]:
+        """The labels Prometheus shows: the rule's, plus the blamed phase where it blames one."""
+        return {**self.labels, PHASE_LABEL: phase} if self.phases else dict(self.labels)
+
+    @property
     def labels(self) -> dict[str, str]:
-        """The labels Prometheus puts on the alert (plus `alertname`)."""
+        """The rule's own labels (plus `alertname`); the expression adds `phase`."""
         labels: dict[str, str] = {"severity": self.severity}
         if self.tier is not None:
             labels["tier"] = self.tier

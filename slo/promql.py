@@ -107,3 +107,15 @@ def any_of(values: tuple[str, ...] | list[str]) -> str:
 def record_bad(window_s: float) -> str:
     """Bad events of one objective over the window: long windows are sums of these."""
     return f"{RECORD_LEVEL}:objective_bad:increase{prom_duration(window_s)}"
+
+
+# The phase to blame (alerts/phases.py): per tier and phase, the mean now, its baseline, the
+# growth between them, the phase's share of the mean e2e, and the phase blamed per SLI.
+PHASE_LEVEL = f"{RECORD_LEVEL}_phase"
+PHASE_MEAN_RECORD = f"{PHASE_LEVEL}:mean_seconds:rate5m"
+PHASE_MEAN_BASELINE_RECORD = f"{PHASE_LEVEL}:mean_seconds:baseline"
+PHASE_SHARE_RECORD = f"{PHASE_LEVEL}:e2e_share:ratio5m"
+PHASE_SHARE_BASELINE_RECORD = f"{PHASE_LEVEL}:e2e_share:baseline"
+PHASE_GROWTH_RECORD = f"{PHASE_LEVEL}:mean_growth:seconds"
+BLAMED_PHASE_RECORD = f"{RECORD_LEVEL}:blamed_phase:growth_seconds"
+E2E_MEAN_RECORD = f"{RECORD_LEVEL}:e2e_mean_seconds:rate5m"

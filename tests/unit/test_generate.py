@@ -101,7 +101,7 @@ def test_every_alert_has_breach_healthy_and_low_traffic_tests(
         for alert in alert_test.get("exp_alerts", [])
     }
     for rule in alert_rules(spec):
-        assert (rule.name, tuple(sorted(rule.labels.items()))) in fired, rule
+        assert (rule.name, tuple(sorted(rule.labels_with_phase().items()))) in fired, rule
     silent = {
         g["name"].rsplit(" ", 1)[1]
         for g in tests
@@ -118,11 +118,13 @@ def test_rules_numbers_are_exact_and_annotated(generated: tuple[SLOSpec, Path]) 
     alerts = [rule for group in groups for rule in group["rules"] if "alert" in rule]
     for alert in alerts:
         assert alert["labels"]["severity"] in {"critical", "warning", "info"}
+        latency = alert["labels"].get("sli") not in (None, "availability")
         assert set(alert["annotations"]) == {
             "summary",
             "description",
             "runbook_url",
             "dashboard_url",
+            *(["phase"] if latency else []),
         }
         assert (out / "runbooks" / f"{alert['alert']}.md").is_file()
     # Raw metrics only (recording rules are `level:metric:operation`, with colons).

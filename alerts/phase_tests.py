@@ -1,0 +1,131 @@
+"""promtool tests that the phase to blame is the phase that grew: for the first tier with a
+TTFT objective, one group per case of healthy traffic followed by one phase slowing down:
+
+    healthy, every phase at its usual mean ...... | one phase slower (prefill 2x, queue 5x)
+    0                                             S                           T (a whole hour)
+
+Means are fractions of the TTFT threshold, so TTFT sits below it (85%) before S and above it
+after, and the TTFT burn-rate alerts the arithmetic expects at T (`policy_tests.firing` on
+the same counts) must fire with `phase` set to the slowed phase, and the `phase` annotation
+must give its share of the mean e2e now and before, as Alertmanager will show them. S lies
+50 minutes before T: most of the 1h window is bad, and the baseline hour (2h to 1h before
+T) is still healthy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from alerts.policy_tests import Traffic, firing, histogram_series
+from alerts.rules import Links, shown_annotations
+from slo.alert_rules import AlertRule
+from slo.promql import prom_duration
+from slo.sli import CATALOG, buckets_for
+from slo.spec import SLOSpec
+
+REQUESTS_PER_STEP = 100
+_MODEL = "test-model"
+_ROUTE = "/v1/completions"
+# Usual means as fractions of the TTFT threshold; network + other + queue + prefill = TTFT.
+USUAL: dict[str, float] = {
+    "network": 0.1,
+    "other": 0.1,
+    "queue": 0.15,
+    "prefill": 0.5,
+    "decode": 2.0,
+    "detokenize": 0.05,
+}
+BEFORE_FIRST_TOKEN = ("network", "other", "queue", "prefill")
+SLOWDOWNS: tuple[tuple[str, float], ...] = (("prefill", 2.0), ("queue", 5.0))
+SLOW_FOR_S = 3000.0
+
+
+@dataclass(frozen=True)
+class PhaseCase:
+    phase: str
+    factor: float
+    means: tuple[dict[str, float], dict[str, float]]  # seconds, before and after S
+
+    def share(self, after: bool) -> float:
+        means = self.means[after]
+        return means[self.phase] / sum(means.values())
+
+
+def _case(phase: str, factor: float, threshold: float) -> PhaseCase:
+    before = {name: share * threshold for name, share in USUAL.items()}
+    after = {**before, phase: before[phase] * factor}
+    return PhaseCase(phase, factor, (before, after))
+
+
+def _sum_count(metric: str, tier: str, means: list[float]) -> list[dict[str, str]]:
+    labels = f'tier="{tier}", model="{_MODEL}", route="{_ROUTE}"'
+    sums, total = ["0"], 0.0
+    for mean in means:
+        total += mean * REQUESTS_PER_STEP
+        sums.append(repr(round(total, 9)))
+    count = f"0+{REQUESTS_PER_STEP}x{len(means)}"
+    return [
+        {"series": f"{metric}_sum{{{labels}}}", "values": " ".join(sums)},
+        {"series": f"{metric}_count{{{labels}}}", "values": count},
+    ]
+
+
+def _series(case: PhaseCase, spec: SLOSpec, tier: str, steps: int, slow_from: int) -> list[Any]:
+    means = [case.means[step >= slow_from] for step in range(steps)]
+    series: list[Any] = []
+    for phase in USUAL:
+        series += _sum_count(CATALOG[phase].metric, tier, [m[phase] for m in means])
+    series += _sum_count(CATALOG["e2e"].metric, tier, [sum(m.values()) for m in means])
+    ttft = [[sum(m[p] for p in BEFORE_FIRST_TOKEN)] * REQUESTS_PER_STEP for m in means]
+    series += histogram_series(CATALOG["ttft"].metric, tier, buckets_for("ttft", spec), ttft)
+    return series
+
+
+def phase_groups(
+    spec: SLOSpec, rules: list[AlertRule], links: Links, sample_s: float, grid_s: float
+) -> list[dict[str, Any]]:
+    """One promtool test group per slowdown, for the first tier with a TTFT burn-rate rule."""
+    burn = [r for r in rules if r.kind == "burn_rate" and r.sli == "ttft"]
+    if not burn:
+        return []
+    tier = burn[0].tier or ""
+    burn = [r for r in burn if r.tier == tier]
+    objective = burn[0].objective
+    assert objective is not None and objective.threshold_s is not None
+    check_s = grid_s * math.ceil(2 * 3600 / grid_s)
+    steps = round(check_s / sample_s)
+    slow_from = steps - round(SLOW_FOR_S / sample_s)
+    groups = []
+    for phase, factor in SLOWDOWNS:
+        case = _case(phase, factor, objective.threshold_s)
+        ttft_after = sum(case.means[True][p] for p in BEFORE_FIRST_TOKEN)
+        assert ttft_after > objective.threshold_s  # the slowdown must breach, or proves nothing
+        bad = tuple(REQUESTS_PER_STEP if k >= slow_from else 0 for k in range(steps))
+        good = tuple(REQUESTS_PER_STEP - b for b in bad)
+        fired = [
+            r for r in firing(burn, Traffic(good, bad), steps, sample_s) if r.objective == objective
+        ]
+        shares = (case.share(True), case.share(False))
+        groups.append(
+            {
+                "name": f"{tier} {phase} {factor:g}x slower: phase={phase}",
+                "interval": prom_duration(sample_s),
+                "input_series": _series(case, spec, tier, steps + 1, slow_from),
+                "alert_rule_test": [
+                    {
+                        "eval_time": prom_duration(check_s),
+                        "alertname": burn[0].name,
+                        "exp_alerts": [
+                            {
+                                "exp_labels": r.labels_with_phase(phase),
+                                "exp_annotations": shown_annotations(r, spec, links, phase, shares),
+                            }
+                            for r in fired
+                        ],
+                    }
+                ],
+            }
+        )
+    return groups
