@@ -273,7 +273,7 @@ def markdown_table() -> str:
         "|---|---|---|---|---|",
     ]
     for field in sorted(FIELDS, key=lambda f: (not f.openai, f.name)):
-        does = field.disposition
+        does: str = field.disposition
         if field.disposition == "refused":
             does = f"refused (400) unless {field.accepted}"
         name = f"`{field.name}`" + ("" if field.openai else " (extension)")

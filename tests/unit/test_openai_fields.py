@@ -18,11 +18,11 @@ START, END = "<!-- fields:start -->", "<!-- fields:end -->"
 
 def _openai_fields(route: str) -> set[str]:
     """Every request field the official client sends, from its TypedDicts."""
-    if route == "chat":
-        from openai.types.chat import completion_create_params as params
-    else:
-        from openai.types import completion_create_params as params
-    typed = params.CompletionCreateParamsStreaming
+    from openai.types import completion_create_params
+    from openai.types.chat import completion_create_params as chat_create_params
+
+    params = chat_create_params if route == "chat" else completion_create_params
+    typed: Any = params.CompletionCreateParamsStreaming
     return set(typed.__required_keys__ | typed.__optional_keys__)
 
 
