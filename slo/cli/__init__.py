@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "init": "slo.cli.init",
     "generate": "slo.cli.generate",
     "bench": "slo.cli.bench.command",
+    "plan": "slo.cli.plan",
     "report": "slo.cli.report.command",
     "demo": "slo.cli.demo",
     "compare": "slo.cli.compare.command",
