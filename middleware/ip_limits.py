@@ -155,7 +155,8 @@ def _trusted(
 
 
 class IpLimitMiddleware:
-    """Pure ASGI: every HTTP request that reaches it is counted under its client's address."""
+    """Pure ASGI: every HTTP request that reaches it is counted under its client's address,
+    except those to `exempt_paths` (a load balancer's health checks must never get a 429)."""
 
     def __init__(
         self,
@@ -163,14 +164,16 @@ class IpLimitMiddleware:
         limiter: IpRateLimiter,
         trusted_proxies: Iterable[str] = (),
         clock: Clock | None = None,
+        exempt_paths: Iterable[str] = ("/health",),
     ) -> None:
         self.app = app
         self.limiter = limiter
         self.trusted = parse_networks(trusted_proxies)
         self.clock = clock or SystemClock()
+        self.exempt_paths = frozenset(exempt_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("path") in self.exempt_paths:
             await self.app(scope, receive, send)
             return
         client = scope.get("client")

@@ -87,10 +87,13 @@ def test_a_bad_trusted_proxy_is_named() -> None:
 
 
 def _request(
-    app: Any, client: tuple[str, int] | None, headers: list[tuple[bytes, bytes]]
+    app: Any,
+    client: tuple[str, int] | None,
+    headers: list[tuple[bytes, bytes]],
+    path: str = "/v1/completions",
 ) -> tuple[int, dict[bytes, bytes], bytes]:
     sent: list[Message] = []
-    scope = {"type": "http", "path": "/v1/completions", "headers": headers, "client": client}
+    scope = {"type": "http", "path": path, "headers": headers, "client": client}
 
     async def receive() -> Message:
         return {"type": "http.request", "body": b"", "more_body": False}
@@ -123,3 +126,11 @@ def test_the_middleware_answers_429_with_retry_after_in_openai_shape() -> None:
     # A direct client cannot escape its limit by writing X-Forwarded-For.
     assert [_request(app, spoofer, [])[0] for _ in range(2)] == [200, 200]
     assert _request(app, spoofer, [(b"x-forwarded-for", b"192.0.2.99")])[0] == 429
+
+
+def test_health_checks_are_never_limited() -> None:
+    app = IpLimitMiddleware(_ok, IpRateLimiter(1), clock=ScriptedClock())
+    balancer = ("10.0.0.2", 9000)
+    assert [_request(app, balancer, [], "/health")[0] for _ in range(5)] == [200] * 5
+    assert _request(app, balancer, [])[0] == 200  # its budget is untouched
+    assert _request(app, balancer, [])[0] == 429
