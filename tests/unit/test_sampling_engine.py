@@ -111,3 +111,26 @@ def test_seed_reproducible_across_engines(device: str) -> None:
             asyncio.run(engine.stop())
     assert runs[0] == runs[1]
     assert runs[0][0] != runs[0][1]
+
+
+def test_speculative_engine_refuses_bias_and_penalties() -> None:
+    """The draft-and-verify step would drop them: a 400 naming the field at the API, a
+    ValueError for a direct caller of the engine."""
+    from engine.api.schema import ApiError, parse_chat
+
+    speculative = Engine.from_pretrained(
+        MODEL, EngineConfig(max_model_len=256, draft_model=MODEL, num_speculative_tokens=2)
+    )
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    for name, value in (("logit_bias", {"97": 5}), ("presence_penalty", 0.5)):
+        with pytest.raises(ApiError) as caught:
+            parse_chat({**chat, name: value}, speculative)
+        assert caught.value.status == 400 and caught.value.param == name
+    assert parse_chat({**chat, "seed": 3, "presence_penalty": 0}, speculative).params.seed == 3
+
+    async def submit() -> None:
+        speculative.submit("hi", greedy(4, frequency_penalty=1.0))
+
+    with pytest.raises(ValueError, match="speculative decoding"):
+        asyncio.run(submit())
+    asyncio.run(speculative.stop())
