@@ -11,32 +11,18 @@ never buckets anything, so it never stalls the event loop.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-BucketCounts = list[tuple[int, int]]
+from middleware import hotpath
+from middleware._hotpath_py import BucketCounts as BucketCounts
 
-
-def bucket_counts(bounds: Sequence[float], values: Iterable[float]) -> BucketCounts:
-    """`(index, count)` for every bucket the values fall in, index as Prometheus places a value:
-    `bisect_left(bounds, value)` (upper bounds inclusive; `len(bounds)` is +Inf).
-
-    Values in few buckets are counted with a sort (in C) and a few bisects per touched bucket
-    instead of one bisect per value.
-    """
-    ordered = sorted(values)
-    size = len(ordered)
-    last = len(bounds)
-    counts: BucketCounts = []
-    position = 0
-    while position < size:
-        index = bisect_left(bounds, ordered[position])
-        end = size if index == last else bisect_right(ordered, bounds[index], position)
-        end = max(end, position + 1)  # always progress, whatever the values compare like
-        counts.append((index, end - position))
-        position = end
-    return counts
+# `bucket_counts(bounds, values) -> [(index, count), ...]` for every bucket the values fall
+# in, index as Prometheus places a value: `bisect_left(bounds, value)` (upper bounds inclusive;
+# `len(bounds)` is +Inf). Values in few buckets are counted with a sort and a few bisects per
+# touched bucket instead of one bisect per value; compiled where built (`middleware.hotpath`).
+bucket_counts = hotpath.bucket_counts
 
 
 def fast_parts(child: Any, bounds: Sequence[float]) -> tuple[Any, Any] | None:

@@ -24,11 +24,10 @@ holds several tokens is one event; several events in one chunk are several, 0 s 
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any
 
+from middleware import hotpath
 from middleware.breakdown import MEASURED_FROM_MARKS, NS, Breakdown
 from middleware.clock import Clock
 from middleware.context import current_timeline, reset_current_timeline, set_current_timeline
@@ -146,15 +145,11 @@ class RequestTimeline:
     def body_received(self, at_ns: int) -> None:
         self.receive_end_ns = at_ns
 
-    def chunk_sent(self, started_ns: int, token_events: int = 1) -> None:
-        """A body chunk with bytes was handed to `send` at `started_ns`, holding
-        `token_events` token events (text), as the wire parser read it. Events sent in one
-        chunk arrived together: each is a mark, with gaps of 0 between them."""
-        self.body_chunk_ns.append(started_ns)
-        if token_events:
-            self.token_chunk_ns.extend([started_ns] * token_events)
-            if self.first_token_byte_ns is None:
-                self.first_token_byte_ns = started_ns
+    # A body chunk with bytes was handed to `send` at `started_ns`, holding `token_events`
+    # token events (text), as the wire parser read it: `chunk_sent(started_ns, token_events=1)`.
+    # Events sent in one chunk arrived together: each is a mark, with gaps of 0 between them.
+    # Per chunk, so compiled where built (`middleware.hotpath`).
+    chunk_sent = hotpath.chunk_sent
 
     def last_byte_sent(self, at_ns: int) -> None:
         """The answer's last byte so far was handed to `send` by `at_ns` (a later message
@@ -374,8 +369,7 @@ class RequestTimeline:
             return cached[1]
         if since is not None and times and min(times) < since:
             times = [t for t in times if t >= since]
-        # `(b - a) * NS` for each consecutive pair, looped in C.
-        gaps = tuple(map(operator.mul, map(operator.sub, times[1:], times[:-1]), repeat(NS)))
+        gaps = hotpath.gaps_s(times)  # `(b - a) * NS` for each consecutive pair
         result = (len(times), times[-1] if times else None, gaps)
         self._gaps_cache = (key, result)
         return result

@@ -11,84 +11,20 @@ Used by the middleware (on the bytes the app sends) and by `slo bench` (on the b
 - Without usage the count is the number of token events, and says so (`tokens_source`).
 
 Per chunk the cost is a bytes search and, for chunks that look like data, one msgspec decode
-into a small typed struct that skips every field it does not name (C, no dicts built).
+into a small typed struct that skips every field it does not name (C, no dicts built;
+`middleware.wire_chunk`). The per-chunk path of a stream is compiled where built
+(`middleware.hotpath`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
+from middleware import hotpath
 from middleware.upstream import UpstreamReport, apply_timings, apply_usage
+from middleware.wire_chunk import NOT_DECODED, Chunk, chunk_has_text, decode_chunk, decode_head
 
-
-class _Function(msgspec.Struct):
-    arguments: str | None = None
-
-
-class _ToolCall(msgspec.Struct):
-    function: _Function | None = None
-
-
-class _Delta(msgspec.Struct):
-    content: Any = None
-    reasoning_content: str | None = None
-    reasoning: str | None = None
-    tool_calls: list[_ToolCall] | None = None
-
-
-class _Choice(msgspec.Struct):
-    delta: _Delta | None = None
-    message: _Delta | None = None
-    text: Any = None
-    finish_reason: str | None = None
-
-
-class _Chunk(msgspec.Struct):
-    choices: list[_Choice] | None = None
-    usage: dict[str, Any] | None = None
-    timings: dict[str, Any] | None = None
-    error: Any = None
-
-
-class _Head(msgspec.Struct):
-    """The answer's `id` and `model`: read from the first data event (and a plain body) only,
-    so the per-chunk decode keeps skipping them."""
-
-    id: Any = None
-    model: Any = None
-
-
-_decode_chunk = msgspec.json.Decoder(_Chunk).decode
-_decode_head = msgspec.json.Decoder(_Head).decode
-_NOT_DECODED = msgspec.DecodeError
-
-
-def _has_text(value: Any) -> bool:
-    if isinstance(value, str):
-        return value != ""
-    if isinstance(value, list):  # content parts: [{"type": "text", "text": "..."}]
-        return any(isinstance(part, dict) and part.get("text") for part in value)
-    return False
-
-
-def _delta_has_text(delta: _Delta) -> bool:
-    if _has_text(delta.content) or delta.reasoning_content or delta.reasoning:
-        return True
-    calls = delta.tool_calls or ()
-    return any(c.function is not None and c.function.arguments for c in calls)
-
-
-def chunk_has_text(chunk: _Chunk) -> bool:
-    """Whether a decoded chunk (or plain body) carries output text: a token event."""
-    for choice in chunk.choices or ():
-        if _has_text(choice.text):
-            return True
-        delta = choice.delta or choice.message
-        if delta is not None and _delta_has_text(delta):
-            return True
-    return False
+__all__ = ["WireReader", "chunk_has_text"]
 
 
 class WireReader:
@@ -149,8 +85,8 @@ class WireReader:
             if self._head_pending:
                 self._read_head(data[6:-2])
             try:
-                chunk = _decode_chunk(data[6:-2])
-            except _NOT_DECODED:
+                chunk = decode_chunk(data[6:-2])
+            except NOT_DECODED:
                 return 0, data
             return (1 if self._decoded_has_text(chunk) else 0), data
         piece = data
@@ -185,40 +121,12 @@ class WireReader:
         held, self._pending = self._pending, b""
         return held if self.strip_usage else b""
 
-    def token_events_in(self, data: bytes) -> int:
-        """How many token events one piece of a stream carried (the middleware's hot path:
-        `feed` without the tuple, for a reader that does not rewrite the stream). A piece can
-        hold several SSE events (an upstream that writes them together, TCP merging them):
-        each is counted."""
-        if self._pending or not data.startswith(b"data: {") or data.find(b"\n\n") != len(data) - 2:
-            return self.feed(data)[0]
-        if self._head_pending:  # the first event only: one attribute read per chunk after it
-            self._read_head(memoryview(data)[6:-2])
-        try:
-            chunk = _decode_chunk(memoryview(data)[6:-2])
-        except _NOT_DECODED:
-            return 0
-        return 1 if self._decoded_has_text(chunk) else 0
-
-    def _decoded_has_text(self, chunk: _Chunk) -> bool:
-        """Whether a decoded chunk is a token event, counted. The usual delta (one choice with
-        text; no usage, timings, error or finish) is decided in a few attribute reads."""
-        choices = chunk.choices
-        if (
-            choices is not None
-            and len(choices) == 1
-            and chunk.usage is None
-            and chunk.timings is None
-            and chunk.error is None
-        ):
-            choice = choices[0]
-            delta = choice.delta
-            text = choice.text if delta is None else delta.content
-            if choice.finish_reason is None and text.__class__ is str and text:
-                self.events += 1
-                self.token_events += 1
-                return True
-        return self._chunk(chunk)[0]
+    # The per-chunk hot path, compiled where built (`middleware.hotpath`):
+    # `token_events_in(data) -> int` is `feed` without the tuple, for a reader that does not
+    # rewrite the stream (each SSE event in the piece counted); `_decoded_has_text(chunk)`
+    # says whether a decoded chunk is a token event, and counts it.
+    token_events_in = hotpath.token_events_in
+    _decoded_has_text = hotpath.decoded_has_text
 
     def _event(self, event: bytes) -> tuple[bool, bool]:
         """(a token event, a usage-only chunk) for one SSE event's bytes."""
@@ -241,8 +149,8 @@ class WireReader:
         if self._head_pending:
             self._read_head(payload)
         try:
-            chunk = _decode_chunk(payload)
-        except _NOT_DECODED:
+            chunk = decode_chunk(payload)
+        except NOT_DECODED:
             return False, False
         return self._chunk(chunk)
 
@@ -250,12 +158,12 @@ class WireReader:
         """The answer's id and model, from the first data event that has a JSON object."""
         self._head_pending = False
         try:
-            head = _decode_head(payload)
-        except _NOT_DECODED:
+            head = decode_head(payload)
+        except NOT_DECODED:
             return
         self.response_id, self.response_model = head.id, head.model
 
-    def _chunk(self, chunk: _Chunk) -> tuple[bool, bool]:
+    def _chunk(self, chunk: Chunk) -> tuple[bool, bool]:
         self.events += 1
         if chunk.error is not None and self.error is None:
             self.error = chunk.error
@@ -275,8 +183,8 @@ class WireReader:
         """A plain (not streamed) JSON body: counts from usage/timings; whether it has text."""
         self._read_head(body)
         try:
-            chunk = _decode_chunk(body)
-        except _NOT_DECODED:
+            chunk = decode_chunk(body)
+        except NOT_DECODED:
             return False
         return self._chunk(chunk)[0]
 

@@ -3,7 +3,8 @@
 Each ring has 60 slots spanning its window, so a window sum is exact to within one slot
 (1/60th of the window); memory does not grow with traffic, only with the number of windows.
 The rings of a `WindowSet` sit in one array, so an observation updates every window in a few
-numpy operations (a spec with eight windows would otherwise pay eight rounds of them).
+numpy operations (a spec with eight windows would otherwise pay eight rounds of them), or one
+typed loop where the hot path is compiled (`middleware.hotpath.window_add`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from middleware import hotpath
 
 SLOTS_PER_WINDOW = 60
 # The current, partly filled slot plus a full window.
@@ -46,20 +49,13 @@ class WindowSet:
         self.index = {window: position for position, window in enumerate(self.windows_s)}
         self.slot_s = np.asarray(self.windows_s, dtype=np.float64) / SLOTS_PER_WINDOW
         size = len(self.windows_s)
-        self._rings = np.arange(size)
         self.counts = np.zeros((size, NUM_SLOTS, width), np.float64) if counts is None else counts
         self.slot_ids = np.full((size, NUM_SLOTS), -1, np.int64) if slot_ids is None else slot_ids
 
     def add(self, now_s: float, columns: np.ndarray, amounts: np.ndarray) -> None:
         """Add `amounts` to `columns` (unique) in the current slot of every window."""
-        slot_now = np.floor(now_s / self.slot_s).astype(np.int64)
-        rows = slot_now % NUM_SLOTS
-        rings = self._rings
-        stale = self.slot_ids[rings, rows] != slot_now
-        if stale.any():  # the slot is reused: forget what it held a full ring ago
-            self.counts[rings[stale], rows[stale]] = 0.0
-            self.slot_ids[rings[stale], rows[stale]] = slot_now[stale]
-        self.counts[rings[:, None], rows[:, None], columns[None, :]] += amounts
+        # Per request and tier: compiled where built (`middleware.hotpath.window_add`).
+        hotpath.window_add(self.counts, self.slot_ids, self.slot_s, now_s, columns, amounts)
 
     def total(self, window_s: float, now_s: float) -> np.ndarray:
         ring = self.index[window_s]

@@ -1,0 +1,238 @@
+# cython: language_level=3, binding=True, boundscheck=False, wraparound=False, cdivision=False
+"""The per-event hot path, compiled (Cython): the twin of `middleware._hotpath_py`, function for
+function, with the same behaviour (`tests/unit/test_hotpath_agree.py` holds them to it).
+
+What is typed here is what the interpreter paid for per event: the byte checks of a whole
+`data: {...}` event (C compares instead of method calls), the attribute reads that decide a
+usual delta, the timeline's mark appends, the gaps between marks, the bucket search over C
+doubles and the live-window update over typed views (no numpy temporaries). The JSON itself
+is still decoded by msgspec (C). Anything outside what a typed path takes (a piece that is not
+`bytes`, marks that are not machine integers, arrays of another dtype) goes to the pure-Python
+twin, so no input behaves differently.
+"""
+
+from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.math cimport floor
+from libc.string cimport memchr, memcmp
+
+from middleware import _hotpath_py as _py
+from middleware.wire_chunk import NOT_DECODED, decode_chunk
+
+IMPLEMENTATION = "compiled"
+cdef double NS = 1e-9
+cdef Py_ssize_t NUM_SLOTS = _py.NUM_SLOTS
+# Ints up to 2**53 are exact as doubles.
+cdef object _EXACT_INT = 2 ** 53
+
+
+cdef inline bint _one_whole_event(bytes data):
+    """`data.startswith(b"data: {") and data.find(b"\\n\\n") == len(data) - 2`, in C."""
+    cdef Py_ssize_t size = len(data)
+    cdef const char* start = PyBytes_AS_STRING(data)
+    cdef const char* at
+    cdef const char* stop
+    if size < 9 or memcmp(start, b"data: {", 7) != 0:
+        return False
+    if start[size - 2] != b"\n" or start[size - 1] != b"\n":
+        return False
+    # No blank line before the final one: no "\n\n" starting before size - 2.
+    at = start
+    stop = start + size - 2
+    while at < stop:
+        at = <const char*>memchr(at, b"\n", stop - at)
+        if at == NULL:
+            return True
+        if at[1] == b"\n":
+            return False
+        at += 1
+    return True
+
+
+def token_events_in(reader, data):
+    """How many token events one piece of a stream carried (`_hotpath_py.token_events_in`)."""
+    if not PyBytes_CheckExact(data):
+        return _py.token_events_in(reader, data)
+    if reader._pending or not _one_whole_event(<bytes>data):
+        return reader.feed(data)[0]
+    cdef Py_ssize_t size = len(<bytes>data)
+    payload = PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + 6, size - 8)
+    if reader._head_pending:  # the first event only
+        reader._read_head(payload)
+    try:
+        chunk = decode_chunk(payload)
+    except NOT_DECODED:
+        return 0
+    return 1 if decoded_has_text(reader, chunk) else 0
+
+
+def decoded_has_text(reader, chunk):
+    """Whether a decoded chunk is a token event, counted (`_hotpath_py.decoded_has_text`)."""
+    choices = chunk.choices
+    if (
+        choices is not None
+        and len(choices) == 1
+        and chunk.usage is None
+        and chunk.timings is None
+        and chunk.error is None
+    ):
+        choice = choices[0]
+        delta = choice.delta
+        text = choice.text if delta is None else delta.content
+        if choice.finish_reason is None and type(text) is str and len(<str>text) != 0:
+            reader.events += 1
+            reader.token_events += 1
+            return True
+    return reader._chunk(chunk)[0]
+
+
+def chunk_sent(timeline, started_ns, token_events=1):
+    """A body chunk handed to `send` at `started_ns` with `token_events` token events
+    (`_hotpath_py.chunk_sent`)."""
+    timeline.body_chunk_ns.append(started_ns)
+    if token_events:
+        marks = timeline.token_chunk_ns
+        if token_events == 1:
+            marks.append(started_ns)
+        else:
+            marks.extend([started_ns] * token_events)
+        if timeline.first_token_byte_ns is None:
+            timeline.first_token_byte_ns = started_ns
+
+
+def gaps_s(times):
+    """`(b - a) * NS` for each consecutive pair of marks, in seconds (`_hotpath_py.gaps_s`)."""
+    if type(times) is not list:
+        return _py.gaps_s(times)
+    cdef list marks = <list>times
+    cdef Py_ssize_t size = len(marks)
+    cdef Py_ssize_t index
+    cdef long long before, after
+    if size < 2:
+        return ()
+    cdef list gaps = []
+    try:
+        before = marks[0]
+        for index in range(1, size):
+            after = marks[index]
+            gaps.append((<double>(after - before)) * NS)
+            before = after
+    except (TypeError, OverflowError):  # marks that are not machine integers
+        return _py.gaps_s(times)
+    return tuple(gaps)
+
+
+cdef inline Py_ssize_t _bisect_left(const double* items, Py_ssize_t low, Py_ssize_t high,
+                                    double value) noexcept:
+    cdef Py_ssize_t middle
+    while low < high:
+        middle = (low + high) >> 1
+        if items[middle] < value:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+cdef inline Py_ssize_t _bisect_right(const double* items, Py_ssize_t low, Py_ssize_t high,
+                                     double value) noexcept:
+    cdef Py_ssize_t middle
+    while low < high:
+        middle = (low + high) >> 1
+        if value < items[middle]:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+cdef double* _doubles(object items, Py_ssize_t size) except? NULL:
+    """A C copy of a sequence of floats (PyMem_Free it), or NULL where an item is not a float
+    or an int a double holds exactly (Python compares those exactly; C doubles would not)."""
+    cdef double* out = <double*>PyMem_Malloc((size if size else 1) * sizeof(double))
+    cdef Py_ssize_t index
+    if out == NULL:
+        raise MemoryError()
+    for index in range(size):
+        item = items[index]
+        if type(item) is float:
+            out[index] = PyFloat_AS_DOUBLE(item)
+        elif type(item) is int and -_EXACT_INT <= item <= _EXACT_INT:
+            out[index] = <double>(<long long>item)
+        else:
+            PyMem_Free(out)
+            return NULL
+    return out
+
+
+def bucket_counts(bounds, values):
+    """`(index, count)` per touched bucket, `bisect_left(bounds, value)` placing a value
+    (`_hotpath_py.bucket_counts`): the same sort, the bisects over C doubles."""
+    ordered = sorted(values)
+    cdef Py_ssize_t size = len(ordered), last = len(bounds)
+    cdef Py_ssize_t position = 0, index, end
+    cdef double* limits
+    cdef double* sorted_values
+    limits = _doubles(bounds, last)
+    if limits == NULL:
+        return _py.bucket_counts(bounds, ordered)
+    sorted_values = _doubles(ordered, size)
+    if sorted_values == NULL:
+        PyMem_Free(limits)
+        return _py.bucket_counts(bounds, ordered)
+    counts = []
+    try:
+        while position < size:
+            index = _bisect_left(limits, 0, last, sorted_values[position])
+            if index == last:
+                end = size
+            else:
+                end = _bisect_right(sorted_values, position, size, limits[index])
+            if end < position + 1:  # always progress, whatever the values compare like
+                end = position + 1
+            counts.append((index, end - position))
+            position = end
+    finally:
+        PyMem_Free(limits)
+        PyMem_Free(sorted_values)
+    return counts
+
+
+cdef int _window_add(double[:, :, ::1] counts, long long[:, ::1] slot_ids,
+                     const double[::1] slot_s, double now_s, const long long[::1] columns,
+                     const double[::1] amounts) noexcept nogil:
+    """0 when added; -1, before touching anything, where numpy would index otherwise
+    (negative or out-of-range columns, shapes that do not match): the caller falls back."""
+    cdef Py_ssize_t ring, row, column, width = counts.shape[2]
+    cdef long long slot_now
+    if (columns.shape[0] != amounts.shape[0] or slot_ids.shape[0] != slot_s.shape[0]
+            or counts.shape[0] != slot_s.shape[0] or counts.shape[1] != NUM_SLOTS
+            or slot_ids.shape[1] != NUM_SLOTS):
+        return -1
+    for column in range(columns.shape[0]):
+        if columns[column] < 0 or columns[column] >= width:
+            return -1
+    for ring in range(slot_s.shape[0]):
+        slot_now = <long long>floor(now_s / slot_s[ring])
+        row = slot_now % NUM_SLOTS
+        if row < 0:
+            row += NUM_SLOTS
+        if slot_ids[ring, row] != slot_now:  # the slot is reused: forget what it held
+            for column in range(width):
+                counts[ring, row, column] = 0.0
+            slot_ids[ring, row] = slot_now
+        for column in range(columns.shape[0]):
+            counts[ring, row, columns[column]] += amounts[column]
+    return 0
+
+
+def window_add(counts, slot_ids, slot_s, double now_s, columns, amounts):
+    """Add `amounts` to `columns` in the current slot of every ring
+    (`_hotpath_py.window_add`): typed loops, no numpy temporaries."""
+    try:
+        added = _window_add(counts, slot_ids, slot_s, now_s, columns, amounts)
+    except (ValueError, TypeError, BufferError):  # another dtype or layout
+        added = -1
+    if added != 0:  # numpy's own rules (and errors) for anything else
+        _py.window_add(counts, slot_ids, slot_s, now_s, columns, amounts)

@@ -1,0 +1,126 @@
+"""The per-event hot path in pure Python: the reference the compiled `middleware._hotpath`
+must agree with, and what runs where it is not built or `LLM_SLO_PURE_PYTHON=1`
+(`middleware.hotpath` chooses). Each function here has a twin of the same name and behaviour
+in `_hotpath.pyx`; `tests/unit/test_hotpath_agree.py` holds them to it.
+
+- `token_events_in`, `decoded_has_text`: methods of `middleware.wire.WireReader` (per chunk);
+- `chunk_sent`: a method of `middleware.timeline.RequestTimeline` (per chunk);
+- `gaps_s`: the inter-token gaps of a request's marks (per request, one per token);
+- `bucket_counts`: the histogram bucket search (`middleware.histograms`);
+- `window_add`: the live-window update (`middleware.live.windows.WindowSet.add`).
+"""
+
+from __future__ import annotations
+
+import operator
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from middleware.wire_chunk import NOT_DECODED, Chunk, decode_chunk
+
+IMPLEMENTATION = "pure-python"
+# Nanoseconds to seconds (the timeline's marks are nanoseconds).
+NS = 1e-9
+# Slots in one ring of a live window: `middleware.live.windows.NUM_SLOTS`.
+NUM_SLOTS = 61
+
+BucketCounts = list[tuple[int, int]]
+
+
+def token_events_in(reader: Any, data: bytes) -> int:
+    """How many token events one piece of a stream carried (the middleware's hot path:
+    `feed` without the tuple, for a reader that does not rewrite the stream). A piece can
+    hold several SSE events (an upstream that writes them together, TCP merging them):
+    each is counted."""
+    if reader._pending or not data.startswith(b"data: {") or data.find(b"\n\n") != len(data) - 2:
+        return reader.feed(data)[0]
+    if reader._head_pending:  # the first event only: one attribute read per chunk after it
+        reader._read_head(memoryview(data)[6:-2])
+    try:
+        chunk = decode_chunk(memoryview(data)[6:-2])
+    except NOT_DECODED:
+        return 0
+    return 1 if reader._decoded_has_text(chunk) else 0
+
+
+def decoded_has_text(reader: Any, chunk: Chunk) -> bool:
+    """Whether a decoded chunk is a token event, counted. The usual delta (one choice with
+    text; no usage, timings, error or finish) is decided in a few attribute reads."""
+    choices = chunk.choices
+    if (
+        choices is not None
+        and len(choices) == 1
+        and chunk.usage is None
+        and chunk.timings is None
+        and chunk.error is None
+    ):
+        choice = choices[0]
+        delta = choice.delta
+        text = choice.text if delta is None else delta.content
+        if choice.finish_reason is None and text.__class__ is str and text:
+            reader.events += 1
+            reader.token_events += 1
+            return True
+    return reader._chunk(chunk)[0]
+
+
+def chunk_sent(timeline: Any, started_ns: int, token_events: int = 1) -> None:
+    """A body chunk with bytes was handed to `send` at `started_ns`, holding
+    `token_events` token events (text), as the wire parser read it. Events sent in one
+    chunk arrived together: each is a mark, with gaps of 0 between them."""
+    timeline.body_chunk_ns.append(started_ns)
+    if token_events:
+        timeline.token_chunk_ns.extend([started_ns] * token_events)
+        if timeline.first_token_byte_ns is None:
+            timeline.first_token_byte_ns = started_ns
+
+
+def gaps_s(times: list[int]) -> tuple[float, ...]:
+    """`(b - a) * NS` for each consecutive pair of marks, in seconds (looped in C)."""
+    return tuple(map(operator.mul, map(operator.sub, times[1:], times[:-1]), repeat(NS)))
+
+
+def bucket_counts(bounds: Sequence[float], values: Iterable[float]) -> BucketCounts:
+    """`(index, count)` for every bucket the values fall in, index as Prometheus places a value:
+    `bisect_left(bounds, value)` (upper bounds inclusive; `len(bounds)` is +Inf).
+
+    Values in few buckets are counted with a sort (in C) and a few bisects per touched bucket
+    instead of one bisect per value.
+    """
+    ordered = sorted(values)
+    size = len(ordered)
+    last = len(bounds)
+    counts: BucketCounts = []
+    position = 0
+    while position < size:
+        index = bisect_left(bounds, ordered[position])
+        end = size if index == last else bisect_right(ordered, bounds[index], position)
+        end = max(end, position + 1)  # always progress, whatever the values compare like
+        counts.append((index, end - position))
+        position = end
+    return counts
+
+
+def window_add(
+    counts: np.ndarray,
+    slot_ids: np.ndarray,
+    slot_s: np.ndarray,
+    now_s: float,
+    columns: np.ndarray,
+    amounts: np.ndarray,
+) -> None:
+    """Add `amounts` to `columns` (unique) in the current slot of every window's ring:
+    `counts` (rings x NUM_SLOTS x width) and `slot_ids` (rings x NUM_SLOTS, the slot each
+    row holds) of `middleware.live.windows.WindowSet`, `slot_s` the rings' slot lengths."""
+    slot_now = np.floor(now_s / slot_s).astype(np.int64)
+    rows = slot_now % NUM_SLOTS
+    rings = np.arange(len(slot_s))
+    stale = slot_ids[rings, rows] != slot_now
+    if stale.any():  # the slot is reused: forget what it held a full ring ago
+        counts[rings[stale], rows[stale]] = 0.0
+        slot_ids[rings[stale], rows[stale]] = slot_now[stale]
+    counts[rings[:, None], rows[:, None], columns[None, :]] += amounts

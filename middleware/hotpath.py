@@ -1,0 +1,61 @@
+"""Which per-event hot path runs: the compiled `middleware._hotpath` (Cython, built by
+`pip install -e .`) unless it is not built or `LLM_SLO_PURE_PYTHON=1` asks for the pure-Python
+twin `middleware._hotpath_py`. Chosen once, at import; both behave the same.
+
+    python -c "import middleware.hotpath as h; print(h.IMPLEMENTATION, h.REASON)"
+
+The middleware, the wire parser, the timeline, the histograms and the live windows take their
+per-event functions from here (`token_events_in`, `decoded_has_text`, `chunk_sent`, `gaps_s`,
+`bucket_counts`, `window_add`).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+from middleware import _hotpath_py
+
+PURE_PYTHON_VARIABLE = "LLM_SLO_PURE_PYTHON"
+# The functions each implementation provides, with the same signatures and behaviour.
+HOT_FUNCTIONS = (
+    "token_events_in",
+    "decoded_has_text",
+    "chunk_sent",
+    "gaps_s",
+    "bucket_counts",
+    "window_add",
+)
+
+
+def compiled() -> ModuleType | None:
+    """The compiled module, or None where it was not built (no C compiler at install)."""
+    try:
+        from middleware import _hotpath  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _hotpath
+
+
+def _choose() -> tuple[ModuleType, str]:
+    if os.environ.get(PURE_PYTHON_VARIABLE, "") not in ("", "0"):
+        return _hotpath_py, f"{PURE_PYTHON_VARIABLE}={os.environ[PURE_PYTHON_VARIABLE]}"
+    built = compiled()
+    if built is None:
+        return _hotpath_py, (
+            "middleware._hotpath is not built (no C compiler when the package was installed; "
+            "reinstall with `pip install -e .` where one is)"
+        )
+    return built, "middleware._hotpath is built"
+
+
+impl, REASON = _choose()
+# "compiled" or "pure-python".
+IMPLEMENTATION: str = impl.IMPLEMENTATION
+
+token_events_in = impl.token_events_in
+decoded_has_text = impl.decoded_has_text
+chunk_sent = impl.chunk_sent
+gaps_s = impl.gaps_s
+bucket_counts = impl.bucket_counts
+window_add = impl.window_add
