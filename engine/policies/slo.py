@@ -2,7 +2,8 @@
 
 Prefill is ordered by slack = TTFT deadline - now - predicted prefill time, the time learned
 from recent steps (`PrefillTimeModel`); it preempts like `priority`; it sheds a waiting
-request, lowest tier first, once its TTFT objective is out of reach; and while a tier with a
+request once no schedule that serves the higher tiers first lets it meet its TTFT objective
+(lowest tier first; see `shed`); and while a tier with a
 TPOT objective is decoding, it keeps the steps within that objective: it shrinks the prefill
 chunks and decodes the lower tiers' sequences in turns, as many per step as fit. A decode's
 cost grows with its context (its keys and values are read every step), so 24 long batch
@@ -105,51 +106,35 @@ class SloPolicy:
     def shed(
         self, waiting: list[Sequence], running: list[Sequence], now_ns: int, tokens_per_step: int
     ) -> list[tuple[Sequence, str]]:
-        """Waiting requests that can no longer meet their tier's TTFT objective.
+        """Waiting requests that no schedule serving the higher tiers first lets meet their
+        tier's TTFT objective; the lowest tier first in the list.
 
-        First those out of reach whatever the order: even prefilled next they would miss.
-        Then the queue's depth: a request misses when now + the predicted time to prefill
-        everything ordered before it, and itself, passes its deadline; the lowest tier among
-        those that miss goes first, and the rest are judged again without it (it may have
-        been in their way). Nothing is shed before the prefill-time model has seen enough
+        The rule (docs/tier-isolation.md): walk the waiting requests tier by tier, most
+        important first, each tier in the policy's order. A request is kept when now + the
+        predicted time to prefill what is ahead of it (the prefills already running, every
+        request kept so far, itself) is within its deadline; otherwise it is shed
+        (`ttft_out_of_reach`) and its work leaves the queue. So a lower tier's work never
+        counts against a higher tier: premium is shed only when premium's own queue (and the
+        prefills already under way) puts it out of reach, and a lower tier is shed before a
+        higher one would be. Nothing is shed before the prefill-time model has seen enough
         steps, nor a request that has already streamed tokens (preempted and waiting again),
-        nor one whose tier has no TTFT objective.
+        nor one whose tier has no TTFT objective (its work still counts for those after it).
         """
         model = self.prefill_time
         if not model.ready or not waiting:
             return []
-        left = list(waiting)  # the queue as it stands once those shed so far are gone
+        ahead = sum(s.num_tokens - s.num_cached for s in running if not s.prefilled)
+        order = sorted(waiting, key=lambda s: (s.priority, self.rank(s, now_ns, tokens_per_step)))
         shed: list[Sequence] = []
-
-        def drop(sequence: Sequence) -> None:
-            left.remove(sequence)
-            shed.append(sequence)
-
-        def misses(ahead_tokens: int, sequence: Sequence) -> bool:
-            ahead_ns = model.predict_s(ahead_tokens, tokens_per_step) * 1e9
-            return now_ns + ahead_ns > self.ttft_deadline_ns(sequence)
-
-        eligible = [s for s in left if not s.output_ids and self.has_ttft_objective(s)]
-        for sequence in [s for s in eligible if misses(s.num_tokens, s)]:
-            drop(sequence)
-        candidates = {id(s) for s in eligible if s in left}
-        work = [s for s in running if not s.prefilled] + left
-        order = sorted(work, key=lambda s: self.rank(s, now_ns, tokens_per_step))
-        while candidates:
-            ahead = 0
-            missed: list[Sequence] = []
-            for sequence in order:
-                if sequence.finish_reason is None and (sequence in running or sequence in left):
-                    ahead += sequence.num_tokens - sequence.num_cached
-                    if id(sequence) in candidates and misses(ahead, sequence):
-                        missed.append(sequence)
-            if not missed:
-                break
-            lowest = max(s.priority for s in missed)
-            for sequence in missed:
-                if sequence.priority == lowest:
-                    candidates.discard(id(sequence))
-                    drop(sequence)
+        for sequence in order:
+            work = sequence.num_tokens - sequence.num_cached
+            eligible = not sequence.output_ids and self.has_ttft_objective(sequence)
+            predicted_ns = model.predict_s(ahead + work, tokens_per_step) * 1e9
+            if eligible and now_ns + predicted_ns > self.ttft_deadline_ns(sequence):
+                shed.append(sequence)
+            else:
+                ahead += work
+        shed.sort(key=lambda s: -s.priority)  # the lowest tier is given up on first
         return [(sequence, SHED_TTFT_OUT_OF_REACH) for sequence in shed]
 
     # ------------------------------------------------------------------- step shaping

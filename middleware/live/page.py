@@ -103,7 +103,19 @@ def engine_now(metrics: Any) -> dict[str, Any] | None:
         for sample in metric.samples:
             if sample.labels.get("model") == metrics.model:
                 queue[sample.labels["tier"]] = sample.value
-    return {**values, "queue_depth": queue}
+    return {**values, "queue_depth": queue, "shed": _shed_counts(metrics)}
+
+
+def _shed_counts(metrics: Any) -> dict[str, dict[str, float]]:
+    """Requests the engine's scheduler shed since start, by tier and reason (its counter)."""
+    name = CATALOG["shed"].metric
+    shed: dict[str, dict[str, float]] = {}
+    for metric in metrics.registry.restricted_registry([name]).collect():
+        for sample in metric.samples:
+            if sample.name == name and sample.labels.get("model") == metrics.model:
+                by_reason = shed.setdefault(sample.labels["tier"], {})
+                by_reason[sample.labels["reason"]] = sample.value
+    return shed
 
 
 def page_data(
@@ -211,6 +223,7 @@ def _tier(
         "objectives": objectives,
         "phases": _phases(live, windows, now),
         "queue_depth": (engine or {}).get("queue_depth", {}).get(tier["tier"]),
+        "shed": (engine or {}).get("shed", {}).get(tier["tier"]),
     }
 
 

@@ -235,6 +235,42 @@ def test_shed_only_what_is_out_of_reach_lowest_tier_first() -> None:
     assert missed > scheduler.policy.ttft_deadline_ns(first_shed)
 
 
+def test_premium_is_not_shed_for_a_lower_tier_ahead_of_it() -> None:
+    # Six standard requests (100 tokens, 500 ms) waited 400 ms: 85 ms of slack each, so the
+    # slack order puts them before a premium request (60 tokens) that just arrived with the
+    # same deadline. All seven take 101 ms: one of them misses. A standard one goes, never
+    # premium: premium alone (11 ms) is well within reach.
+    scheduler = trained_slo_scheduler()
+    now = SECOND // 10 * 4
+    for index in range(6):
+        scheduler.add(make_sequence(f"standard-{index}", 1, 100, index, 0))
+    premium = make_sequence("premium", 0, 60, 6, now)  # arrives now: its deadline is 500 ms
+    scheduler.add(premium)
+    policy = scheduler.policy
+    assert policy.ttft_deadline_ns(premium) == SECOND // 2
+    assert policy.rank(premium, now, 100) > policy.rank(scheduler._waiting[0], now, 100)
+    plan = scheduler.schedule(now)
+    assert [(s.request_id, r) for s, r in plan.shed] == [("standard-5", SHED_TTFT_OUT_OF_REACH)]
+
+
+def test_premium_is_shed_when_premium_alone_cannot_be_served() -> None:
+    # Twenty premium requests of 50 tokens (100 ms each): 10 steps of 5 ms + 100 ms = 150 ms.
+    # The first ones fit; those behind them in premium's own queue are out of reach, and
+    # a standard request (500 ms) waiting beside them is kept.
+    scheduler = trained_slo_scheduler()
+    for index in range(20):
+        scheduler.add(make_sequence(f"premium-{index}", 0, 50, index, 0))
+    scheduler.add(make_sequence("standard", 1, 50, 12, 0))
+    plan = scheduler.schedule(0)
+    shed = [s.request_id for s, _ in plan.shed]
+    assert shed and "standard" not in shed
+    assert all(name.startswith("premium-") for name in shed)
+    kept = 20 - len(shed)
+    # Kept: k requests of 50 tokens fit in 100 ms (ceil(50k/100) steps of 5 ms + 5 ms per 50).
+    model = scheduler.policy.prefill_time
+    assert model.predict_s(50 * kept, 100) <= 0.1 < model.predict_s(50 * (kept + 1), 100)
+
+
 def test_a_tier_without_a_ttft_objective_is_never_shed() -> None:
     scheduler = trained_slo_scheduler()
     for index in range(50):
