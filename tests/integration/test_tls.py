@@ -26,6 +26,7 @@ import pytest
 
 from slo.cli.bench.server import free_port, stop_process
 from tests.helpers.binaries import binary
+from tests.helpers.polling import wait_until_ready
 from tests.helpers.proxy_upstream import OpenAIUpstream
 from tests.helpers.tls import Pki, issue, make_pki, wait_until_https_ready
 from tests.integration.test_proxy import records
@@ -222,6 +223,25 @@ def test_an_upstream_that_asks_for_a_client_certificate(pki: Pki, tmp_path: Path
         with tls_proxy(pki, upstream, tmp_path / "with.db", *mtls) as url:
             answer = httpx.post(url + "/v1/completions", json=body, verify=pki.client_context())
             assert answer.status_code == 200, answer.text
+
+
+def test_upstream_insecure_is_explicit_and_says_so(pki: Pki, upstream: str, tmp_path: Path) -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "slo.cli", "proxy", "--upstream", upstream, "--port"]
+    command += [str(port), "--store", f"sqlite:///{tmp_path / 'r.db'}", "--upstream-insecure"]
+    command += ["--upstream-metrics", "off", "--provider-name", "test"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_ready(url + "/metrics", process=child)
+        body = {"model": "m", "prompt": "hi", "max_tokens": 2}
+        assert httpx.post(url + "/v1/completions", json=body).status_code == 200
+    finally:
+        stop_process(child)
+    _, stderr = child.communicate()
+    assert f"warning: --upstream-insecure: the certificate of {upstream} is not verified" in stderr
+    line = _cli_error("--upstream-insecure")  # with an http:// upstream: a mistake
+    assert "--upstream-insecure needs an https:// --upstream" in line
 
 
 def _cli_error(*args: str) -> str:
