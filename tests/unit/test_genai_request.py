@@ -13,6 +13,7 @@ from middleware.capture import CaptureBuffer, ContentCapture
 from middleware.otel.models import ModelLabels
 from middleware.otel.request import GenAIRequest, operation_for_route, read_request_body
 from middleware.wire import WireReader
+from tests.helpers.hotpath import each_hotpath  # noqa: F401  (runs each test on both hot paths)
 
 
 def event(data: dict[str, Any]) -> bytes:

@@ -10,6 +10,7 @@ from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
 from middleware.timeline import Breakdown
 from slo.spec import SLOSpec
+from tests.helpers.hotpath import each_hotpath  # noqa: F401  (runs each test on both hot paths)
 from tests.helpers.tier_specs import burn_alert, burn_policy, make_tier, spec_yaml, threshold_alert
 
 SPEC = spec_yaml(

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from middleware.live.shared import PusherElection, SharedWindowSet
 from middleware.live.windows import WindowSet
+from tests.helpers.hotpath import each_hotpath  # noqa: F401  (runs each test on both hot paths)
 
 WINDOWS = [60.0, 600.0]
 WIDTH = 4

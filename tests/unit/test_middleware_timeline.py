@@ -12,6 +12,7 @@ from middleware import LatencyMiddleware, ScriptedClock, current_timeline
 from middleware.timeline import RequestTimeline
 from slo.spec import SLOSpec
 from slo.store import RecordStore
+from tests.helpers.hotpath import each_hotpath  # noqa: F401  (runs each test on both hot paths)
 from tests.helpers.record_samples import phase_parts
 
 MS = 1e-3

@@ -15,6 +15,7 @@ from middleware import LatencyMiddleware, ScriptedClock
 from slo.records import RequestRecord
 from slo.sli import PHASES
 from slo.store import RecordStore
+from tests.helpers.hotpath import each_hotpath  # noqa: F401  (runs each test on both hot paths)
 
 MS = 1e-3
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from middleware.upstream import UpstreamReport, apply_tgi_headers, apply_timings
 from middleware.wire import WireReader
+from tests.helpers.hotpath import each_hotpath  # noqa: F401  (runs each test on both hot paths)
 
 
 def sse(data: Any) -> bytes:
