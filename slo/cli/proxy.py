@@ -8,12 +8,10 @@ from typing import TYPE_CHECKING
 
 from slo.cli.security import (
     add_security_flags,
-    check_outbound_credentials,
     guard_operations,
     limit_addresses,
-    ops_token,
+    read_access,
     scheme,
-    tls_context,
 )
 from slo.cli.serving import add_server_flags, check_positive_seconds, run_until_stopped
 from slo.errors import UsageError
@@ -22,6 +20,7 @@ if TYPE_CHECKING:
     import ssl
 
     from middleware.metrics import MetricSet
+    from middleware.proxy import ProxyApp
     from middleware.upstream.engine_metrics import EngineMetricsScraper
 
 HELP = "measure any OpenAI-compatible server: a streaming reverse proxy with the middleware"
@@ -127,24 +126,10 @@ def run(args: argparse.Namespace) -> int:
             "--engine-span-wait": args.engine_span_wait,
         }
     )
-    context = tls_context(args)
-    token = ops_token(args)
-    check_outbound_credentials()
-    upstream_tls = _upstream_context(args)
+    context, token = read_access(args)
     from middleware import LatencyMiddleware
-    from middleware.proxy import ProxyApp
 
-    try:
-        proxy = ProxyApp(
-            args.upstream,
-            max_connections=max_connections,
-            connect_timeout_s=connect_timeout_s,
-            read_timeout_s=read_timeout_s,
-        )
-    except ValueError as error:
-        raise UsageError(f"--upstream: {error}") from error
-    if upstream_tls is not None:
-        proxy.pool.use_tls(upstream_tls)
+    proxy = _proxy_app(args)
     scrape_url = _metrics_url(args.upstream_metrics, proxy.upstream_url)
     model: str = args.model
     provider_name, listed = _provider_and_models(args.provider_name, proxy.upstream_url)
@@ -184,6 +169,25 @@ def run(args: argparse.Namespace) -> int:
         ssl_context=context,
     )
     return 0
+
+
+def _proxy_app(args: argparse.Namespace) -> ProxyApp:
+    """The forwarding app, reaching an https:// upstream with its own TLS context."""
+    upstream_tls = _upstream_context(args)
+    from middleware.proxy import ProxyApp
+
+    try:
+        proxy = ProxyApp(
+            args.upstream,
+            max_connections=args.max_connections,
+            connect_timeout_s=args.connect_timeout,
+            read_timeout_s=args.read_timeout,
+        )
+    except ValueError as error:
+        raise UsageError(f"--upstream: {error}") from error
+    if upstream_tls is not None:
+        proxy.pool.use_tls(upstream_tls)
+    return proxy
 
 
 def _add_upstream_tls_flags(parser: argparse.ArgumentParser) -> None:

@@ -46,6 +46,14 @@ def add_security_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def read_access(args: argparse.Namespace) -> tuple[ssl.SSLContext | None, str | None]:
+    """(the listener's TLS context, the operations token), and the outbound credentials
+    checked: every file read now, before the server (or the engine) starts."""
+    context, token = tls_context(args), ops_token(args)
+    check_outbound_credentials()
+    return context, token
+
+
 def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     """The listener's TLS context (None: plain HTTP), every file checked now."""
     tls = server_tls_from_args(args)

@@ -8,12 +8,10 @@ from typing import TYPE_CHECKING
 from slo.cli.engine_flags import add_engine_flags, engine_overrides
 from slo.cli.security import (
     add_security_flags,
-    check_outbound_credentials,
     guard_operations,
     limit_addresses,
-    ops_token,
+    read_access,
     scheme,
-    tls_context,
 )
 from slo.cli.serving import (
     add_server_flags,
@@ -137,9 +135,7 @@ def run(args: argparse.Namespace) -> int:
         }
     )
     # Certificates, the token and the limits are checked before the engine spends its warm-up.
-    context = tls_context(args)
-    token = ops_token(args)
-    check_outbound_credentials()
+    context, token = read_access(args)
     from engine.api import Limits, create_app
 
     engine = _load_engine(args)
@@ -149,23 +145,8 @@ def run(args: argparse.Namespace) -> int:
     )
     app: ASGIApp = limit_addresses(create_app(engine, limits=limits), args)
     close = _no_records
-    middleware: LatencyMiddleware | None = None
-    if not args.no_middleware:
-        from middleware import LatencyMiddleware
-
-        middleware = LatencyMiddleware(
-            app,
-            spec=args.spec,
-            store=args.store,
-            model=engine.name,
-            gpu_stats=engine.gpu_stats,
-            alertmanager_url=args.alertmanager_url,
-            auth=args.api_keys,
-            provider_name=args.provider_name,
-        )
-        engine.add_hooks(middleware.engine_hooks())
-        if engine.cold_start is not None:
-            middleware.observe_cold_start(engine.cold_start.total_s)
+    middleware = None if args.no_middleware else _measured(app, engine, args)
+    if middleware is not None:
         app, close = middleware, middleware.close
     app = guard_operations(app, middleware, token)
     host: str = args.host
@@ -183,6 +164,26 @@ def run(args: argparse.Namespace) -> int:
         server_header=args.server_header,
     )
     return 0
+
+
+def _measured(app: ASGIApp, engine: Engine, args: argparse.Namespace) -> LatencyMiddleware:
+    """The latency middleware around `app`, fed by the engine's hooks."""
+    from middleware import LatencyMiddleware
+
+    middleware = LatencyMiddleware(
+        app,
+        spec=args.spec,
+        store=args.store,
+        model=engine.name,
+        gpu_stats=engine.gpu_stats,
+        alertmanager_url=args.alertmanager_url,
+        auth=args.api_keys,
+        provider_name=args.provider_name,
+    )
+    engine.add_hooks(middleware.engine_hooks())
+    if engine.cold_start is not None:
+        middleware.observe_cold_start(engine.cold_start.total_s)
+    return middleware
 
 
 def _load_engine(args: argparse.Namespace) -> Engine:
