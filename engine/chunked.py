@@ -7,11 +7,17 @@ so the same positions see the same keys and greedy output does not change.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import torch
 
 from engine.kv_cache import PagedKVCache
 from engine.model import LlamaForCausalLM
 from engine.sequence import Sequence
+
+if TYPE_CHECKING:
+    from engine.speculative import SpeculativeDecoder
 
 
 def prefill_chunks(
@@ -30,3 +36,19 @@ def prefill_chunks(
     for sequence, count in zip(sequences, counts, strict=True):
         sequence.num_cached += count
     return model.logits(last_hidden)
+
+
+def chunk_forward(
+    counts: list[int], speculative: SpeculativeDecoder | None
+) -> Callable[[LlamaForCausalLM, PagedKVCache, list[Sequence]], torch.Tensor]:
+    """The worker's forward for a step's chunks alone (the draft model's too, speculating)."""
+
+    def forward(
+        model: LlamaForCausalLM, cache: PagedKVCache, sequences: list[Sequence]
+    ) -> torch.Tensor:
+        logits = prefill_chunks(model, cache, sequences, counts)
+        if speculative is not None:
+            speculative.prefill(sequences)
+        return logits
+
+    return forward

@@ -144,6 +144,9 @@ class EngineConfig:
     # running decode first, prefill chunks fill the rest, so a long prompt spans several steps
     # instead of stalling the decodes. None: max_prefill_tokens.
     max_num_batched_tokens: int | None = None
+    # A step that decodes and prefills runs them in one forward pass (engine/fused.py); False:
+    # two passes, the chunks then the decodes (for comparison; speculative decoding always).
+    fuse_steps: bool = True
     scheduling: str = "priority"  # "fifo", "priority" (preempts lower tiers) or "slo"
     # Why `scheduling` was chosen, shown in /health (`slo serve`: the spec's objectives or the
     # flag); None: this default.

@@ -20,9 +20,10 @@ import torch
 
 import engine.runner as runner
 import engine.step_hooks as step_hooks
-from engine.chunked import prefill_chunks
+from engine.chunked import chunk_forward
 from engine.config import EngineConfig, ModelConfig
 from engine.emit import next_output
+from engine.fused import fused_forward
 from engine.hooks import HookDispatch
 from engine.kv_cache import PagedKVCache, blocks_needed
 from engine.model import LlamaForCausalLM
@@ -235,11 +236,8 @@ class EngineWorker:
             step_hooks.announce_admitted(by_event, plan.admitted)
             if self.config.enable_prefix_caching:
                 prefix_tokens = step_hooks.prefix_lookups(plan.admitted)
-        if plan.chunks:
-            self._prefill(plan)
-
         decoding = plan.decodes
-        decode_tokens, speculative_tokens = self._decode(decoding)
+        decode_tokens, speculative_tokens = self._run_plan(plan)
         step_hooks.add_to_totals(
             self.totals, plan, decode_tokens, prefix_tokens, speculative_tokens
         )
@@ -278,18 +276,24 @@ class EngineWorker:
                 )
             )
 
-    def _decode(self, decoding: list[Sequence]) -> tuple[int, tuple[int, int]]:
-        """Run this step's decodes, plainly or speculatively, and stream their tokens;
-        returns the tokens decoded and (drafted, accepted)."""
+    def _run_plan(self, plan: StepPlan) -> tuple[int, tuple[int, int]]:
+        """The step's forward passes: the decodes and the prefill chunks in one
+        (engine/fused.py), unless a draft model speculates or `EngineConfig.fuse_steps` is
+        off; else the chunks, then the decodes. Returns the tokens decoded and (drafted,
+        accepted). First tokens of completed prompts are emitted before the decodes'."""
+        decoding, chunked = plan.decodes, self._start_prefill(plan)
+        if chunked and decoding and self.speculative is None and self.config.fuse_steps:
+            result = self._forward(fused_forward(plan.chunks), decoding + chunked)
+            self._finish_prefill(plan, None if result is None else result[1])
+            return (0 if result is None else self._emit_decodes(decoding, result[0])), (0, 0)
+        if chunked:
+            forward = chunk_forward([count for _, count in plan.chunks], self.speculative)
+            self._finish_prefill(plan, self._forward(forward, chunked))
         if not decoding:
             return 0, (0, 0)
         if self.speculative is None:
             logits = self._forward(runner.decode, decoding)
-            if logits is None:
-                return 0, (0, 0)
-            self._register(decoding)
-            self._sample_and_emit(decoding, logits)
-            return len(decoding), (0, 0)
+            return (0 if logits is None else self._emit_decodes(decoding, logits)), (0, 0)
         result = self._forward(self.speculative.step, decoding)
         if result is None:
             return 0, (0, 0)
@@ -302,20 +306,28 @@ class EngineWorker:
                     break
         return decode_tokens, (result.draft_tokens, result.accepted_tokens)
 
-    def _prefill(self, plan: StepPlan) -> None:
-        """Run this step's prefill chunks; sample the first token of each prompt completed."""
-        by_event = self.hooks.by_event
-        sequences = [sequence for sequence, _ in plan.chunks]
-        counts = [count for _, count in plan.chunks]
-        step_hooks.announce_prefill_start(by_event, sequences)
-        for sequence in sequences:
+    def _emit_decodes(self, decoding: list[Sequence], logits: torch.Tensor) -> int:
+        self._register(decoding)
+        self._sample_and_emit(decoding, logits)
+        return len(decoding)
+
+    def _start_prefill(self, plan: StepPlan) -> list[Sequence]:
+        chunked = [sequence for sequence, _ in plan.chunks]
+        if chunked:
+            step_hooks.announce_prefill_start(self.hooks.by_event, chunked)
+        for sequence in chunked:
             sequence.prefill_started = True
-        logits = self._forward(self._prefill_forward(counts), sequences)
+        return chunked
+
+    def _finish_prefill(self, plan: StepPlan, logits: torch.Tensor | None) -> None:
+        """After the chunks' forward: announce the prompts completed and sample their first
+        token (`logits`: one row per chunk; None: the forward failed)."""
         if logits is None:
             return
+        sequences = [sequence for sequence, _ in plan.chunks]
         done = [row for row, s in enumerate(sequences) if s.num_cached == s.num_tokens]
         completed = [sequences[row] for row in done]
-        step_hooks.announce_prefill_end(by_event, completed)
+        step_hooks.announce_prefill_end(self.hooks.by_event, completed)
         self._register(sequences)
         for sequence in completed:
             sequence.prefilled = True
@@ -323,19 +335,6 @@ class EngineWorker:
             self._sample_and_emit(
                 completed, logits if len(done) == len(sequences) else logits[done]
             )
-
-    def _prefill_forward(
-        self, counts: list[int]
-    ) -> Callable[[LlamaForCausalLM, PagedKVCache, list[Sequence]], torch.Tensor]:
-        def forward(
-            model: LlamaForCausalLM, cache: PagedKVCache, sequences: list[Sequence]
-        ) -> torch.Tensor:
-            logits = prefill_chunks(model, cache, sequences, counts)
-            if self.speculative is not None:
-                self.speculative.prefill(sequences)
-            return logits
-
-        return forward
 
     def _register(self, sequences: list[Sequence]) -> None:
         """Offer blocks completed by this forward to the prefix cache, before any finishing
