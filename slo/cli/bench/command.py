@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from slo.capacity.arrivals import ARRIVALS, ArrivalKind, check_arrival
 from slo.cli.bench.profiles import PROFILES, get_profile, parse_tier_mix, plan_requests
+from slo.cli.bench.workload_plan import add_workload_flags, workload_plan
 from slo.errors import UsageError
 
 if TYPE_CHECKING:  # httpx and rich load when a run starts, not when the CLI parser is built
@@ -67,6 +68,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos (for servers that reject unknown fields); replies may end early")  # fmt: skip
     parser.add_argument("--request-timeout", type=float, default=300.0, metavar="S", help="per-request timeout (default: %(default)s)")  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_workload_flags(parser)
 
 
 @dataclass
@@ -119,7 +121,9 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     )  # fmt: skip
 
 
-def execute(options: BenchOptions, base_url: str, out: Path) -> RunResult:
+def execute(
+    options: BenchOptions, base_url: str, out: Path, args: argparse.Namespace | None = None
+) -> RunResult:
     """Plan and run one benchmark against `base_url`, writing records to `out` as they finish."""
     from slo.cli.bench.client import RequestSettings
     from slo.cli.bench.runner import fetch_model_info, open_output, run_plan
@@ -140,6 +144,11 @@ def execute(options: BenchOptions, base_url: str, out: Path) -> RunResult:
                          rate=rate if concurrency is None else None, tier_mix=mix,
                          chars_per_token=options.chars_per_token, arrival=options.arrival,
                          burstiness=options.burstiness)  # fmt: skip
+    if args is not None:
+        replayed = workload_plan(args, profile, mix or profile.tier_mix, context, rate)
+        if replayed is not None:
+            plan = replayed[: options.requests]
+            print(f"slo bench: {len(plan)} of the workload's {len(replayed)} requests (--requests)")
     settings = RequestSettings(info.name, profile.endpoint, options.stream, options.ignore_eos,
                                options.tier_header, options.seed, options.request_timeout_s)  # fmt: skip
     pace = (
@@ -200,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--serve-arg is for --find-max-*; start `slo serve` yourself instead")
     out = Path(args.out or "run.jsonl")
     with target(args.url, args.embedded, args.model, args.spec) as base_url:
-        result = execute(options, base_url, out)
+        result = execute(options, base_url, out, args)
     print(describe_stop(result))
     if result.records:
         sys.stdout.write(render_summary(spec, columns_of(result.records), result.elapsed_s))
