@@ -7,12 +7,14 @@ requests too (a series born with its first requests already counted hides them f
 rule, panel and `slo check --prometheus`). In multiprocess mode a created child is written to
 the worker's file at 0 at once, so the aggregated `/metrics` has them from the first scrape.
 
-Label children are bound once per (tier, route) and outcome. A request's observations are
-counted in plain lists under one lock (`histograms.HistogramBatch`) and reach the metrics in
-batches: whenever the registry is read, and at most FLUSH_EVERY_S after a request. OpenMetrics
-output carries exemplars with trace ids. With `PROMETHEUS_MULTIPROC_DIR` set (multi-worker
-servers), values go through prometheus_client's multiprocess files, flushed after every request,
-and `/metrics` aggregates every worker.
+Label children are bound once per (tier, route) and outcome. In one process the request
+histograms are our own (`middleware.prom_export.OwnHistogram`: plain-list bucket counts fed
+under one lock per request, read by the registry through prometheus_client's public collector
+API), and the request counters wait in plain counts until the registry is read, or at most
+FLUSH_EVERY_S. OpenMetrics output carries exemplars with trace ids. With
+`PROMETHEUS_MULTIPROC_DIR` set (multi-worker servers), values go through prometheus_client's
+histograms and multiprocess files (`observe` per value), flushed after every request, and
+`/metrics` aggregates every worker.
 
 The engine's series (its gauges, step counters, scheduler tier isolation, GPUs) are
 `middleware.engine_series.EngineSeries`, which a MetricSet owns and registers with its own.
@@ -23,7 +25,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import Any
@@ -34,8 +35,9 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPEN
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from middleware.engine_series import EngineSeries
-from middleware.histograms import BucketCounts, FlushOnCollect, HistogramBatch, bucket_counts
+from middleware.histograms import BucketCounts, FlushOnCollect, bucket_counts
 from middleware.instruments import counter, histogram
+from middleware.prom_export import OwnHistogram
 from middleware.timeline import Breakdown
 from slo.sli import (
     CATALOG,
@@ -74,35 +76,18 @@ PER_REQUEST = (*REQUEST_HISTOGRAMS, "input_tokens", "output_tokens")
 
 
 class _Bound:
-    """One (tier, route)'s label children, bound once, and their pending observations.
+    """One (tier, route)'s label children, bound once, and its pending output tokens.
 
-    `plan` has per PER_REQUEST histogram: (child, offset of its buckets in `batch.counts`,
-    bounds, index in `batch.sums`, takes an exemplar); `itl` the same for the gaps' histogram.
-    `batch` is None where prometheus_client lacks the internals batches add to: every value
-    then goes through `observe`.
+    `plan` has per PER_REQUEST histogram: (child, takes an exemplar); `itl` is the gaps'
+    histogram child. In a single process the children are `HistogramSeries` (plain lists, fed
+    under the MetricSet's lock); with PROMETHEUS_MULTIPROC_DIR, prometheus_client children.
     """
 
-    __slots__ = ("batch", "itl", "output_tokens", "output_tokens_total", "plan")
+    __slots__ = ("itl", "output_tokens", "output_tokens_total", "plan")
 
-    def __init__(
-        self,
-        histograms: dict[str, Any],
-        bounds: dict[str, tuple[float, ...]],
-        output_tokens_total: Any,
-    ) -> None:
-        names = (*PER_REQUEST, "itl")
-        try:
-            self.batch: HistogramBatch | None = HistogramBatch(
-                [histograms[name] for name in names], [bounds[name] for name in names]
-            )
-        except ValueError:
-            self.batch = None
-        offsets = self.batch.offsets if self.batch is not None else [0] * len(names)
-        self.plan = [
-            (histograms[name], offsets[slot], bounds[name], slot, name in EXEMPLAR_HISTOGRAMS)
-            for slot, name in enumerate(PER_REQUEST)
-        ]
-        self.itl = (histograms["itl"], offsets[-1], bounds["itl"], len(PER_REQUEST))
+    def __init__(self, histograms: dict[str, Any], output_tokens_total: Any) -> None:
+        self.plan = [(histograms[name], name in EXEMPLAR_HISTOGRAMS) for name in PER_REQUEST]
+        self.itl = histograms["itl"]
         self.output_tokens_total = output_tokens_total
         self.output_tokens = 0  # pending for the counter
 
@@ -121,13 +106,15 @@ class MetricSet:
         child of every tier on them is created now, at 0."""
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        # First in the registry: whoever collects it gets the pending observations too.
+        # First in the registry: whoever collects it gets the pending counts too.
         self.registry.register(FlushOnCollect(self))
         self.model = model
         self.spec = spec
+        # Pending observations (see `observe`): one lock per request instead of two per value.
+        self._lock = threading.Lock()
         self.histograms = {
-            name: histogram(self.registry, name, buckets_for(name, spec))
-            for name in (*REQUEST_HISTOGRAMS, "itl", "input_tokens", "output_tokens")
+            name: self._request_histogram(name, buckets_for(name, spec))
+            for name in (*PER_REQUEST, "itl")
         }
         self.requests = counter(self.registry, "requests")
         self.output_tokens_total = counter(self.registry, "throughput")
@@ -144,8 +131,6 @@ class MetricSet:
         self._bounds = {name: buckets_for(name, spec) for name in (*PER_REQUEST, "itl")}
         self._children: dict[tuple[str, str], _Bound] = {}
         self._outcomes: dict[tuple[str, str, str], Any] = {}
-        # Pending observations (see `observe`): one lock per request instead of two per value.
-        self._lock = threading.Lock()
         self._requests_pending: dict[tuple[str, str, str], int] = {}
         # Other workers read a worker's values from its files: multiprocess mode flushes at once.
         self._flush_every_s = 0.0 if self.multiprocess else FLUSH_EVERY_S
@@ -163,10 +148,19 @@ class MetricSet:
             labels = {"tier": tier, "model": self.model, "route": route}
             bound = self._children[key] = _Bound(
                 {name: metric.labels(**labels) for name, metric in self.histograms.items()},
-                self._bounds,
                 self.output_tokens_total.labels(**labels),
             )
         return bound
+
+    def _request_histogram(self, name: str, bounds: tuple[float, ...]) -> Any:
+        """The catalog histogram `name`: our own (`middleware.prom_export`) in one process,
+        prometheus_client's where its multiprocess files must add the workers up."""
+        if self.multiprocess:
+            return histogram(self.registry, name, bounds)
+        sli = CATALOG[name]
+        return OwnHistogram(
+            self.registry, sli.metric, sli.description, sli.labels, bounds, lock=self._lock
+        )
 
     def _outcome(self, tier: str, route: str, outcome: str) -> Any:
         key = (tier, route, outcome)
@@ -224,37 +218,21 @@ class MetricSet:
         exemplar = {"trace_id": trace_id} if trace_id and not self.multiprocess else None
         output_tokens = breakdown.output_tokens
         values = (*_latencies(breakdown), input_tokens, output_tokens)
+        for value, (child, takes_exemplar) in zip(values, bound.plan, strict=True):
+            if value is not None:
+                child.observe(value, exemplar if takes_exemplar else None)
         gaps = breakdown.itl_s
-        itl_child, itl_offset, itl_bounds, itl_slot = bound.itl
-        batch = bound.batch
-        if batch is None:  # a prometheus_client without the internals batches add to
-            for value, (child, _, _, _, takes_exemplar) in zip(values, bound.plan, strict=True):
-                if value is not None:
-                    child.observe(value, exemplar if takes_exemplar else None)
-            for gap in gaps:
-                itl_child.observe(gap)
-            if output_tokens:
-                bound.output_tokens_total.inc(output_tokens)
-            return
-        counts, sums = batch.counts, batch.sums
-        for value, (child, offset, bounds, slot, takes_exemplar) in zip(
-            values, bound.plan, strict=True
-        ):
-            if value is None:
-                continue
-            if takes_exemplar and exemplar is not None:
-                child.observe(value, exemplar)
-            else:
-                counts[offset + bisect_left(bounds, value)] += 1
-                sums[slot] += value
         if gaps:
-            if itl_counts is None:
-                itl_counts = bucket_counts(itl_bounds, gaps)
-            for index, count in itl_counts:
-                counts[itl_offset + index] += count
-            sums[itl_slot] += sum(gaps)
+            itl = bound.itl
+            if self.multiprocess:  # prometheus_client's child: one value at a time
+                for gap in gaps:
+                    itl.observe(gap)
+            else:
+                counts = itl.counts
+                for index, count in itl_counts or bucket_counts(itl.bounds, gaps):
+                    counts[index] += count
+                itl.sum += sum(gaps)
         bound.output_tokens += output_tokens
-        batch.dirty = True
 
     def flush(self) -> None:
         """Add every pending observation to the metrics (before anything reads them)."""
@@ -266,8 +244,6 @@ class MetricSet:
         for key, count in requests.items():
             self._outcomes[key].inc(count)
         for bound in list(self._children.values()):  # a request may add one meanwhile
-            if bound.batch is not None:
-                bound.batch.flush()
             if bound.output_tokens:
                 bound.output_tokens_total.inc(bound.output_tokens)
                 bound.output_tokens = 0

@@ -13,15 +13,15 @@ reporting its own address adds a label every series of a replica shares, which t
 Prometheus target and the OTLP resource already carry; the request span has them.
 
 Values land in cells (`middleware.otel.cells`) under one lock per request; the SDK reads them
-when a reader collects (`middleware.otel.sdk`), `/metrics` gets them at most FLUSH_EVERY_S
-late and whenever it is scraped (`middleware.otel.prometheus`), at once in multiprocess mode.
+when a reader collects (`middleware.otel.sdk`), `/metrics` reads them when it is scraped
+(`middleware.otel.prometheus`; with PROMETHEUS_MULTIPROC_DIR, each value goes to
+prometheus_client as it is recorded).
 The `ok` series of each operation and listed model exist from startup, at 0.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -30,7 +30,6 @@ from prometheus_client import CollectorRegistry
 
 import middleware.otel.conventions as c
 import middleware.otel.sdk as sdk
-from middleware.histograms import FlushOnCollect
 from middleware.otel.cells import Cell, CellTable, HistogramCell
 from middleware.otel.models import ModelLabels
 from middleware.otel.prometheus import PrometheusSide
@@ -55,6 +54,11 @@ class _Bound:
         self.input_tokens: Any = cells[c.OPERATION_INPUT_TOKENS.name]
         self.output_tokens: Any = cells[c.OPERATION_OUTPUT_TOKENS.name]
         self.usage = (cells[c.USAGE_INPUT_TOKENS.name], cells[c.USAGE_OUTPUT_TOKENS.name])
+
+    def in_order(self) -> tuple[Any, ...]:
+        """The cells in the order `GenAIMetrics.observe` gives its values."""
+        single = (self.duration, self.ttft, self.tpot, self.input_tokens, self.output_tokens)
+        return (*single, *self.usage)
 
 
 def token_modality(operation: str, direction: str) -> str:
@@ -81,8 +85,7 @@ class GenAIMetrics:
         self.labels = labels
         self.lock = threading.Lock()
         self.table = CellTable()
-        registry.register(FlushOnCollect(self))  # before the metrics: a scrape flushes first
-        self.prometheus = PrometheusSide(registry, c.INSTRUMENTS)
+        self.prometheus = PrometheusSide(registry, c.INSTRUMENTS, self.lock, multiprocess)
         self._owns_provider = meter_provider is None
         self._closed = False
         # Through our cells where we build the provider and the SDK takes our View; else (the
@@ -98,8 +101,6 @@ class GenAIMetrics:
         if not self.direct:
             meter.create_observable_gauge(sdk.SYNC_INSTRUMENT, callbacks=[self._mark_all])
         self._bound: dict[BoundKey, _Bound] = {}
-        self._flush_every_s = 0.0 if multiprocess else FLUSH_EVERY_S
-        self._flush_at = 0.0
         for operation in sorted(set(operations)):  # born at zero: ok, per listed model
             for model in (None, *sorted(labels.allowed)):
                 self._bind((operation, model, model, None))
@@ -123,17 +124,17 @@ class GenAIMetrics:
             bound.output_tokens.add(output_tokens)
             bound.usage[0].add(input_tokens)
             bound.usage[1].add(output_tokens)
-            now = time.monotonic()
-            if now >= self._flush_at:
-                self._flush_at = now + self._flush_every_s
-                self.prometheus.flush()
-        if self.direct:  # never under our lock: the SDK's collection takes its own locks
+        # Never under our lock: the SDK's collection and prometheus_client take their own.
+        if self.direct or self.prometheus.multiprocess:
             tokens = (input_tokens, output_tokens)
-            self._record(bound, (breakdown.e2e_s, ttft, tpot, *tokens, *tokens))
+            values = (breakdown.e2e_s, ttft, tpot, *tokens, *tokens)
+            if self.prometheus.multiprocess:
+                self.prometheus.record(bound.in_order(), values)
+            if self.direct:
+                self._record(bound, values)
 
     def _record(self, bound: _Bound, values: tuple[Any, ...]) -> None:
-        cells = (bound.duration, bound.ttft, bound.tpot, bound.input_tokens, bound.output_tokens)
-        for cell, value in zip((*cells, *bound.usage), values, strict=True):
+        for cell, value in zip(bound.in_order(), values, strict=True):
             if cell is not None and value is not None:
                 instrument = self.instruments[cell.instrument.name]
                 if isinstance(cell, HistogramCell):
@@ -184,8 +185,8 @@ class GenAIMetrics:
         return []
 
     def flush(self) -> None:
-        with self.lock:
-            self.prometheus.flush()
+        """Nothing waits: `/metrics` reads the cells when collected (one process), or every
+        value went to prometheus_client as it was recorded (multiprocess)."""
 
     def close(self) -> None:
         """Export what is left (OTLP) and stop the provider we made (once: the middleware's

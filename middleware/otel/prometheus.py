@@ -2,97 +2,128 @@
 give them (`gen_ai_server_time_to_first_token_seconds`, labels such as
 `gen_ai_operation_name`).
 
-They are prometheus_client histograms and counters in the middleware's registry, fed from the
-cells with what is new since the last flush (one increment per touched bucket, as
-`middleware.histograms` feeds the `llm_slo_*` histograms). So a multi-worker server adds them
-up like every `llm_slo_*` series: with PROMETHEUS_MULTIPROC_DIR set, prometheus_client keeps
-each worker's values in its files and `/metrics` sums them.
+In one process they are read straight from the cells (`middleware.otel.cells`) when the
+registry is collected: a collector of our own yields histogram and counter families through
+prometheus_client's public API, so nothing is copied per request. With PROMETHEUS_MULTIPROC_DIR
+set, a worker's values must reach prometheus_client's per-process files for `/metrics` to add
+the workers up, as every `llm_slo_*` series does: there each request's values go to
+prometheus_client histograms and counters (`observe`/`inc`) as they are recorded.
 """
 
 from __future__ import annotations
 
-import logging
+import threading
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
-from middleware.histograms import fast_parts
 from middleware.otel.cells import Cell, CounterCell, HistogramCell
 from middleware.otel.conventions import Instrument
+from middleware.prom_export import cumulative_buckets
 
-logger = logging.getLogger("middleware.otel")
 
-
-class _Fed:
-    """One cell's Prometheus child and what it has been given so far."""
-
-    __slots__ = ("cell", "child", "given", "given_total", "parts")
-
-    def __init__(self, cell: Cell, child: Any, parts: Any) -> None:
-        self.cell = cell
-        self.child = child
-        self.parts = parts
-        self.given: list[int] | int = (
-            [0] * len(cell.counts) if isinstance(cell, HistogramCell) else 0
-        )
-        self.given_total = 0.0
+def _label_values(cell: Cell) -> list[str]:
+    attributes = cell.attributes
+    return [
+        "" if attributes.get(key) is None else str(attributes[key])
+        for key in cell.instrument.attributes
+    ]
 
 
 class PrometheusSide:
-    def __init__(self, registry: CollectorRegistry, instruments: tuple[Instrument, ...]) -> None:
-        self.metrics: dict[str, Any] = {}
+    """The instruments' families on the middleware's registry; `add_cell` exports a new
+    attribute set from then on (at 0), `record` gives a request's values (multiprocess only:
+    in one process the cells are read when collected)."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        instruments: tuple[Instrument, ...],
+        lock: threading.Lock,
+        multiprocess: bool = False,
+    ) -> None:
+        self.instruments = instruments
+        self.multiprocess = multiprocess
+        self._lock = lock
+        self._cells: dict[str, list[Cell]] = {spec.name: [] for spec in instruments}
+        self._children: dict[int, Any] = {}  # id(cell) -> prometheus_client child
+        self._metrics: dict[str, Any] = {}
+        if not multiprocess:
+            registry.register(_CellCollector(self))
+            return
         for spec in instruments:
             labels = list(spec.prometheus_labels)
             if spec.kind == "histogram":
-                self.metrics[spec.name] = Histogram(
-                    spec.prometheus_name,
-                    spec.description,
-                    labelnames=labels,
-                    buckets=spec.boundaries,
-                    registry=registry,
-                )
+                self._metrics[spec.name] = Histogram(
+                    spec.prometheus_name, spec.description, labelnames=labels,
+                    buckets=spec.boundaries, registry=registry,
+                )  # fmt: skip
             else:  # prometheus_client adds the `_total` suffix itself
-                self.metrics[spec.name] = Counter(
-                    spec.prometheus_name.removesuffix("_total"),
-                    spec.description,
-                    labelnames=labels,
-                    registry=registry,
-                )
-        self._fed: list[_Fed] = []
+                self._metrics[spec.name] = Counter(
+                    spec.prometheus_name.removesuffix("_total"), spec.description,
+                    labelnames=labels, registry=registry,
+                )  # fmt: skip
 
     def add_cell(self, cell: Cell) -> None:
         """Export a new cell from now on (its series appears at once, at 0)."""
-        spec = cell.instrument
-        values = ["" if cell.attributes.get(key) is None else str(cell.attributes[key])
-                  for key in spec.attributes]  # fmt: skip
-        child = self.metrics[spec.name].labels(*values)
-        parts = None
-        if isinstance(cell, HistogramCell):
-            parts = fast_parts(child, cell.bounds)
-            if parts is None:
-                logger.warning("llm-slo: %s is not exported to /metrics: prometheus_client's "
-                               "histograms are not as expected", spec.prometheus_name)  # fmt: skip
-                return
-        self._fed.append(_Fed(cell, child, parts))
+        self._cells[cell.instrument.name].append(cell)
+        if self.multiprocess:
+            self._children[id(cell)] = self._metrics[cell.instrument.name].labels(
+                *_label_values(cell)
+            )
 
-    def flush(self) -> None:
-        """Give every child what its cell gained since the last flush (the caller holds the
-        cells' lock)."""
-        for fed in self._fed:
-            cell = fed.cell
-            if isinstance(cell, CounterCell):
-                gained = cell.value - fed.given  # type: ignore[operator]
-                if gained:
-                    fed.child.inc(gained)
-                    fed.given = cell.value
+    def record(self, cells: Iterable[Cell | None], values: Iterable[Any]) -> None:
+        """Multiprocess mode: one request's values, in the cells' order."""
+        for cell, value in zip(cells, values, strict=True):
+            if cell is None or value is None:
                 continue
-            given: list[int] = fed.given  # type: ignore[assignment]
-            if cell.count == sum(given):
-                continue
-            buckets, total = fed.parts
-            for index, count in enumerate(cell.counts):
-                if count != given[index]:
-                    buckets[index].inc(count - given[index])
-                    given[index] = count
-            total.inc(cell.total - fed.given_total)
-            fed.given_total = cell.total
+            child = self._children[id(cell)]
+            if isinstance(cell, HistogramCell):
+                child.observe(value)
+            elif value:
+                child.inc(value)
+
+    def families(self) -> Iterator[Metric]:
+        """Every instrument's family, read from its cells under the cells' lock."""
+        with self._lock:
+            rows = {
+                name: [(_label_values(cell), _snapshot(cell)) for cell in cells]
+                for name, cells in self._cells.items()
+            }
+        for spec in self.instruments:
+            labels = list(spec.prometheus_labels)
+            if spec.kind == "histogram":
+                family: Metric = HistogramMetricFamily(
+                    spec.prometheus_name, spec.description, labels=labels
+                )
+                les = [floatToGoString(bound) for bound in spec.boundaries] + ["+Inf"]
+                for values, (counts, total) in rows[spec.name]:
+                    family.add_metric(values, cumulative_buckets(les, counts), total)
+            else:
+                name = spec.prometheus_name.removesuffix("_total")
+                family = CounterMetricFamily(name, spec.description, labels=labels)
+                for values, (value, _) in rows[spec.name]:
+                    family.add_metric(values, value)
+            yield family
+
+
+def _snapshot(cell: Cell) -> tuple[Any, float]:
+    if isinstance(cell, CounterCell):
+        return cell.value, 0.0
+    return list(cell.counts), cell.total
+
+
+class _CellCollector:
+    """prometheus_client's view of the cells: families built at collection time."""
+
+    def __init__(self, side: PrometheusSide) -> None:
+        self._side = side
+
+    def describe(self) -> list[Metric]:
+        return []  # the names are known only by collecting; nothing to check them against
+
+    def collect(self) -> Iterator[Metric]:
+        return self._side.families()

@@ -4,12 +4,15 @@ prometheus_client's own `observe` gives."""
 from __future__ import annotations
 
 import bisect
+import os
 import random
+import tempfile
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from middleware.histograms import bucket_counts, observe_many, observe_one
 from middleware.metrics import REQUEST_HISTOGRAMS, MetricSet
@@ -119,7 +122,7 @@ def assert_batched_equals_observe(
 ) -> None:
     spec = SLOSpec.default()
     batched = MetricSet(spec, "m", CollectorRegistry(auto_describe=True))
-    reference = MetricSet(spec, "m", CollectorRegistry(auto_describe=True))
+    reference = prometheus_client_metric_set(spec)
     route = "/v1/completions"
     for index, (tier, outcome, ttft_s, gaps, engine) in enumerate(requests):
         made = breakdown(ttft_s, tuple(gaps), 0.01 if engine else None)
@@ -162,20 +165,45 @@ def test_pending_observations_reach_the_metrics_without_a_read(monkeypatch: Any)
     assert child._value.get() == 3
 
 
-def test_without_prometheus_internals_every_value_goes_through_observe(monkeypatch: Any) -> None:
+def prometheus_client_metric_set(spec: SLOSpec) -> MetricSet:
+    """A MetricSet on prometheus_client's own histograms (what multiprocess mode uses): the
+    reference our histograms must equal, sample for sample."""
+    saved = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp()
+    try:
+        made = MetricSet(spec, "m", CollectorRegistry(auto_describe=True))
+    finally:
+        if saved is None:
+            del os.environ["PROMETHEUS_MULTIPROC_DIR"]
+        else:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved
+    assert all(isinstance(metric, Histogram) for metric in made.histograms.values())
+    return made
+
+
+def test_our_histograms_expose_what_prometheus_client_does_exemplars_included() -> None:
     spec = SLOSpec.default()
-    batched = MetricSet(spec, "m", CollectorRegistry(auto_describe=True))
-    assert batched._bound("premium", "/r").batch is not None
-    monkeypatch.setattr("middleware.histograms.fast_parts", lambda child, bounds: None)
-    direct = MetricSet(spec, "m", CollectorRegistry(auto_describe=True))
-    for metrics in (batched, direct):
-        for index in range(6):
-            observed = breakdown(0.01 * index, (0.002,) * index, 0.01 if index % 2 else None)
-            metrics.observe("premium", "/r", "ok", observed, 3, "ab" * 16 if index == 2 else None)
-        metrics.observe("premium", "/r", "timeout", None, 3, None)
-    assert direct._bound("premium", "/r").batch is None
-    expected = registry_samples(batched)
-    got = registry_samples(direct)
-    assert got.keys() == expected.keys()
-    for key, value in expected.items():
-        assert abs(got[key] - value) <= 1e-9 * max(1.0, abs(value)), key
+    ours = MetricSet(spec, "m", CollectorRegistry(auto_describe=True))
+    assert not any(isinstance(metric, Histogram) for metric in ours.histograms.values())
+    reference = CollectorRegistry()
+    theirs = Histogram(
+        "llm_slo_time_to_first_token_seconds", "d", ["tier", "model", "route"],
+        buckets=ours.histograms["ttft"].bounds, registry=reference,
+    )  # fmt: skip
+    trace = "ab" * 16
+    for index in range(6):
+        observed = breakdown(0.01 * index, (0.002,) * index, None)
+        exemplar = trace if index == 2 else None
+        ours.observe("premium", "/r", "ok", observed, 3, exemplar)
+        theirs.labels(tier="premium", model="m", route="/r").observe(
+            observed.ttft_s, {"trace_id": trace} if exemplar else None
+        )
+    text, _ = ours.exposition("application/openmetrics-text")
+    expected = generate_openmetrics(reference).decode()
+    for line in expected.splitlines():
+        if line.startswith("llm_slo_time_to_first_token_seconds_bucket"):
+            # Same le, count and exemplar (its timestamp aside) on every bucket.
+            assert line.split(" # ")[0] in text.decode(), line
+            if " # " in line:
+                exemplar_head = line.split(" # ")[1].rsplit(" ", 1)[0]
+                assert exemplar_head in text.decode(), line
