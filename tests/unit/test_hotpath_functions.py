@@ -1,0 +1,149 @@
+"""Which hot path runs and how to choose it, and the compiled functions against their
+pure-Python twins on random input: the bucket search, the gaps between marks, the timeline's
+chunk marks and the live-window update."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from bisect import bisect_left
+from collections import Counter
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from middleware import _hotpath_py, hotpath
+from middleware.clock import ScriptedClock
+from middleware.histograms import bucket_counts
+from middleware.live.windows import NUM_SLOTS, WindowSet
+from middleware.timeline import RequestTimeline
+from middleware.wire import WireReader
+from tests.conftest import require_or_skip
+from tests.helpers.hotpath import using
+
+SELECTED = "import middleware.hotpath as h; print(h.IMPLEMENTATION)"
+
+
+def compiled() -> Any:
+    built = hotpath.compiled()
+    if built is None:
+        require_or_skip("middleware._hotpath is not built: `pip install -e .` with a C compiler")
+    return built
+
+
+def chosen(**env: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", SELECTED],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout.strip()
+
+
+def test_the_compiled_path_runs_unless_pure_python_is_asked_for() -> None:
+    compiled()
+    assert chosen(LLM_SLO_PURE_PYTHON="") == "compiled"
+    assert chosen(LLM_SLO_PURE_PYTHON="0") == "compiled"
+    assert chosen(LLM_SLO_PURE_PYTHON="1") == "pure-python"
+
+
+def test_using_rebinds_every_hot_function() -> None:
+    built = compiled()
+    for name, module in (("pure-python", _hotpath_py), ("compiled", built)):
+        with using(name):
+            assert WireReader.token_events_in is module.token_events_in
+            assert WireReader._decoded_has_text is module.decoded_has_text
+            assert RequestTimeline.chunk_sent is module.chunk_sent
+            assert hotpath.gaps_s is module.gaps_s
+            assert hotpath.window_add is module.window_add
+            from middleware import histograms, settle
+
+            assert histograms.bucket_counts is settle.bucket_counts is module.bucket_counts
+
+
+FLOATS = st.floats(allow_nan=True, allow_infinity=True, width=64)
+VALUES = st.lists(FLOATS | st.integers(-(2**60), 2**60) | st.booleans(), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(FLOATS | st.integers(-100, 10**17), max_size=16), VALUES)
+def test_bucket_search_agrees(bounds: list[Any], values: list[Any]) -> None:
+    bounds.sort(key=lambda bound: (bound != bound, bound))  # NaNs last: any order is allowed
+    assert compiled().bucket_counts(bounds, values) == _hotpath_py.bucket_counts(bounds, values)
+
+
+@given(st.lists(st.floats(0.0, 100.0), max_size=80))
+def test_bucket_search_places_values_as_prometheus_does(values: list[float]) -> None:
+    bounds = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+    expected = Counter(bisect_left(bounds, value) for value in values)
+    assert dict(bucket_counts(bounds, values)) == expected
+
+
+MARKS = st.lists(st.integers(0, 2**62) | st.integers(-(2**70), 2**70), max_size=40)
+
+
+@given(MARKS)
+def test_gaps_agree(marks: list[int]) -> None:
+    assert compiled().gaps_s(marks) == _hotpath_py.gaps_s(marks)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 3)), max_size=30))
+def test_chunk_marks_agree(chunks: list[tuple[int, int]]) -> None:
+    clock = ScriptedClock()
+    timelines = [RequestTimeline.begin("r", clock) for _ in range(2)]
+    for at, events in chunks:
+        compiled().chunk_sent(timelines[0], at, events)
+        _hotpath_py.chunk_sent(timelines[1], at, events)
+    first, second = timelines
+    assert first.body_chunk_ns == second.body_chunk_ns
+    assert first.token_chunk_ns == second.token_chunk_ns
+    assert first.first_token_byte_ns == second.first_token_byte_ns
+
+
+WINDOWS = st.lists(st.sampled_from([60.0, 300.0, 600.0, 3600.0, 86400.0]), min_size=1, max_size=5)
+STEPS = st.lists(
+    st.tuples(
+        st.floats(0.0, 400.0),
+        st.lists(st.integers(0, 5), unique=True, max_size=6),
+        st.floats(-5.0, 5.0),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(WINDOWS, STEPS, st.floats(0.0, 2e9))
+def test_window_updates_agree(windows: list[float], steps: list[Any], start_s: float) -> None:
+    sets = [WindowSet(windows, 6) for _ in range(2)]
+    now_s = start_s
+    for advance_s, columns, amount in steps:
+        now_s += advance_s
+        column_array = np.asarray(columns, dtype=np.int64)
+        amounts = np.full(len(columns), amount)
+        for windows_set, module in zip(sets, (compiled(), _hotpath_py), strict=True):
+            args = (windows_set.counts, windows_set.slot_ids, windows_set.slot_s, now_s)
+            module.window_add(*args, column_array, amounts)
+    assert sets[0].counts.shape == (len(set(windows)), NUM_SLOTS, 6)
+    np.testing.assert_array_equal(sets[0].counts, sets[1].counts)
+    np.testing.assert_array_equal(sets[0].slot_ids, sets[1].slot_ids)
+
+
+def test_window_update_falls_back_to_numpy_for_other_dtypes_and_indices() -> None:
+    """int32 columns, int amounts and negative columns take numpy's rules, as before."""
+    for columns, amounts in (
+        (np.asarray([1, 3], dtype=np.int32), np.asarray([2, 5])),
+        (np.asarray([-1]), np.asarray([1.5])),
+    ):
+        sets = [WindowSet([60.0, 600.0], 4) for _ in range(2)]
+        for windows_set, module in zip(sets, (compiled(), _hotpath_py), strict=True):
+            module.window_add(
+                windows_set.counts, windows_set.slot_ids, windows_set.slot_s, 1e6, columns, amounts
+            )
+        np.testing.assert_array_equal(sets[0].counts, sets[1].counts)
+        assert sets[0].counts.sum() == 2 * amounts.sum()
