@@ -91,6 +91,7 @@ class Scheduler:
                 priority: TierObjective(ttft_s, tpot_s)
                 for priority, (ttft_s, tpot_s) in config.tier_objectives.items()
             },
+            fused_steps=config.fuse_steps and not num_speculative,
         )
         return cls(
             allocator,

@@ -40,6 +40,7 @@ def create_policy(
     aging_s: float | None = 2.0,
     objectives: dict[int, TierObjective] | None = None,
     default_ttft_s: float = 30.0,
+    fused_steps: bool = False,
 ) -> SchedulingPolicy:
     """The policy called `name`, configured once; the scheduler then only calls it."""
     policy = POLICIES.get(name)
@@ -47,7 +48,7 @@ def create_policy(
         raise ValueError(
             f"scheduling policy {name!r} is unknown; use one of {', '.join(POLICY_NAMES)}"
         )
-    return policy(PolicySettings(aging_s, dict(objectives or {}), default_ttft_s))
+    return policy(PolicySettings(aging_s, dict(objectives or {}), default_ttft_s, fused_steps))
 
 
 __all__ = [

@@ -40,6 +40,8 @@ class PolicySettings:
     aging_s: float | None = 2.0
     objectives: dict[int, TierObjective] = field(default_factory=dict)  # slo: by priority
     default_ttft_s: float = 30.0  # slo: the deadline of a tier without a TTFT objective
+    # slo: the engine runs a step's decodes and chunks in one forward (engine/fused.py).
+    fused_steps: bool = False
 
 
 @dataclass(slots=True)

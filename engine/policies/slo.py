@@ -10,8 +10,10 @@ cost grows with its context (its keys and values are read every step), so 24 lon
 decodes make one step 50x slower than a short premium one; taking turns costs the batch
 little throughput (the same keys are read, over more steps) and bounds premium's ITL.
 
-While such a tier decodes (or prefills), the prefill of the tiers below it without a TPOT
-objective waits (at most `LOWER_PREFILL_MAX_WAIT_S` in a row; a tier above it never waits):
+With fused steps (engine/fused.py, the default) a lower tier's prefill chunk rides along a
+TPOT-bound tier's decodes, its size capped so the step stays within the objective. Without
+them (speculative decoding, or `fuse_steps` off), while such a tier decodes (or prefills), the
+prefill of the tiers below it without a TPOT objective waits (at most `LOWER_PREFILL_MAX_WAIT_S` in a row; a tier above it never waits):
 a chunk is a second forward pass in the step, which costs more than the premium decode
 itself on a small model, so it would be the ITL tail. And for `TPOT_TIER_RECENT_S` after such
 a tier was last seen, the steps between its requests stay within `IDLE_STEP_TPOTS` of its
@@ -70,6 +72,9 @@ class SloPolicy:
         self.objectives = dict(settings.objectives)
         self.default_ttft_s = settings.default_ttft_s
         self.prefill_time = PrefillTimeModel()
+        # Steps run decodes and chunks in one forward (engine/fused.py): a chunk rides along.
+        self.fused_steps = settings.fused_steps
+        self._decodes = 0  # decoding sequences when the step was planned: they share its steps
         self.chunk_cap: int | None = None  # prefill tokens per step while TPOT-bound
         self.decode_context_cap: int | None = None  # lower-tier decode context per step
         self._tpot_tier_seen_ns: dict[int, int] = {}  # priority -> when last seen
@@ -92,7 +97,8 @@ class SloPolicy:
 
     def rank(self, sequence: Sequence, now_ns: int, tokens_per_step: int) -> tuple[float, int, int]:
         remaining = sequence.num_tokens - sequence.num_cached
-        predicted_ns = self.prefill_time.predict_s(remaining, tokens_per_step) * 1e9
+        predicted_s = self.prefill_time.predict_s(remaining, tokens_per_step, self._decodes)
+        predicted_ns = predicted_s * 1e9
         slack_ns = self.ttft_deadline_ns(sequence) - now_ns - predicted_ns
         return (slack_ns, sequence.priority, sequence.arrival)
 
@@ -121,6 +127,7 @@ class SloPolicy:
         nor one whose tier has no TTFT objective (its work still counts for those after it).
         """
         model = self.prefill_time
+        self._decodes = sum(1 for s in running if s.prefilled)
         if not model.ready or not waiting:
             return []
         ahead = sum(s.num_tokens - s.num_cached for s in running if not s.prefilled)
@@ -129,7 +136,7 @@ class SloPolicy:
         for sequence in order:
             work = sequence.num_tokens - sequence.num_cached
             eligible = not sequence.output_ids and self.has_ttft_objective(sequence)
-            predicted_ns = model.predict_s(ahead + work, tokens_per_step) * 1e9
+            predicted_ns = model.predict_s(ahead + work, tokens_per_step, self._decodes) * 1e9
             if eligible and now_ns + predicted_ns > self.ttft_deadline_ns(sequence):
                 shed.append(sequence)
             else:
@@ -198,9 +205,13 @@ class SloPolicy:
         of higher priority with a TPOT objective is decoding or prefilling, if its own tier
         has no TPOT objective, and until the lower tiers have waited
         `LOWER_PREFILL_MAX_WAIT_S` in a row (counted from the first prefill held). A more
-        important tier never waits for a less important one."""
+        important tier never waits for a less important one. With fused steps nothing waits:
+        the chunk shares the decodes' forward pass, and the chunk cap keeps the step within
+        the TPOT objective."""
         top = self._tpot_running_priority
         if top is None or sequence.priority <= top or self._tpot_bound(sequence):
+            return False
+        if self.fused_steps:  # a chunk rides along the decodes; the chunk cap sizes it
             return False
         if self._lower_released(now_ns):
             return False
@@ -282,7 +293,7 @@ class SloPolicy:
         machine, which a per-token rate does not see. `waiting_decodes`: lower-tier decodes
         left out."""
         if prefill_tokens is not None:
-            self.prefill_time.observe(prefill_tokens, step_s)
+            self.prefill_time.observe(prefill_tokens, step_s, len(decoding))
         if tpot_s is None:
             return
         context = sum(s.num_tokens for s in decoding if not self._tpot_bound(s))

@@ -1,0 +1,63 @@
+"""The slo policy with fused steps (engine/fused.py): a lower tier's prefill rides along a
+TPOT-bound tier's decodes under the chunk cap instead of waiting, and the step-time model
+learns what a fused step costs (its decodes and its prefill tokens apart)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+pytest.importorskip("torch")
+
+from engine.kv_cache import BlockAllocator
+from engine.policies import PrefillTimeModel, TierObjective, create_policy
+from engine.scheduler import Scheduler
+from tests.unit.test_tier_scheduling import BLOCK, SECOND, make_sequence, run_plan
+
+OBJECTIVES = {0: TierObjective(ttft_s=1.0, tpot_s=0.01)}
+
+
+def fused_scheduler(fused: bool) -> Scheduler:
+    policy = create_policy("slo", objectives=OBJECTIVES, fused_steps=fused)
+    return Scheduler(BlockAllocator(4096), BLOCK, 8, 512, policy=policy)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_lower_tiers_prefill_rides_along_premium_decodes(fused: bool) -> None:
+    scheduler = fused_scheduler(fused)
+    premium = make_sequence("premium", 0, 8, 0, 0, max_tokens=1000)
+    scheduler.add(premium)
+    run_plan(scheduler, scheduler.schedule(0))
+    policy = scheduler.policy
+    policy.after_step(0.02, 0.01, [premium], 512, 0)  # a step 4x its share: caps cut
+    batch = make_sequence("batch", 2, 400, 1, 0, max_tokens=10)
+    scheduler.add(batch)
+    plan = scheduler.schedule(SECOND // 100)
+    assert premium in plan.decodes
+    chunks = dict((s.request_id, n) for s, n in plan.chunks)
+    if fused:  # in the same step, within the cut chunk cap
+        assert 0 < chunks["batch"] <= policy.chunk_cap < 512
+    else:  # two passes: the batch prompt waits (at most 250 ms)
+        assert "batch" not in chunks
+
+
+def test_the_step_time_model_learns_decodes_and_prefill_tokens_apart() -> None:
+    model = PrefillTimeModel()
+    rng = random.Random(5)
+    for _ in range(64):  # fused steps: 3 ms + 0.2 ms per decode + 10 us per prefill token
+        tokens, decodes = rng.choice([0, 16, 64, 256]), rng.randint(0, 16)
+        model.observe(tokens, 0.003 + 0.0002 * decodes + 0.00001 * tokens, decodes)
+    assert model.base_s == pytest.approx(0.003, rel=1e-6)
+    assert model.per_decode_s == pytest.approx(0.0002, rel=1e-6)
+    assert model.per_token_s == pytest.approx(0.00001, rel=1e-6)
+    # 900 tokens at 256 a step beside 16 decodes: 4 steps of (3 + 3.2) ms + 9 ms.
+    assert model.predict_s(900, 256, decodes=16) == pytest.approx(4 * 0.0062 + 0.009)
+
+
+def test_the_step_time_model_folds_constant_decodes_into_the_base() -> None:
+    model = PrefillTimeModel()
+    for tokens in (0, 50, 100, 0, 100, 50, 100, 0):  # always 4 decodes
+        model.observe(tokens, 0.005 + 0.0001 * tokens, 4)
+    assert model.per_decode_s == 0.0
+    assert model.base_s == pytest.approx(0.005) and model.per_token_s == pytest.approx(0.0001)
