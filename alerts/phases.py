@@ -87,8 +87,12 @@ def with_phase(rule: AlertRule, expr: str) -> str:
     """The alert's expression with the blamed phase as a label, `unknown` when none is."""
     if not rule.phases:
         return expr
-    tier = rule.tier or ""
-    blamed = selector(BLAMED_PHASE_RECORD, tier=tier, sli=_blaming_sli(rule))
+    return join_phase(rule.tier or "", _blaming_sli(rule), expr)
+
+
+def join_phase(tier: str, sli: str, expr: str) -> str:
+    """`expr` (whose series carry `tier`) with the phase blamed for `sli` as a label."""
+    blamed = selector(BLAMED_PHASE_RECORD, tier=tier, sli=sli)
     unknown = f'label_replace(\n{expr}\n, {quote(PHASE_LABEL)}, {quote(UNATTRIBUTED)}, "", "")'
     return (
         f"(\n{expr}\n)\n+ on (tier) group_left ({PHASE_LABEL})\n(0 * {blamed})\n"

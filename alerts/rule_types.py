@@ -27,3 +27,11 @@ class Group:
     name: str
     rules: list[Rule]
     interval: str | None = None
+
+
+@dataclass(frozen=True)
+class Links:
+    """Where annotations point: runbook `<runbook_base>/<alertname>.md`, the dashboard."""
+
+    runbook_base: str = "https://runbooks.example.com/llm-slo"
+    dashboard: str = "http://localhost:3000/d/llm-slo-overview"

@@ -10,12 +10,12 @@ recorded hourly tiles. Alerts read those records, except threshold alerts, which
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from alerts.anomalies import anomaly_alerts, anomaly_records
 from alerts.phases import phase_annotation, phase_records, phase_text, with_phase
 from alerts.records import error_ratio_expr, events_expr, is_derived, objective_records
-from alerts.rule_types import GOOD_OUTCOME, REQUESTS, Group, Rule
+from alerts.rule_types import GOOD_OUTCOME, REQUESTS, Group, Links, Rule
 from alerts.templating import render
 from slo.alert_rules import (
     UNATTRIBUTED,
@@ -50,14 +50,6 @@ __all__ = [
     "rule_groups",
     "shown_annotations",
 ]
-
-
-@dataclass(frozen=True)
-class Links:
-    """Where annotations point: runbook `<runbook_base>/<alertname>.md`, the dashboard."""
-
-    runbook_base: str = "https://runbooks.example.com/llm-slo"
-    dashboard: str = "http://localhost:3000/d/llm-slo-overview"
 
 
 def _series(record: str, rule: AlertRule) -> str:
@@ -192,6 +184,8 @@ def rule_groups(spec: SLOSpec, links: Links, budget_interval: str | None = "1m")
             if rule.tier == tier.name
         ]
         records = objective_records(tier, alert_windows, tiles=tiles) + phase_records(tier)
+        records += anomaly_records(spec, tier)
+        tier_alerts += anomaly_alerts(spec, tier, links)
         groups.append(Group(f"llm-slo-{tier.name}", records + tier_alerts))
         if budget_windows:
             budget = objective_records(tier, budget_windows, constants=False)

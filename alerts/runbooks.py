@@ -5,11 +5,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from alerts.anomalies import ALERT_NAME, watched
 from alerts.phase_guide import guides
 from alerts.rules import GOOD_OUTCOME, REQUESTS
 from alerts.templating import render
 from slo.alert_rules import AVAILABILITY, AlertRule, alert_rules
-from slo.promql import PHASE_GROWTH_RECORD, any_of, matcher, number, prom_duration, selector
+from slo.promql import (
+    ANOMALY_LOWER_RECORD,
+    ANOMALY_SIGNAL_RECORD,
+    ANOMALY_UPPER_RECORD,
+    PHASE_GROWTH_RECORD,
+    any_of,
+    matcher,
+    number,
+    prom_duration,
+    selector,
+)
 from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, PHASES
 from slo.spec import SLOSpec
 
@@ -89,4 +100,29 @@ def render_runbooks(spec: SLOSpec) -> dict[str, str]:
             availability=AVAILABILITY,
             source=spec.source,
         )
+    anomaly = anomaly_runbook(spec)
+    if anomaly is not None:
+        pages[ALERT_NAME] = anomaly
     return pages
+
+
+def anomaly_runbook(spec: SLOSpec) -> str | None:
+    """The runbook of the anomaly info alert, if any tier watches any signal."""
+    watched_by: dict[str, list[str]] = {}
+    for tier in spec.tiers:
+        for signal in watched(spec, tier):
+            watched_by.setdefault(signal, []).append(tier.name)
+    if not watched_by:
+        return None
+    policy = spec.alert_policy.anomalies
+    return render(
+        "anomaly_runbook.md.j2",
+        name=ALERT_NAME,
+        source=spec.source,
+        policy=policy,
+        for_=prom_duration(policy.for_s),
+        watched=watched_by,
+        signal_record=ANOMALY_SIGNAL_RECORD,
+        upper_record=ANOMALY_UPPER_RECORD,
+        lower_record=ANOMALY_LOWER_RECORD,
+    )

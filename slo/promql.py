@@ -119,3 +119,12 @@ PHASE_SHARE_BASELINE_RECORD = f"{PHASE_LEVEL}:e2e_share:baseline"
 PHASE_GROWTH_RECORD = f"{PHASE_LEVEL}:mean_growth:seconds"
 BLAMED_PHASE_RECORD = f"{RECORD_LEVEL}:blamed_phase:growth_seconds"
 E2E_MEAN_RECORD = f"{RECORD_LEVEL}:e2e_mean_seconds:rate5m"
+
+
+# Anomaly bands (alerts/anomalies.py): per tier and signal (label `anomaly`).
+ANOMALY_SIGNAL_RECORD = f"{RECORD_LEVEL}:anomaly_signal:rate5m"
+ANOMALY_CENTER_RECORD = f"{RECORD_LEVEL}:anomaly_band:center"
+ANOMALY_WIDTH_RECORD = f"{RECORD_LEVEL}:anomaly_band:half_width"
+ANOMALY_UPPER_RECORD = f"{RECORD_LEVEL}:anomaly_band:upper"
+ANOMALY_LOWER_RECORD = f"{RECORD_LEVEL}:anomaly_band:lower"
+REQUESTS_5M_RECORD = f"{RECORD_LEVEL}:requests:increase5m"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from slo.spec.anomaly_policy import AnomalyPolicy, build_anomaly_policy
 from slo.spec.fields import Fail, check_keys, count, duration, line_of, positive
 from slo.units import format_duration
 
-_POLICY_KEYS = ("min_events", "burn_rates", "thresholds")
+_POLICY_KEYS = ("min_events", "burn_rates", "thresholds", "anomalies")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,7 @@ class AlertPolicy:
     thresholds: tuple[ThresholdAlert, ...] = DEFAULT_THRESHOLD_ALERTS
     # Low-traffic guard: below this many events in a window no alert fires.
     min_events: int = 10
+    anomalies: AnomalyPolicy = field(default_factory=AnomalyPolicy)
 
     @property
     def windows_s(self) -> tuple[float, ...]:
@@ -75,6 +77,7 @@ class AlertPolicy:
                 | ({"for": format_duration(alert.for_s)} if alert.for_s else {})
                 for alert in self.thresholds
             ],
+            "anomalies": self.anomalies.to_dict(),
         }
 
 
@@ -104,7 +107,10 @@ def build_alert_policy(raw: object, line: int, fail: Fail) -> AlertPolicy:
         thresholds = tuple(
             _threshold(item, line_of(items, i), fail) for i, item in enumerate(items)
         )
-    return AlertPolicy(burn_rates, thresholds, count(raw, "min_events", 10, fail, minimum=0))
+    anomalies = build_anomaly_policy(raw.get("anomalies"), line_of(raw, "anomalies"), fail)
+    return AlertPolicy(
+        burn_rates, thresholds, count(raw, "min_events", 10, fail, minimum=0), anomalies
+    )
 
 
 def _burn_rate(raw: object, line: int, fail: Fail) -> BurnRateRule:

@@ -118,7 +118,12 @@ def test_rules_numbers_are_exact_and_annotated(generated: tuple[SLOSpec, Path]) 
     alerts = [rule for group in groups for rule in group["rules"] if "alert" in rule]
     for alert in alerts:
         assert alert["labels"]["severity"] in {"critical", "warning", "info"}
-        latency = alert["labels"].get("sli") not in (None, "availability")
+        labels = alert["labels"]
+        latency = labels.get("sli") not in (None, "availability") or labels.get("anomaly") in (
+            "ttft_p95",
+            "tpot_p95",
+            "e2e_p95",
+        )
         assert set(alert["annotations"]) == {
             "summary",
             "description",

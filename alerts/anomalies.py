@@ -1,0 +1,208 @@
+"""Anomaly bands: `severity: info` alerts for signals without a fixed threshold.
+
+Per tier, each signal of `slo.spec.anomaly_policy.ANOMALY_SIGNALS` the spec watches is
+recorded every evaluation over the last 5 minutes (`llm_slo_tier:anomaly_signal:rate5m`,
+label `anomaly`). Its band is built from that recorded series only, never from raw ones:
+
+- centre: with a week of history, GitLab's seasonal prediction (the same hour last week,
+  shifted by how much today's level differs from last week's day):
+  `avg_over_time(s[1h:10m] offset 1w-30m) + avg_over_time(s[1d:10m]) - avg_over_time(s[1d:10m]
+  offset 1w)`; before that, the mean of the last day (grafana/promql-anomaly-detection's
+  adaptive band);
+- half-width: `sigmas` standard deviations of what the centre fails to explain (the
+  residual against last week, or the last day's spread), and at least `min_band` of the
+  centre, so a flat signal's tiny noise never makes a band of zero width;
+- warm-up: no band before the signal has ~22h of history (130 of 144 ten-minute points), and
+  no seasonal centre before the same holds for the day a week ago.
+
+Subqueries step by 10 minutes: a day of history is 144 samples per series and a week-old
+day another 144, whatever the scrape interval or the fleet's size. The alert fires when the
+signal leaves the band (latency, error ratio and phase means: above; request rate: either
+side) for `for`, with at least `min_requests` requests in the last 5 minutes; an error ratio
+must also be above 1%: a band around 0 is not news at 0.5%.
+"""
+
+from __future__ import annotations
+
+from alerts.phases import join_phase, phase_annotation
+from alerts.rule_types import GOOD_OUTCOME, REQUESTS, Links, Rule
+from slo.alert_rules import PHASE_LABEL
+from slo.promql import (
+    ANOMALY_CENTER_RECORD,
+    ANOMALY_LOWER_RECORD,
+    ANOMALY_SIGNAL_RECORD,
+    ANOMALY_UPPER_RECORD,
+    ANOMALY_WIDTH_RECORD,
+    PHASE_MEAN_RECORD,
+    REQUESTS_5M_RECORD,
+    any_of,
+    matcher,
+    number,
+    prom_duration,
+    selector,
+)
+from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, PHASES
+from slo.spec import SLOSpec, Tier
+from slo.spec.anomaly_policy import ANOMALY_SIGNALS, LATENCY_SIGNALS, AnomalyPolicy
+from slo.units import format_duration
+
+ANOMALY_LABEL = "anomaly"
+ALERT_NAME = "LLMSLOAnomaly"
+STEP = "10m"
+WARM_UP_POINTS = 130  # of 144 ten-minute points in a day
+ERROR_RATIO_FLOOR = 0.01
+TWO_SIDED = ("request_rate",)
+_WEEK_S = 7 * 86400
+
+
+def signal_expr(tier: str, signal: str) -> str:
+    """PromQL of one signal over the last 5 minutes."""
+    if signal in LATENCY_SIGNALS:
+        bucket = selector(CATALOG[signal.removesuffix("_p95")].metric + "_bucket", tier=tier)
+        return f"histogram_quantile(0.95, sum by (le) (rate({bucket}[5m])))"
+    if signal == "request_rate":
+        return f"sum(rate({selector(REQUESTS, tier=tier)}[5m]))"
+    if signal == "error_ratio":
+        counted = matcher("outcome", "!~", any_of(OUTCOMES_EXCLUDED_FROM_AVAILABILITY))
+        bad = matcher("outcome", "!~", any_of((GOOD_OUTCOME, *OUTCOMES_EXCLUDED_FROM_AVAILABILITY)))
+        return (
+            f"(sum(rate({selector(REQUESTS, bad, tier=tier)}[5m])) or vector(0))\n/\n"
+            f"sum(rate({selector(REQUESTS, counted, tier=tier)}[5m]))"
+        )
+    phase = signal.removesuffix("_mean")
+    return f"sum({selector(PHASE_MEAN_RECORD, tier=tier, phase=phase)})"
+
+
+def _band_rules(tier: str, policy: AnomalyPolicy) -> list[Rule]:
+    own = {"tier": tier}
+    s = selector(ANOMALY_SIGNAL_RECORD, tier=tier)
+    day, hour = f"[1d:{STEP}]", f"[1h:{STEP}]"
+    recent = f"avg_over_time({s}{day})"
+    seasonal = (
+        f"avg_over_time({s}{hour} offset {prom_duration(_WEEK_S - 1800)})\n"
+        f"+ {recent}\n- avg_over_time({s}{day} offset 1w)"
+    )
+    # Last week counts only once a whole day of it exists: a partial day's mean is biased.
+    last_week = f"count_over_time({s}{day} offset 1w) >= {WARM_UP_POINTS}"
+    seasonal = f"(\n{seasonal}\n)\nand {last_week}"
+    residual = f"stddev_over_time(({s} - {s} offset 1w){day})\nand {last_week}"
+    center = f"(\n{seasonal}\nor\n{recent}\n)\nand count_over_time({s}{day}) >= {WARM_UP_POINTS}"
+    c = selector(ANOMALY_CENTER_RECORD, tier=tier)
+    spread = f"{number(policy.sigmas)} * ({residual} or stddev_over_time({s}{day}))"
+    floor = f"{number(policy.min_band)} * abs({c})"
+    width = f"(\n{spread}\n> {floor}\n)\nor\n{floor}"
+    w = selector(ANOMALY_WIDTH_RECORD, tier=tier)
+    return [
+        Rule(center, record=ANOMALY_CENTER_RECORD, labels=own),
+        Rule(width, record=ANOMALY_WIDTH_RECORD, labels=own),
+        Rule(f"{c} + {w}", record=ANOMALY_UPPER_RECORD, labels=own),
+        Rule(f"{c} - {w}", record=ANOMALY_LOWER_RECORD, labels=own),
+    ]
+
+
+def watched(spec: SLOSpec, tier: Tier) -> list[str]:
+    return [s for s in ANOMALY_SIGNALS if spec.alert_policy.anomalies.watches(tier.name, s)]
+
+
+def anomaly_records(spec: SLOSpec, tier: Tier) -> list[Rule]:
+    """The tier's signals, its request guard and its bands (after the phase records)."""
+    signals = watched(spec, tier)
+    if not signals:
+        return []
+    rules = [
+        Rule(signal_expr(tier.name, s), record=ANOMALY_SIGNAL_RECORD, labels=_labels(tier, s))
+        for s in signals
+    ]
+    guard = f"sum(increase({selector(REQUESTS, tier=tier.name)}[5m]))"
+    rules.append(Rule(guard, record=REQUESTS_5M_RECORD, labels={"tier": tier.name}))
+    return rules + _band_rules(tier.name, spec.alert_policy.anomalies)
+
+
+def _labels(tier: Tier, signal: str) -> dict[str, str]:
+    return {"tier": tier.name, ANOMALY_LABEL: signal}
+
+
+def anomaly_condition(spec: SLOSpec, tier: str, signal: str) -> str:
+    """Outside the band, with enough requests: a series labelled tier and anomaly."""
+    policy = spec.alert_policy.anomalies
+    labels = {"tier": tier, ANOMALY_LABEL: signal}
+    s, upper = selector(ANOMALY_SIGNAL_RECORD, **labels), selector(ANOMALY_UPPER_RECORD, **labels)
+    out = f"{s} > {upper}"
+    if signal in TWO_SIDED:
+        out = f"{out}\nor\n{s} < {selector(ANOMALY_LOWER_RECORD, **labels)}"
+    if signal == "error_ratio":
+        out = f"({out}) > {number(ERROR_RATIO_FLOOR)}"
+    guard = selector(REQUESTS_5M_RECORD, tier=tier)
+    return f"(\n{out}\n)\nand on (tier) {guard} >= {policy.min_requests}"
+
+
+def anomaly_phase(signal: str) -> str | None:
+    """The phase an anomaly names statically (a phase's own mean), else None."""
+    phase = signal.removesuffix("_mean")
+    return phase if signal.endswith("_mean") and phase in PHASES else None
+
+
+def anomaly_expr(spec: SLOSpec, tier: str, signal: str) -> str:
+    """The alert's PromQL: latency signals join the phase blamed for their SLI."""
+    condition = anomaly_condition(spec, tier, signal)
+    if signal in LATENCY_SIGNALS:
+        return join_phase(tier, signal.removesuffix("_p95"), condition)
+    return condition
+
+
+def anomaly_labels(tier: str, signal: str) -> dict[str, str]:
+    """The alert rule's static labels (a latency signal's `phase` comes from its expression)."""
+    labels = {"severity": "info", "tier": tier, ANOMALY_LABEL: signal}
+    phase = anomaly_phase(signal)
+    return {**labels, PHASE_LABEL: phase} if phase else labels
+
+
+_WHAT = {
+    "ttft_p95": "p95 time to first token",
+    "tpot_p95": "p95 time per output token",
+    "e2e_p95": "p95 end-to-end latency",
+    "error_ratio": "error ratio",
+    "request_rate": "request rate",
+}
+
+
+def _what(signal: str) -> str:
+    phase = anomaly_phase(signal)
+    return f"mean {phase} time" if phase else _WHAT[signal]
+
+
+def anomaly_annotations(
+    spec: SLOSpec, tier: str, signal: str, links: Links, phase_shown: str | None = None
+) -> dict[str, str]:
+    """summary, description, links, and for a latency signal the `phase` annotation: its
+    template, or with `phase_shown` the text Alertmanager shows (promtool tests expect it)."""
+    policy = spec.alert_policy.anomalies
+    side = "outside" if signal in TWO_SIDED else "above"
+    annotations = {
+        "summary": f"Tier {tier}: the {_what(signal)} left its usual band",
+        "description": f"Over the last 5m the {_what(signal)} of tier {tier} has been {side} "
+        f"its band for {format_duration(policy.for_s)}: the same hour last week adjusted to "
+        f"today's level (or, in the first week, the last day's mean), plus or minus "
+        f"{number(policy.sigmas)} standard deviations and at least "
+        f"{number(policy.min_band * 100)}%. Informational: no error budget is at risk yet. "
+        f"Fewer than {policy.min_requests} requests in 5m never alert.",
+        "runbook_url": f"{links.runbook_base.rstrip('/')}/{ALERT_NAME}.md",
+        "dashboard_url": f"{links.dashboard}?var-tier={tier}",
+    }
+    if signal in LATENCY_SIGNALS:
+        annotations["phase"] = phase_annotation() if phase_shown is None else phase_shown
+    return annotations
+
+
+def anomaly_alerts(spec: SLOSpec, tier: Tier, links: Links) -> list[Rule]:
+    """One info alert per watched signal of the tier."""
+    return [
+        Rule(
+            anomaly_expr(spec, tier.name, signal),
+            alert=ALERT_NAME,
+            for_=prom_duration(spec.alert_policy.anomalies.for_s),
+            labels=anomaly_labels(tier.name, signal),
+            annotations=anomaly_annotations(spec, tier.name, signal, links),
+        )
+        for signal in watched(spec, tier)
+    ]
