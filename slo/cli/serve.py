@@ -136,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
     )
     # Certificates, the token and the limits are checked before the engine spends its warm-up.
     context, token = read_access(args)
+    if token is not None and args.no_middleware:
+        raise UsageError("--ops-token-file guards /metrics and /slo, which --no-middleware leaves out; drop one of the two")  # fmt: skip
     from engine.api import Limits, create_app
 
     engine = _load_engine(args)
