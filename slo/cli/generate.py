@@ -21,7 +21,8 @@ DESCRIPTION = (
     "Render, from one SLO spec, grafana/*.json (+ provisioning), "
     "prometheus/rules.yml and its promtool tests prometheus/rules_test.yml, "
     "prometheus/prometheus.yml (the scrape job: --scrape-*, --ops-token-file), "
-    "alertmanager/alertmanager.yml and runbooks/*.md under --out."
+    "alertmanager/alertmanager.yml, runbooks/*.md and kubernetes/ (KEDA ScaledObject, HPA and "
+    "prometheus-adapter rules on each tier's SLO headroom) under --out."
 )
 
 
@@ -86,6 +87,10 @@ def generate(
     written = write_alerts(spec, out, links, targets.webhook_url)
     written += write_dashboards(spec, out, targets.prometheus_url)
     written.append(write_prometheus_config(scrape or Scrape(), out))
+    from alerts.autoscaling import render_autoscaling  # KEDA and HPA on each tier's headroom
+    from slo.files import write_tree
+
+    written += write_tree(out, render_autoscaling(spec))
     for note in unreachable(spec):
         print(f"note: {note}", file=sys.stderr)
     print(f"wrote {len(written)} files under {out}")
