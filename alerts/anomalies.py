@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from alerts.phases import join_phase, phase_annotation
 from alerts.rule_types import GOOD_OUTCOME, REQUESTS, Links, Rule
-from slo.alert_rules import PHASE_LABEL
+from slo.alert_rules import PHASE_LABEL, URGENCY, URGENCY_LABEL
 from slo.promql import (
     ANOMALY_CENTER_RECORD,
     ANOMALY_LOWER_RECORD,
@@ -152,7 +152,8 @@ def anomaly_expr(spec: SLOSpec, tier: str, signal: str) -> str:
 
 def anomaly_labels(tier: str, signal: str) -> dict[str, str]:
     """The alert rule's static labels (a latency signal's `phase` comes from its expression)."""
-    labels = {"severity": "info", "tier": tier, ANOMALY_LABEL: signal}
+    labels = {"severity": "info", URGENCY_LABEL: URGENCY["info"], "tier": tier}
+    labels[ANOMALY_LABEL] = signal
     phase = anomaly_phase(signal)
     return {**labels, PHASE_LABEL: phase} if phase else labels
 

@@ -126,6 +126,7 @@ def week_groups(spec: SLOSpec) -> list[dict[str, Any]]:
         "alertname": ALERT_NAME,
         "alertstate": "firing",
         "severity": "info",
+        "urgency": "info",
         "tier": tier,
         ANOMALY_LABEL: "ttft_p95",
         PHASE_LABEL: "prefill",

@@ -69,6 +69,10 @@ _POLICY_SEVERITY: dict[str, Severity] = {
     "info": "info",
 }
 AVAILABILITY = "availability"  # the `sli` label of availability objectives
+# Page, ticket or info: a label of its own for routing and inhibition (Pyrra #1884), so a
+# config need not know which severities page.
+URGENCY_LABEL = "urgency"
+URGENCY: dict[Severity, str] = {"critical": "page", "warning": "ticket", "info": "info"}
 ABSENT_FOR_S = 600.0
 _DEFAULT_THRESHOLD_WINDOW_S = 300.0
 _ACRONYMS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
@@ -146,7 +150,7 @@ class AlertRule:
     @property
     def labels(self) -> dict[str, str]:
         """The rule's own labels (plus `alertname`); the expression adds `phase`."""
-        labels: dict[str, str] = {"severity": self.severity}
+        labels: dict[str, str] = {"severity": self.severity, URGENCY_LABEL: URGENCY[self.severity]}
         if self.tier is not None:
             labels["tier"] = self.tier
         if self.sli is not None:
