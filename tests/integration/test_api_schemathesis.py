@@ -169,7 +169,9 @@ def test_stateful(served: Served) -> None:
 
         def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
             check_response(case, response)
+            generated[case.method == "POST" and response.status_code == 200] += 1
 
+    generated: Counter[bool] = Counter()
     before = sum(CALLS.values())
     Fuzzer.run(
         settings=settings(
@@ -181,6 +183,8 @@ def test_stateful(served: Served) -> None:
         )
     )
     assert sum(CALLS.values()) - before >= SCENARIOS  # each scenario made calls
+    # The links carried the served model's name into generation requests that were served.
+    assert generated[True] > 0, dict(generated)
 
 
 def test_raw_http_garbage_and_ops_endpoints_expose_nothing(served: Served) -> None:
