@@ -41,7 +41,10 @@ VERDICT_TEXT = {"met": "met", "violated": "violated", "insufficient_data": "insu
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--results", required=True, metavar="RUN.JSONL", help="records of a run (slo bench output)")  # fmt: skip
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--results", metavar="RUN.JSONL", help="records of a run (slo bench output)")  # fmt: skip
+    source.add_argument("--capacity", metavar="DIR", help="a capacity search (slo bench --find-max-rate --out DIR): goodput and each tier's percentiles against offered rate")  # fmt: skip
+    parser.add_argument("--png", metavar="FILE", help="with --capacity: also the chart as a PNG")  # fmt: skip
     parser.add_argument("--spec", metavar="SLO.YAML", help="the SLO spec (default: the packaged example spec)")  # fmt: skip
     parser.add_argument("--out", default="report.html", help="HTML file to write (default: %(default)s)")  # fmt: skip
     parser.add_argument("--title", default=None, help="page title (default: the results file name)")  # fmt: skip
@@ -51,12 +54,34 @@ def run(args: argparse.Namespace) -> int:
     from slo.records import iter_jsonl_dicts
     from slo.spec import SLOSpec
 
+    if args.capacity:
+        return _capacity(args)
     spec = SLOSpec.load(args.spec) if args.spec else SLOSpec.default()
     if not Path(args.results).is_file():
         raise UsageError(f"--results {args.results}: no such file")
     rows = list(iter_jsonl_dicts(args.results))
     out = write_report(spec, rows, Path(args.out), args.title or Path(args.results).name)
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB, {len(rows)} records)")
+    return 0
+
+
+def _capacity(args: argparse.Namespace) -> int:
+    from slo.capacity.result import read
+    from slo.cli.report.capacity_chart import capacity_figure, render_capacity_page
+
+    document = read(args.capacity)
+    if document["mode"] != "rate":
+        raise UsageError(f"--capacity {args.capacity}: the chart is drawn for --find-max-rate runs")
+    out = Path(args.out)
+    text = render_capacity_page(document, args.title or Path(args.capacity).name)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        if args.png:
+            capacity_figure(document).savefig(args.png, format="png", dpi=100)
+    except OSError as error:
+        raise UsageError(f"--out {out}: cannot write ({error.strerror})") from None
+    print(f"wrote {out}" + (f" and {args.png}" if args.png else ""))
     return 0
 
 
