@@ -132,3 +132,22 @@ def test_the_openai_client_gets_its_tool_call_through_the_proxy(
     }
     sent = json.loads(app.bodies[0])
     assert sent["tools"] == [WEATHER_TOOL] and sent["response_format"] == {"type": "json_object"}
+
+
+def test_a_streamed_request_reaches_the_upstream_unchanged(
+    upstream: tuple[RecordingUpstream, str], tmp_path: Path
+) -> None:
+    app, upstream_url = upstream
+    request = {
+        "model": "test-upstream",
+        "messages": [{"role": "user", "content": "Weather in Oslo?"}],
+        "tools": [WEATHER_TOOL],
+        "response_format": {"type": "json_object"},
+        "logprobs": True,
+        "stream": True,
+    }
+    raw = json.dumps(request).encode()
+    with slo_proxy(upstream_url, tmp_path / "records.db") as base_url:
+        headers = {"content-type": "application/json"}
+        httpx.post(base_url + "/v1/chat/completions", content=raw, headers=headers, timeout=30)
+    assert app.bodies == [raw]
