@@ -243,7 +243,7 @@ def refusal(body: dict[str, Any], route: Route) -> tuple[str, str] | None:
             other: Route = "completions" if route == "chat" else "chat"
             where = f" (it belongs to {PATHS[other]})" if name in BY_ROUTE[other] else ""
             return name, (
-                f"'{name}' is not a request field of {PATHS[route]}{where}; remove it "
+                f"'{name[:80]}' is not a request field of {PATHS[route]}{where}; remove it "
                 "(docs/openai-fields.md lists the fields this server takes)"
             )
         if field.disposition == "refused" and not field.accepts(value):
@@ -255,13 +255,14 @@ def refusal(body: dict[str, Any], route: Route) -> tuple[str, str] | None:
         field = fields[name]
         if field.disposition == "ignored" and not field.accepts(value):
             kind = field.schema.get("type", "value")
-            return name, f"'{name}' must be a {kind} or null, got {_json(value)[:80]}"
+            article = "an" if kind[0] in "aeiou" else "a"
+            return name, f"'{name}' must be {article} {kind} or null, got {_json(value)[:80]}"
     options = body.get("stream_options")
     if isinstance(options, dict):
         for key in options:
             if key not in ("include_usage", "include_obfuscation"):
                 return f"stream_options.{key}", (
-                    f"'stream_options.{key}' is not an option; use include_usage"
+                    f"'stream_options.{key[:80]}' is not an option; use include_usage"
                 )
     return None
 

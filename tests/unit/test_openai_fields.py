@@ -86,6 +86,8 @@ def test_a_refusal_is_named_before_an_ignored_field_of_the_wrong_type() -> None:
     assert found is not None and found[0] == "tools"
     found = refusal(body("chat", {"user": 7}, "m"), "chat")
     assert found == ("user", "'user' must be a string or null, got 7")
+    found = refusal(body("chat", {"metadata": []}, "m"), "chat")
+    assert found == ("metadata", "'metadata' must be an object or null, got []")
 
 
 def test_unknown_and_misplaced_fields_are_named() -> None:
