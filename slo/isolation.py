@@ -185,3 +185,74 @@ def tier_objectives(spec: SLOSpec) -> dict[int, tuple[float | None, float | None
         if limits:
             out[tier.priority] = (limits.get("ttft"), limits.get("tpot"))
     return out
+
+
+# The family benchmark's goals (issue 25), per draw, for the policy default flags choose.
+GOAL_TTFT_MARGIN = 0.8  # premium p95 TTFT at most 0.8x its objective
+
+
+@dataclass(frozen=True, slots=True)
+class DrawRow:
+    """One policy's run of one draw, judged against the spec's premium objectives."""
+
+    policy: str
+    premium_ttft_p95_s: float
+    premium_tpot_p95_s: float
+    batch_tokens_per_s: float
+    goodput_rps: float
+    shed: int
+
+
+def draw_row(run: Any, spec: SLOSpec, premium: str = "premium", batch: str = "batch") -> DrawRow:
+    served = [r for r in run.requests if r.tier == premium and r.outcome == "ok"]
+    return DrawRow(
+        policy=run.policy,
+        premium_ttft_p95_s=percentile((r.ttft_s for r in served), 0.95),
+        premium_tpot_p95_s=percentile((r.tpot_s for r in served), 0.95),
+        batch_tokens_per_s=_tokens_per_s(run, batch),
+        goodput_rps=good_requests(run, spec) / run.wall_s if run.wall_s > 0 else 0.0,
+        shed=sum(1 for r in run.requests if r.outcome == "shed"),
+    )
+
+
+def draw_goals_missed(
+    judged: DrawRow, peers: dict[str, DrawRow], spec: SLOSpec, premium: str = "premium"
+) -> list[str]:
+    """The family goals `judged` misses against its peers (`fifo`, `priority`) on one draw:
+    premium p95 TTFT <= 0.8x its objective and p95 TPOT within its objective, batch tokens/s
+    >= 80% of fifo's, goodput above fifo's and priority's."""
+    ttft_s, tpot_s = tier_objectives(spec).get(spec.tier(premium).priority, (None, None))
+    missed = []
+    if ttft_s is not None and not judged.premium_ttft_p95_s <= GOAL_TTFT_MARGIN * ttft_s:
+        missed.append(
+            f"premium p95 TTFT {judged.premium_ttft_p95_s * 1000:.0f} ms > "
+            f"{GOAL_TTFT_MARGIN} x {ttft_s * 1000:.0f} ms"
+        )
+    if tpot_s is not None and not judged.premium_tpot_p95_s <= tpot_s:
+        missed.append(
+            f"premium p95 TPOT {judged.premium_tpot_p95_s * 1000:.1f} ms > {tpot_s * 1000:.0f} ms"
+        )
+    fifo = peers["fifo"]
+    if not judged.batch_tokens_per_s >= GOAL_BATCH_SHARE * fifo.batch_tokens_per_s:
+        share = judged.batch_tokens_per_s / max(fifo.batch_tokens_per_s, 1e-9)
+        missed.append(f"batch tokens/s {share:.0%} of fifo's (goal >= 80%)")
+    for name, peer in peers.items():
+        if not judged.goodput_rps > peer.goodput_rps:
+            missed.append(
+                f"goodput {judged.goodput_rps:.2f} req/s, {name}'s {peer.goodput_rps:.2f}"
+            )
+    return missed
+
+
+def format_draw(rows: Sequence[DrawRow]) -> str:
+    lines = [
+        f"{'policy':<9} {'prem p95 TTFT':>14} {'prem p95 TPOT':>14} {'batch tok/s':>12} "
+        f"{'goodput':>12} {'shed':>5}"
+    ]
+    for row in rows:
+        lines.append(
+            f"{row.policy:<9} {row.premium_ttft_p95_s * 1000:11.1f} ms "
+            f"{row.premium_tpot_p95_s * 1000:11.2f} ms {row.batch_tokens_per_s:12.0f} "
+            f"{row.goodput_rps:6.2f} req/s {row.shed:5d}"
+        )
+    return "\n".join(lines)

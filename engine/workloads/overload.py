@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.config import EngineConfig
 from engine.engine import Engine
@@ -72,7 +74,7 @@ def _batch_prompt(client: int, chars: int) -> str:
     return text[:chars]
 
 
-async def _one(
+async def timed_request(
     engine: Engine, tier: str, prompt: str, params: SamplingParams, priority: int
 ) -> RequestTiming:
     sent = time.perf_counter()
@@ -112,7 +114,9 @@ async def _drive(engine: Engine, workload: OverloadWorkload, flood: bool) -> lis
             prompt = f"Premium question {index}: what is the status?"
             tasks.append(
                 asyncio.ensure_future(
-                    _one(engine, PREMIUM, prompt, premium_params, workload.premium_priority)
+                    timed_request(
+                        engine, PREMIUM, prompt, premium_params, workload.premium_priority
+                    )
                 )
             )
             index += 1
@@ -148,11 +152,36 @@ def run_overload(
     *,
     flood: bool = True,
     tier_objectives: dict[int, tuple[float | None, float | None]] | None = None,
-    max_num_batched_tokens: int = 256,
+    max_num_batched_tokens: int | None = 256,
     device: str = "auto",
     cpu_threads: int | None = 1,
 ) -> OverloadRun:
     """One run on a fresh engine (load and warm-up outside the measured window)."""
+    return run_on_engine(
+        model,
+        policy,
+        lambda engine: _drive(engine, workload, flood),
+        tier_objectives=tier_objectives,
+        max_num_batched_tokens=max_num_batched_tokens,
+        device=device,
+        cpu_threads=cpu_threads,
+        flood=flood,
+    )
+
+
+def run_on_engine(
+    model: str,
+    policy: str,
+    drive: Callable[[Engine], Coroutine[Any, Any, list[RequestTiming]]],
+    *,
+    tier_objectives: dict[int, tuple[float | None, float | None]] | None = None,
+    max_num_batched_tokens: int | None = 256,
+    device: str = "auto",
+    cpu_threads: int | None = 1,
+    flood: bool = True,
+) -> OverloadRun:
+    """`drive` on a fresh engine under `policy`, timed (load and warm-up outside the window).
+    `max_num_batched_tokens` None: the engine's default budget, as `slo serve` runs it."""
     config = EngineConfig(
         device=device,
         scheduling=policy,
@@ -165,7 +194,7 @@ def run_overload(
     engine.start_sync()
     try:
         started = time.perf_counter()
-        requests = asyncio.run(_drive(engine, workload, flood))
+        requests = asyncio.run(drive(engine))
         wall_s = time.perf_counter() - started
     finally:
         engine.stop_sync()
