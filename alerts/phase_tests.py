@@ -20,7 +20,7 @@ from typing import Any
 
 from alerts.policy_tests import Traffic, firing, histogram_series
 from alerts.rules import Links, shown_annotations
-from slo.alert_rules import AlertRule
+from slo.alert_rules import AlertRule, alert_rules
 from slo.promql import prom_duration
 from slo.sli import CATALOG, buckets_for
 from slo.spec import SLOSpec
@@ -129,3 +129,20 @@ def phase_groups(
             }
         )
     return groups
+
+
+def example_alert(spec: SLOSpec, links: Links) -> str:
+    """The first TTFT page of the prefill case, as Alertmanager shows it (YAML-ish text): the
+    README's example, which the generated promtool test proves Prometheus sends."""
+    rules = [r for r in alert_rules(spec) if r.kind == "burn_rate" and r.sli == "ttft"]
+    rule = rules[0]
+    assert rule.objective is not None and rule.objective.threshold_s is not None
+    phase, factor = SLOWDOWNS[0]
+    case = _case(phase, factor, rule.objective.threshold_s)
+    shares = (case.share(True), case.share(False))
+    lines = ["labels:", f"  alertname: {rule.name}"]
+    lines += [f"  {key}: {value}" for key, value in rule.labels_with_phase(phase).items()]
+    lines.append("annotations:")
+    annotations = shown_annotations(rule, spec, links, phase, shares)
+    lines += [f"  {key}: {value}" for key, value in annotations.items()]
+    return "\n".join(lines)

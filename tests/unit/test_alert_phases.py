@@ -72,3 +72,12 @@ def test_runbook_of_a_latency_alert_has_a_section_per_phase_it_may_blame() -> No
 def test_a_phase_without_a_guide_fails_naming_the_fix() -> None:
     with pytest.raises(KeyError, match=r"alerts/phase_guide\.py: phase 'warp'"):
         guide("warp")
+
+
+def test_readme_example_alert_is_the_generated_one() -> None:
+    from pathlib import Path
+
+    from alerts.phase_tests import example_alert
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"```text\n{example_alert(SPEC, Links())}\n```" in readme
