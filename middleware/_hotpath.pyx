@@ -11,9 +11,9 @@ is still decoded by msgspec (C). Anything outside what a typed path takes (a pie
 twin, so no input behaves differently.
 """
 
-from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
+from cpython.list cimport PyList_GET_ITEM
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport floor
 from libc.string cimport memchr, memcmp, strlen
 
@@ -144,67 +144,56 @@ cdef inline Py_ssize_t _bisect_left(const double* items, Py_ssize_t low, Py_ssiz
     return low
 
 
-cdef inline Py_ssize_t _bisect_right(const double* items, Py_ssize_t low, Py_ssize_t high,
-                                     double value) noexcept:
-    cdef Py_ssize_t middle
-    while low < high:
-        middle = (low + high) >> 1
-        if value < items[middle]:
-            high = middle
-        else:
-            low = middle + 1
-    return low
+cdef bint _exact(object item, double* out):
+    """`item` as a C double where it compares as one: a float, or an int a double holds
+    exactly (Python compares ints exactly; C doubles would not past 2**53)."""
+    if PyFloat_CheckExact(item):
+        out[0] = PyFloat_AS_DOUBLE(item)
+        return True
+    if type(item) is int and -_EXACT_INT <= item <= _EXACT_INT:
+        out[0] = <double>(<long long>item)
+        return True
+    return False
 
 
-cdef double* _doubles(object items, Py_ssize_t size) except? NULL:
-    """A C copy of a sequence of floats (PyMem_Free it), or NULL where an item is not a float
-    or an int a double holds exactly (Python compares those exactly; C doubles would not)."""
-    cdef double* out = <double*>PyMem_Malloc((size if size else 1) * sizeof(double))
-    cdef Py_ssize_t index
-    if out == NULL:
-        raise MemoryError()
-    for index in range(size):
-        item = items[index]
-        if type(item) is float:
-            out[index] = PyFloat_AS_DOUBLE(item)
-        elif type(item) is int and -_EXACT_INT <= item <= _EXACT_INT:
-            out[index] = <double>(<long long>item)
-        else:
-            PyMem_Free(out)
-            return NULL
-    return out
+cdef enum:
+    _MOST_BOUNDS = 128  # bucket bounds kept on the stack; more go to the pure-Python twin
 
 
 def bucket_counts(bounds, values):
     """`(index, count)` per touched bucket, `bisect_left(bounds, value)` placing a value
-    (`_hotpath_py.bucket_counts`): the same sort, the bisects over C doubles."""
-    ordered = sorted(values)
+    (`_hotpath_py.bucket_counts`): the same sort and the same bisects, over C doubles."""
+    cdef list ordered = sorted(values)
     cdef Py_ssize_t size = len(ordered), last = len(bounds)
-    cdef Py_ssize_t position = 0, index, end
-    cdef double* limits
-    cdef double* sorted_values
-    limits = _doubles(bounds, last)
-    if limits == NULL:
+    cdef Py_ssize_t position = 0, index, end, low, high, middle
+    cdef double limits[_MOST_BOUNDS]
+    cdef double value, limit
+    if last > _MOST_BOUNDS:
         return _py.bucket_counts(bounds, ordered)
-    sorted_values = _doubles(ordered, size)
-    if sorted_values == NULL:
-        PyMem_Free(limits)
-        return _py.bucket_counts(bounds, ordered)
+    for index in range(last):
+        if not _exact(bounds[index], &limits[index]):
+            return _py.bucket_counts(bounds, ordered)
+    for index in range(size):
+        if not PyFloat_CheckExact(<object>PyList_GET_ITEM(ordered, index)):
+            return _py.bucket_counts(bounds, ordered)
     counts = []
-    try:
-        while position < size:
-            index = _bisect_left(limits, 0, last, sorted_values[position])
-            if index == last:
-                end = size
-            else:
-                end = _bisect_right(sorted_values, position, size, limits[index])
-            if end < position + 1:  # always progress, whatever the values compare like
-                end = position + 1
-            counts.append((index, end - position))
-            position = end
-    finally:
-        PyMem_Free(limits)
-        PyMem_Free(sorted_values)
+    while position < size:
+        value = PyFloat_AS_DOUBLE(<object>PyList_GET_ITEM(ordered, position))
+        index = _bisect_left(limits, 0, last, value)
+        end = size
+        if index != last:  # bisect_right(ordered, bounds[index], position)
+            limit, low, high = limits[index], position, size
+            while low < high:
+                middle = (low + high) >> 1
+                if limit < PyFloat_AS_DOUBLE(<object>PyList_GET_ITEM(ordered, middle)):
+                    high = middle
+                else:
+                    low = middle + 1
+            end = low
+        if end < position + 1:  # always progress, whatever the values compare like
+            end = position + 1
+        counts.append((index, end - position))
+        position = end
     return counts
 
 
