@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import threading
 import urllib.request
 from collections.abc import Iterable
@@ -86,11 +87,14 @@ def provider_for_owner(owner: str | None) -> str:
     return PROVIDER_BY_OWNER.get((owner or "").lower(), FALLBACK_PROVIDER)
 
 
-def fetch_listing(base_url: str, timeout_s: float = 2.0) -> tuple[list[str], str | None]:
-    """GET `<base_url>/v1/models` once: (model ids, first owned_by); ([], None) if it fails."""
+def fetch_listing(
+    base_url: str, timeout_s: float = 2.0, context: ssl.SSLContext | None = None
+) -> tuple[list[str], str | None]:
+    """GET `<base_url>/v1/models` once: (model ids, first owned_by); ([], None) if it fails.
+    `context`: the TLS context an https:// upstream is reached with (its CAs, client cert)."""
     url = base_url.rstrip("/") + MODELS_PATH
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as answer:
             return read_listing(answer.read(MAX_LISTING_BYTES))
     except (OSError, ValueError) as error:
         logger.info("llm-slo: %s did not list its models (%s); labels: configured only", url, error)

@@ -262,6 +262,11 @@ class UpstreamPool:
         or no verification at all: the caller decides); before the first connection."""
         self._ssl = context
 
+    @property
+    def tls(self) -> ssl_module.SSLContext | None:
+        """The TLS context the upstream is reached with (None: plain HTTP)."""
+        return self._ssl
+
     async def acquire(self, fresh: bool = False) -> UpstreamConnection:
         """A connection: the newest idle one, or a new one. `fresh`: the retry after a reused
         connection turned out closed; the other idle ones are as old and likely closed too

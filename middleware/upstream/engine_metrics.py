@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -143,10 +144,14 @@ class EngineMetricsScraper:
         apply: Callable[[Mapping[str, float], float], None],
         *,
         interval_s: float = DEFAULT_INTERVAL_S,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
+        """`verify`: how an https:// engine's certificate is checked (the TLS context `slo
+        proxy` reaches the upstream with; True: the system's CAs)."""
         if interval_s <= 0:
             raise ValueError(f"scrape interval must be positive seconds, got {interval_s}")
         self.url = url
+        self.verify = verify
         self.interval_s = interval_s
         self.timeout_s = max(1.0, min(interval_s, 5.0))
         self._apply = apply
@@ -171,7 +176,7 @@ class EngineMetricsScraper:
 
     def _run(self) -> None:
         headers = {"accept": "text/plain; version=0.0.4"}  # not OpenMetrics
-        with httpx.Client(timeout=self.timeout_s, headers=headers) as client:
+        with httpx.Client(timeout=self.timeout_s, headers=headers, verify=self.verify) as client:
             while not self._stop.is_set():
                 self.scrape_once(client)
                 self._stop.wait(self.interval_s)

@@ -38,6 +38,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", metavar="URL", help="a record store, e.g. sqlite:///records.db")
     parser.add_argument("--prometheus", metavar="URL", help="a Prometheus server scraping llm-slo")
     parser.add_argument(
+        "--prometheus-ca-file",
+        metavar="PEM",
+        help="verify an https:// --prometheus against this CA "
+        "(default: $LLM_SLO_PROMETHEUS_CA_FILE, else the system's CAs)",
+    )
+    parser.add_argument(
+        "--prometheus-token-file",
+        metavar="FILE",
+        help="send 'Authorization: Bearer <its first line>' to --prometheus "
+        "(default: $LLM_SLO_PROMETHEUS_TOKEN_FILE)",
+    )
+    parser.add_argument(
         "--since",
         metavar="DURATION",
         help="only the last DURATION (e.g. 1h) instead of the spec's window",
@@ -90,7 +102,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         from slo.cli.prometheus_source import PrometheusReader, evaluate_prometheus
 
-        reader = PrometheusReader(args.prometheus)
+        reader = PrometheusReader(
+            args.prometheus, ca_file=args.prometheus_ca_file, token_file=args.prometheus_token_file
+        )
         try:
             report = evaluate_prometheus(spec, reader, now=time.time())
         finally:

@@ -132,7 +132,9 @@ def run(args: argparse.Namespace) -> int:
     proxy = _proxy_app(args)
     scrape_url = _metrics_url(args.upstream_metrics, proxy.upstream_url)
     model: str = args.model
-    provider_name, listed = _provider_and_models(args.provider_name, proxy.upstream_url)
+    provider_name, listed = _provider_and_models(
+        args.provider_name, proxy.upstream_url, proxy.pool.tls
+    )
     middleware = LatencyMiddleware(
         limit_addresses(proxy, args),
         spec=args.spec,
@@ -151,7 +153,9 @@ def run(args: argparse.Namespace) -> int:
     port: int = args.port
     where = f"{scheme(context)}://{host}:{port}"
     print(f"proxying {where} -> {proxy.upstream_url} (model {model})")
-    scraper = _start_scraper(scrape_url, args.upstream_metrics_interval, middleware.metrics)
+    scraper = _start_scraper(
+        scrape_url, args.upstream_metrics_interval, middleware.metrics, proxy.pool.tls
+    )
 
     def close() -> None:
         if scraper is not None:  # first: nothing sets a gauge while the records are flushed
@@ -251,12 +255,14 @@ def _upstream_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     )
 
 
-def _provider_and_models(choice: str, upstream_url: str) -> tuple[str, list[str]]:
+def _provider_and_models(
+    choice: str, upstream_url: str, tls: ssl.SSLContext | None
+) -> tuple[str, list[str]]:
     """gen_ai.provider.name (`auto`: from the upstream's /v1/models) and the models it lists
     (allowed as model labels; more are learned as clients list them through the proxy)."""
     from middleware.otel import fetch_listing, provider_for_owner
 
-    listed, owner = fetch_listing(upstream_url)
+    listed, owner = fetch_listing(upstream_url, context=tls)
     return (provider_for_owner(owner) if choice == "auto" else choice), listed
 
 
@@ -270,14 +276,18 @@ def _metrics_url(choice: str, upstream_url: str) -> str | None:
 
 
 def _start_scraper(
-    url: str | None, interval_s: float, metrics: MetricSet
+    url: str | None, interval_s: float, metrics: MetricSet, tls: ssl.SSLContext | None
 ) -> EngineMetricsScraper | None:
-    """Read the engine's /metrics into `metrics` on a thread of its own (None when off)."""
+    """Read the engine's /metrics into `metrics` on a thread of its own (None when off), over
+    the upstream's TLS context when it is https://."""
     if url is None:
         return None
     from middleware.upstream.engine_metrics import EngineMetricsScraper
 
-    scraper = EngineMetricsScraper(url, metrics.set_engine_gauges, interval_s=interval_s)
+    verify = tls if tls is not None else True
+    scraper = EngineMetricsScraper(
+        url, metrics.set_engine_gauges, interval_s=interval_s, verify=verify
+    )
     print(f"engine metrics: {url} every {interval_s:g} s")
     scraper.start()
     return scraper
