@@ -262,7 +262,8 @@ def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
     if not isinstance(include_usage, bool):
         raise ApiError(
             400,
-            f"'stream_options.include_usage' must be true or false, got {include_usage!r}"[:160],
+            "'stream_options.include_usage' must be true or false, "
+            f"got {json.dumps(include_usage)[:40]}",
             param="stream_options.include_usage",
         )
     return stream, include_usage
