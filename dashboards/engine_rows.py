@@ -12,6 +12,7 @@ from slo.sli import CATALOG
 
 def engine_row() -> Row:
     queue_depth = CATALOG["queue_depth"].metric
+    tiers = matcher("tier", "=~", "$tier")
     return Row(
         "Engine",
         [
@@ -21,7 +22,7 @@ def engine_row() -> Row:
                 "none",
                 [
                     Target(
-                        f"sum by (tier) ({selector(queue_depth, matcher('tier', '=~', '$tier'), *engine_filter())})",
+                        f"sum by (tier) ({selector(queue_depth, tiers, *engine_filter())})",
                         "{{tier}}",
                     )
                 ],
@@ -41,11 +42,13 @@ def engine_row() -> Row:
                 "none",
                 [
                     Target(
-                        f"avg by (instance) ({selector(CATALOG['batch_size'].metric, *engine_filter())})",
+                        "avg by (instance) "
+                        f"({selector(CATALOG['batch_size'].metric, *engine_filter())})",
                         "{{instance}} batch size",
                     ),
                     Target(
-                        f"sum by (instance) ({selector(CATALOG['running'].metric, *engine_filter())})",
+                        "sum by (instance) "
+                        f"({selector(CATALOG['running'].metric, *engine_filter())})",
                         "{{instance}} running",
                     ),
                 ],
@@ -56,7 +59,8 @@ def engine_row() -> Row:
                 "percentunit",
                 [
                     Target(
-                        f"max by (instance) ({selector(CATALOG['kv_usage'].metric, *engine_filter())})",
+                        "max by (instance) "
+                        f"({selector(CATALOG['kv_usage'].metric, *engine_filter())})",
                         "{{instance}}",
                     )
                 ],
@@ -78,7 +82,8 @@ def _cold_start_panel() -> Panel:
                 "{{instance}} cold start",
             ),
             Target(
-                f"sum by (instance) (increase({selector(cold_start + '_count', *engine_filter())}[{RATE}]))",
+                "sum by (instance) "
+                f"(increase({selector(cold_start + '_count', *engine_filter())}[{RATE}]))",
                 "{{instance}} starts",
             ),
         ],
@@ -111,7 +116,8 @@ def tier_isolation_row() -> Row:
                 "s",
                 [
                     Target(
-                        f"histogram_quantile({q}, {summed_rate(wait, 'tier, le', tiers, *engine_filter())})",
+                        f"histogram_quantile({q}, "
+                        f"{summed_rate(wait, 'tier, le', tiers, *engine_filter())})",
                         percentile_legend("{{tier}}", q),
                     )
                     for q in ("0.5", "0.95")
@@ -136,11 +142,13 @@ def tier_isolation_row() -> Row:
                 "none",
                 [
                     Target(
-                        f"{summed_rate(chunks + '_sum', '', *engine_filter())}\n/\n{summed_rate(chunks + '_count', '', *engine_filter())}",
+                        f"{summed_rate(chunks + '_sum', '', *engine_filter())}\n/\n"
+                        f"{summed_rate(chunks + '_count', '', *engine_filter())}",
                         "mean",
                     ),
                     Target(
-                        f"histogram_quantile(0.95, {summed_rate(chunks + '_bucket', 'le', *engine_filter())})",
+                        "histogram_quantile(0.95, "
+                        f"{summed_rate(chunks + '_bucket', 'le', *engine_filter())})",
                         "p95",
                     ),
                 ],
@@ -151,7 +159,10 @@ def tier_isolation_row() -> Row:
 
 def optional_row() -> Row:
     def ratio(numerator: str, denominator: str) -> str:
-        return f"{summed_rate(CATALOG[numerator].metric, '', *engine_filter())}\n/\n{summed_rate(CATALOG[denominator].metric, '', *engine_filter())}"
+        return (
+            f"{summed_rate(CATALOG[numerator].metric, '', *engine_filter())}\n/\n"
+            f"{summed_rate(CATALOG[denominator].metric, '', *engine_filter())}"
+        )
 
     gpu_memory, gpu_util = CATALOG["gpu_memory"].metric, CATALOG["gpu_utilization"].metric
     return Row(

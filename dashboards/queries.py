@@ -40,10 +40,16 @@ def percentile_legend(prefix: str, quantile: str) -> str:
 
 def quantile_expr(sli: str, quantile: str, by: str = "tier") -> str:
     metric = CATALOG[sli].metric + "_bucket"
-    return f"histogram_quantile({quantile}, {summed_rate(metric, f'{by}, le' if by else 'le', *request_filter())})"
+    return (
+        f"histogram_quantile({quantile}, "
+        f"{summed_rate(metric, f'{by}, le' if by else 'le', *request_filter())})"
+    )
 
 
 def mean_expr(sli: str, by: str = "tier") -> str:
     metric = CATALOG[sli].metric
     filters = request_filter() if "tier" in CATALOG[sli].labels else engine_filter()
-    return f"{summed_rate(metric + '_sum', by, *filters)}\n/\n{summed_rate(metric + '_count', by, *filters)}"
+    return (
+        f"{summed_rate(metric + '_sum', by, *filters)}\n/\n"
+        f"{summed_rate(metric + '_count', by, *filters)}"
+    )
