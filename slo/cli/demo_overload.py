@@ -1,6 +1,8 @@
-"""`slo demo --scenario overload`: a batch flood hits, once under fifo and once under slo.
+"""`slo demo --scenario overload`: a batch flood hits, once under fifo and once under the
+default flags (where the spec's objectives choose the slo policy).
 
-Each act starts `slo serve` (bundled:tiny, the overload spec, the policy under test) and sends
+Each act starts `slo serve` (bundled:tiny, the overload spec; `--scheduling fifo`, then no
+scheduling flag at all: the policy shown is the one /health says runs) and sends
 premium requests (short, streamed, five a second) alone for a few seconds, then beside a batch
 flood (closed-loop clients with ~900-token prompts). The live evaluator's /slo is polled every
 second: with fifo the premium burn-rate alert fires, with slo scheduling it should not. The
@@ -22,7 +24,9 @@ from typing import Any
 from slo.cli.paths import output_directory
 from slo.errors import UsageError
 
-POLICIES = ("fifo", "slo")
+# The two acts: fifo chosen explicitly, then `slo serve` under its default flags, where the
+# spec's objectives choose the slo policy (slo.cli.engine_flags.choose_scheduling).
+ACTS: tuple[tuple[str, list[str]], ...] = (("fifo", ["--scheduling", "fifo"]), ("slo", []))
 PHASES_SHOWN = ("queue", "prefill", "decode", "detokenize", "network", "other")
 # ~880 tokens with the bundled byte-level tokenizer: with 64 output tokens it fits the 1024.
 BATCH_PROMPT = "".join(f"line {i} status ok latency {i * 37 % 997} ms; " for i in range(45))[:880]
@@ -31,6 +35,7 @@ BATCH_PROMPT = "".join(f"line {i} status ok latency {i * 37 % 997} ms; " for i i
 @dataclass
 class Act:
     policy: str
+    flags: str = ""  # the scheduling flags the act's server ran with
     premium_ttft_s: list[float] = field(default_factory=list)
     premium_itl_s: list[float] = field(default_factory=list)
     batch_tokens: int = 0
@@ -123,6 +128,12 @@ async def _traffic(base_url: str, act: Act, calm_s: float, flood_s: float, clien
         await watcher
 
 
+def _policy_running(base_url: str) -> str:
+    import httpx
+
+    return str(httpx.get(base_url + "/health", timeout=10).json()["scheduling"]["policy"])
+
+
 def _premium_phases(store_url: str) -> dict[str, float]:
     from slo.store import RecordStore
 
@@ -150,6 +161,7 @@ def render(acts: list[Act]) -> str:
     def row(label: str, values: list[str]) -> None:
         lines.append(f"{label:<28}" + "".join(f"{value:>16}" for value in values))
 
+    row("scheduling flags", [act.flags for act in acts])
     row("premium p95 TTFT", [f"{_p(a.premium_ttft_s, 0.95):.0f} ms" for a in acts])
     row("premium p99 ITL", [f"{_p(a.premium_itl_s, 0.99):.0f} ms" for a in acts])
     row("batch tokens/s", [f"{a.batch_tokens / a.flood_s:.0f}" if a.flood_s else "-" for a in acts])
@@ -190,16 +202,17 @@ def run_overload(args: argparse.Namespace) -> int:
             resources.files("slo").joinpath("examples/overload.yaml").read_text("utf-8"), "utf-8"
         )
     acts = []
-    for policy in POLICIES:
+    for policy, extra in ACTS:
         store = out / f"overload-{policy}.db"
         store.unlink(missing_ok=True)
-        print(f"slo demo: act {policy}: premium alone {args.calm:g}s, then a batch flood "
-              f"({args.flood_clients} clients) for {args.flood:g}s ...", flush=True)  # fmt: skip
-        act = Act(policy)
-        extra = ["--scheduling", policy, "--max-num-batched-tokens", "256"]
+        flags = " ".join(extra) or "default flags"
+        print(f"slo demo: act {policy} ({flags}): premium alone {args.calm:g}s, then a batch "
+              f"flood ({args.flood_clients} clients) for {args.flood:g}s ...", flush=True)  # fmt: skip
+        act = Act(policy, flags=flags)
         with embedded_server(
             spec=str(spec_path), store=f"sqlite:///{store}", extra_args=extra
         ) as base_url:
+            act.policy = _policy_running(base_url)  # the server's word, not ours
             asyncio.run(_traffic(base_url, act, args.calm, args.flood, args.flood_clients))
         act.phases_ms = _premium_phases(f"sqlite:///{store}")
         acts.append(act)

@@ -1,6 +1,7 @@
 """`slo demo --scenario overload` end to end (short): two acts against real `slo serve`
 processes, the side-by-side report in the terminal and as HTML, each act's server records, and
-the demo's story: under fifo the premium burn-rate alert fires, under slo it stays quiet."""
+the demo's story: under fifo the premium burn-rate alert fires; under the default flags, where
+the spec's objectives choose the slo policy (as /health says), it stays quiet."""
 
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ def test_overload_demo_runs_both_acts_and_writes_the_report(tmp_path: Path) -> N
     result = subprocess.run(command, capture_output=True, text=True, timeout=400, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
+    # The second act's server ran without any scheduling flag, and /health said slo.
     header = next(line for line in lines if line.split() == ["fifo", "slo"])
     assert header
+    assert act_values(lines, "scheduling flags") == ["--scheduling fifo", "default flags"]
     acts = {
         label: act_values(lines, label)
         for label in ("premium p95 TTFT", "premium p99 ITL", "batch tokens/s")
