@@ -13,9 +13,10 @@ little throughput (the same keys are read, over more steps) and bounds premium's
 With fused steps (engine/fused.py, the default) a lower tier's prefill chunk rides along a
 TPOT-bound tier's decodes, its size capped so the step stays within the objective. Without
 them (speculative decoding, or `fuse_steps` off), while such a tier decodes (or prefills), the
-prefill of the tiers below it without a TPOT objective waits (at most `LOWER_PREFILL_MAX_WAIT_S` in a row; a tier above it never waits):
-a chunk is a second forward pass in the step, which costs more than the premium decode
-itself on a small model, so it would be the ITL tail. And for `TPOT_TIER_RECENT_S` after such
+prefill of the tiers below it without a TPOT objective waits (at most
+`LOWER_PREFILL_MAX_WAIT_S` in a row; a tier above it never waits): a chunk is a second forward
+pass in the step, which costs more than the premium decode itself on a small model, so it
+would be the ITL tail. And for `TPOT_TIER_RECENT_S` after such
 a tier was last seen, the steps between its requests stay within `IDLE_STEP_TPOTS` of its
 TPOT objective: a request that arrives waits for the step in flight, and a full-budget step
 beside every batch decode would land on its TTFT. The two kinds of step (a TPOT-bound tier
@@ -240,7 +241,18 @@ class SloPolicy:
         if self._regime == BUSY and self._lower_released(now_ns):
             idle_cap = self._saved_caps.get(IDLE, (None, None))[0]
             return None if idle_cap is None else max(idle_cap, self.chunk_cap or 0)
-        return self.chunk_cap
+        return self.chunk_cap if self.chunk_cap is not None else self.fitted_chunk(tpot_s)
+
+    def fitted_chunk(self, tpot_s: float) -> int | None:
+        """The prefill tokens the step-time model says fit a step bound by `tpot_s` beside
+        the decodes running now: where a cap starts, rather than the whole budget (a first
+        step of 4096 prefill tokens would be the TPOT tail the caps are there to prevent).
+        None until the model is ready."""
+        model = self.prefill_time
+        if not model.ready or model.per_token_s <= 0:
+            return None
+        room = tpot_s * TPOT_HEADROOM - model.base_s - model.per_decode_s * self._decodes
+        return max(MIN_CHUNK_TOKENS, int(room / model.per_token_s))
 
     def _lower_released(self, now_ns: int) -> bool:
         held = self._lower_held_ns
@@ -298,7 +310,8 @@ class SloPolicy:
             return
         context = sum(s.num_tokens for s in decoding if not self._tpot_bound(s))
         if self.chunk_cap is None or self.decode_context_cap is None:
-            self.chunk_cap, self.decode_context_cap = budget, max(context, DECODE_CONTEXT_STEP)
+            start = min(budget, self.fitted_chunk(tpot_s) or budget)
+            self.chunk_cap, self.decode_context_cap = start, max(context, DECODE_CONTEXT_STEP)
         # Proportional: a step twice too long halves the caps, a step at half its share
         # grows them by a quarter; the work per step settles where steps meet the target.
         factor = min(MAX_GROWTH, max(0.5, tpot_s * TPOT_HEADROOM / max(step_s, 1e-9)))

@@ -61,3 +61,18 @@ def test_the_step_time_model_folds_constant_decodes_into_the_base() -> None:
         model.observe(tokens, 0.005 + 0.0001 * tokens, 4)
     assert model.per_decode_s == 0.0
     assert model.base_s == pytest.approx(0.005) and model.per_token_s == pytest.approx(0.0001)
+
+
+def test_a_cap_starts_where_the_step_time_model_says_a_step_fits() -> None:
+    scheduler = fused_scheduler(True)
+    model = scheduler.policy.prefill_time
+    for tokens in (0, 50, 100, 0, 100, 50, 100, 0):  # 1 ms + 20 us per prefill token
+        model.observe(tokens, 0.001 + 0.00002 * tokens)
+    premium = make_sequence("premium", 0, 8, 0, 0, max_tokens=1000)
+    scheduler.add(premium)
+    run_plan(scheduler, scheduler.schedule(0))
+    scheduler.add(make_sequence("batch", 2, 2000, 1, 0, max_tokens=10))
+    plan = scheduler.schedule(SECOND // 100)
+    # 10 ms TPOT at 50%: 5 ms a step, 1 ms of it fixed: 200 prefill tokens, not the 512 budget.
+    assert premium in plan.decodes
+    assert plan.prefill_tokens == 200 == scheduler.policy.fitted_chunk(0.01)
