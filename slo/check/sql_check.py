@@ -84,8 +84,8 @@ _C = TABLE.c
 # (not a tier name a record can hold), then told apart by `_Scan._others`.
 _OTHERS = "\x00others"
 # An outcome per outcome digit: `add_group` tells only ok and excluded from availability.
-_OUTCOME_OF = ("ok", OUTCOMES_EXCLUDED_FROM_AVAILABILITY[0],
-               next(o for o in OUTCOMES if o != "ok" and o not in OUTCOMES_EXCLUDED_FROM_AVAILABILITY))  # fmt: skip
+_OTHER_OUTCOME = next(o for o in OUTCOMES if o not in ("ok", *OUTCOMES_EXCLUDED_FROM_AVAILABILITY))
+_OUTCOME_OF = ("ok", OUTCOMES_EXCLUDED_FROM_AVAILABILITY[0], _OTHER_OUTCOME)
 _SETTINGS = ("SET LOCAL work_mem = '64MB'",)  # the percentile sorts stay in memory
 # On a large table the scans are CPU-bound on evaluating expressions: JIT-compiled and
 # optimised expressions and tuple deforming take about a third off, for a few hundred
@@ -208,14 +208,17 @@ class _Scan:
         self.plan, self.bounds, self.windows = plan, bounds, windows
         self.tier_names = list(tier_names)
         self.since, self.now = since, now
-        self.client_names = sorted({"client_ttft_s", "client_e2e_s"}
-                                   | {CLIENT_VIEW[name] for name in plan.client_fields})  # fmt: skip
+        self.client_names = sorted(
+            {"client_ttft_s", "client_e2e_s"} | {CLIENT_VIEW[name] for name in plan.client_fields}
+        )
         self.edges = {name: [_upper(test) for test in plan.chains[name]] for name in plan.fields}
         # field: the ascending array its values are placed in: its threshold edges and every
         # tier's sampled bounds (one array for all tiers: no per-row test of the tier)
-        self.arrays = {name: sorted({*self.edges[name],
-                                     *[cut for (_, f), cuts in bounds.items() if f == name for cut in cuts]})
-                       for name in plan.fields}  # fmt: skip
+        sampled = [(field, cut) for (_, field), cuts in bounds.items() for cut in cuts]
+        self.arrays = {
+            name: sorted({*self.edges[name], *(cut for field, cut in sampled if field == name)})
+            for name in plan.fields
+        }
         self.digits: list[tuple[ColumnElement[int], int]] = []
         stamps = [now - window for window in reversed(windows)]
         stamps.append(math.nextafter(now, math.inf))
@@ -232,8 +235,8 @@ class _Scan:
         tier_index = case({name: index for index, name in enumerate(self.tier_names)},
                           value=_C.tier, else_=len(self.tier_names))  # fmt: skip
         self.digits.append((tier_index, len(self.tier_names) + 1))
-        outcome = case((_C.outcome == "ok", 0),
-                       (_C.outcome.in_(OUTCOMES_EXCLUDED_FROM_AVAILABILITY), 1), else_=2)  # fmt: skip
+        excluded = _C.outcome.in_(OUTCOMES_EXCLUDED_FROM_AVAILABILITY)
+        outcome = case((_C.outcome == "ok", 0), (excluded, 1), else_=2)
         self.digits.append((outcome, 3))
         self.keys = math.prod(size for _, size in self.digits)
         self._decoded: dict[tuple[str, str, int], tuple[int | None, int]] = {}
@@ -284,12 +287,12 @@ class _Scan:
         """Each undefined tier's records in the window and after now, for the report's note
         (one more scan, only when there are any)."""
         del tiers[_OTHERS]
-        stamp = _C.timestamp
+        stamp, now = _C.timestamp, self.now
         statement = (
-            select(_C.tier, func.count().filter(stamp <= self.now), func.count().filter(stamp > self.now))
+            select(_C.tier, func.count().filter(stamp <= now), func.count().filter(stamp > now))
             .where(stamp >= self.since, _C.tier.not_in(self.tier_names))
             .group_by(_C.tier)
-        )  # fmt: skip
+        )
         for tier, in_window, future in connection.execute(statement):
             counts = tiers.setdefault(tier, TierCounts(len(self.windows) + 1))
             counts.add("records", 0, in_window)
@@ -344,22 +347,23 @@ class _Scan:
                         regions = counts.regions.setdefault(name, {})
                         regions[region] = regions.get(region, 0) + n
         client_rows = 0
-        seen = {name for *_, rest in merged
-                for name, flag in zip(self.client_names, rest[:clients], strict=True) if flag}  # fmt: skip
-        self.absent = set(self.client_names) - seen
+        seen: set[str] = set()  # client columns with a value in some row
         for (tier, outcome, bucket, levels, rest), (n, tokens, start, end) in merged.items():
+            client = dict(zip(self.client_names, map(bool, rest[:clients]), strict=True))
+            seen.update(name for name, present in client.items() if present)
             group = Group(
                 bucket=bucket,
                 outcome=outcome,
                 levels=dict(zip(plan.fields, levels, strict=True)),
-                client={name: bool(flag) for name, flag in zip(self.client_names, rest[:clients], strict=True)},
+                client=client,
                 client_gaps=bool(rest[clients]) if plan.gap_tiers else False,
                 n=n,
                 tokens=tokens,
                 start=start,
                 end=end,
-            )  # fmt: skip
+            )
             client_rows += add_group(plan, group, tiers.setdefault(tier, TierCounts(buckets)))
+        self.absent = set(self.client_names) - seen
         for counts in tiers.values():
             counts.client_gaps = counts.total("client_gaps") > 0
         return client_rows
