@@ -45,7 +45,7 @@ def test_the_search_finds_k_over_t(
     with slot_server_process(slots, hold_s) as url:
         code = main(["bench", "--url", url, "--find-max-rate", "--spec", str(spec),
                      "--profile", "voice", "--tier-mix", "premium=0.5,standard=0.5",
-                     "--arrival", "constant", "--tail-events", "5", "--cooldown", "0.3",
+                     "--arrival", "constant", "--tail-events", "5", "--cooldown", "0.3", "--min-window", "2",
                      "--out", str(out), "--quiet"])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 0, printed
@@ -65,6 +65,6 @@ def test_the_search_finds_k_over_t(
         records = read_jsonl(out / step["records"])
         assert len(records) == step["measured_requests"]
         if step["verdict"] == "pass":
-            assert len(records) == document["window"]["measured_requests"]
+            assert len(records) >= document["window"]["measured_requests"]
             assert step["lateness"]["behind"] is False
     assert f"max_rate: {document['max_rate']:g} requests/s" in printed

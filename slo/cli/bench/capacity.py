@@ -71,7 +71,7 @@ def search(
         probe_rate = _saturation(shape, options, base_url, settings)
         start = START_SHARE * probe_rate
 
-    def probe(load: float) -> bool | None:
+    def probe(load: float) -> bool:
         if steps and steps[-1].verdict != "pass":
             time.sleep(options.cooldown_s)  # what the last step left in the server drains
         report = run_step(spec, shape, base_url, settings, len(steps) + 1, load, options.mode)
@@ -93,6 +93,12 @@ def search(
         "lowest_failing": outcome.lowest_failing,
         "resolution": options.resolution,
         "stopped": outcome.stopped,
+        "warnings": [
+            f"step {s.index} at {s.load:g}: the client fell behind its schedule; that step "
+            "says nothing of the server, so the limit lies between max_rate and the lowest "
+            "load that failed with the client on time"
+            for s in steps if s.verdict == "client_behind"
+        ],
         "saturation_probe": None if probe_rate is None else {
             "concurrency": options.probe_concurrency, "finished_rps": round(probe_rate, 4)},
         "per_tier": capacity_file.per_tier([s.to_dict() for s in steps], options.mode),
@@ -113,8 +119,10 @@ def _window(shape: StepShape, options: CapacityOptions) -> dict[str, Any]:
         "warmup_requests": shape.warmup,
         "measured_requests": shape.measured,
         "tail_events": options.tail_events,
+        "min_window_s": shape.min_window_s,
         "rule": "each tier gets tail_events requests beyond its strictest target q: "
-        "tail_events / (1 - q) of its requests, over its share of the mix; warm-up = "
+        "tail_events / (1 - q) of its requests, over its share of the mix; at a rate R, at "
+        "least R x min_window_s (queues need time to build); warm-up = "
         f"{options.warmup_share:g} of that, sent first and not judged",
     }
 
@@ -212,6 +220,7 @@ def summary_lines(document: dict[str, Any]) -> list[str]:
     ]
     if document.get("stopped"):
         lines.append(f"the search stopped early: {document['stopped']}")
+    lines += [f"warning: {warning}" for warning in document.get("warnings", [])]
     for name, tier in document["per_tier"].items():
         load = tier.get(key)
         shown = f"{load:g}" if load is not None else "none"

@@ -50,6 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     search.add_argument("--resolution", type=float, default=0.05, help="stop bisecting when the bracket is narrower than this share of its low end (default: %(default)s)")  # fmt: skip
     search.add_argument("--max-steps", type=int, default=12, help="at most this many steps (default: %(default)s)")  # fmt: skip
     search.add_argument("--tail-events", type=int, default=10, help="requests beyond each tier's strictest percentile per step: sizes the measured window (default: %(default)s)")  # fmt: skip
+    search.add_argument("--min-window", type=float, default=10.0, metavar="S", help="with --find-max-rate, each step measures at least S seconds of arrivals, so queues have time to build (default: %(default)s)")  # fmt: skip
     search.add_argument("--warmup", type=float, default=0.2, metavar="SHARE", help="warm-up requests per step, sent first and not judged, as a share of the measured ones (default: %(default)s)")  # fmt: skip
     search.add_argument("--start", type=float, metavar="LOAD", help="first load to try (default: 0.8x a saturation probe's rate; concurrency 1)")  # fmt: skip
     search.add_argument("--cooldown", type=float, default=2.0, metavar="S", help="pause after a step that did not pass, for what the server still runs of it to drain (default: %(default)s)")  # fmt: skip

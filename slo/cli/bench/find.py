@@ -32,6 +32,8 @@ def run_search(args: argparse.Namespace, options: BenchOptions, spec: SLOSpec) -
         probe_concurrency=args.probe_concurrency, out_dir=out_dir, cooldown_s=args.cooldown,
     )  # fmt: skip
     capacity.check()
+    if not args.min_window >= 0:
+        raise UsageError(f"--min-window must be >= 0, got {args.min_window}")
     if args.serve_arg and not args.embedded:
         raise UsageError("--serve-arg needs --embedded (it passes flags to `slo serve`)")
     profile = get_profile(options.profile)
@@ -49,7 +51,7 @@ def run_search(args: argparse.Namespace, options: BenchOptions, spec: SLOSpec) -
         context = options.max_model_len or info.max_model_len or FALLBACK_CONTEXT
         shape = StepShape(profile, mix, warmup, measured, context, options.seed,
                           options.chars_per_token, options.arrival, options.burstiness,
-                          options.request_timeout_s)  # fmt: skip
+                          options.request_timeout_s, args.min_window, args.warmup)  # fmt: skip
         settings = RequestSettings(info.name, profile.endpoint, options.stream,
                                    options.ignore_eos, options.tier_header, options.seed,
                                    options.request_timeout_s)  # fmt: skip

@@ -102,18 +102,25 @@ async def run_plan(
 ) -> RunResult:
     """Send the plan: at each request's offset (open loop) or `concurrency` at a time (closed).
 
-    `stop_when(record, planned)` is asked after each finished request; True ends the run there (a step
-    of the capacity search that can no longer pass), as the duration limit would.
+    `stop_when(record, planned)` is asked after each finished request; True ends the run
+    there (a step of the capacity search that can no longer pass), as the duration limit would.
     """
     import middleware.wire  # noqa: F401  (imported by the first reply: not on the schedule)
 
-    result = RunResult(planned=len(plan), started_at=time.time())
-    stop = asyncio.Event()
-    live = _LiveTTFT()
-    start = time.perf_counter()
+    run = _Run(plan, settings, out, stop_when, _progress_bar(progress))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(
+        limits=limits, timeout=settings.timeout_s, transport=transport
+    ) as client:
+        with run.bar:
+            await run.drive(client, base_url, concurrency, duration_limit_s)
+    run.result.elapsed_s = time.perf_counter() - run.start
+    return run.result
+
+
+def _progress_bar(progress: bool) -> Progress:
     console = Console(stderr=True)
-    bar = Progress(
+    return Progress(
         TextColumn("[bold]slo bench"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -123,86 +130,105 @@ async def run_plan(
         transient=True,
         disable=not (progress and console.is_terminal),
     )
-    task_id = bar.add_task("requests", total=len(plan), ttft=live.text())
-    tasks: set[asyncio.Task[None]] = set()
 
-    def finished(measurement: Measurement) -> None:
-        record = measurement.to_record(settings.model)
-        result.records.append(record)
-        if out is not None:
-            out.write(_json_line(record))
-            out.flush()
-        live.add(measurement.ttft_s if measurement.outcome == "ok" else None)
-        bar.update(task_id, advance=1, ttft=live.text())
-        if stop_when is not None and stop_when(record, measurement.planned):
-            stop.set()
 
-    async with httpx.AsyncClient(
-        limits=limits, timeout=settings.timeout_s, transport=transport
-    ) as client:
-        in_flight = 0
+class _Run:
+    """One run's state: what was sent, what finished, what is still in flight."""
 
-        async def one(planned: PlannedRequest, scheduled: float | None = None) -> None:
-            nonlocal in_flight
-            if scheduled is not None:  # open loop: how late this send is, as it starts
-                sent = time.perf_counter()
-                result.late_s.append(max(0.0, sent - scheduled))
-                result.sent_at.append(sent)
-            in_flight += 1
-            measurement = await measure(client, base_url, planned, settings)
-            in_flight -= 1  # not reached when cancelled: what is left was cut off
-            finished(measurement)
+    def __init__(
+        self,
+        plan: list[PlannedRequest],
+        settings: RequestSettings,
+        out: IO[str] | None,
+        stop_when: Callable[[dict[str, Any], PlannedRequest], bool] | None,
+        bar: Progress,
+    ) -> None:
+        self.plan, self.settings, self.out, self.stop_when = plan, settings, out, stop_when
+        self.result = RunResult(planned=len(plan), started_at=time.time())
+        self.stop = asyncio.Event()
+        self.live = _LiveTTFT()
+        self.bar = bar
+        self.task_id = bar.add_task("requests", total=len(plan), ttft=self.live.text())
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.in_flight = 0
+        self.start = time.perf_counter()
 
-        async def open_loop() -> None:
-            for planned in plan:
-                await _until(start + planned.offset_s)
-                task = asyncio.create_task(one(planned, start + planned.offset_s))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-            while tasks:
-                await asyncio.wait(set(tasks))
+    def finished(self, measurement: Measurement) -> None:
+        record = measurement.to_record(self.settings.model)
+        self.result.records.append(record)
+        if self.out is not None:
+            self.out.write(_json_line(record))
+            self.out.flush()
+        self.live.add(measurement.ttft_s if measurement.outcome == "ok" else None)
+        self.bar.update(self.task_id, advance=1, ttft=self.live.text())
+        if self.stop_when is not None and self.stop_when(record, measurement.planned):
+            self.stop.set()
 
-        async def closed_loop(width: int) -> None:
-            pending: Iterator[PlannedRequest] = iter(plan)
+    async def one(
+        self, client: httpx.AsyncClient, base_url: str, planned: PlannedRequest,
+        scheduled: float | None = None,
+    ) -> None:  # fmt: skip
+        if scheduled is not None:  # open loop: how late this send is, as it starts
+            sent = time.perf_counter()
+            self.result.late_s.append(max(0.0, sent - scheduled))
+            self.result.sent_at.append(sent)
+        self.in_flight += 1
+        measurement = await measure(client, base_url, planned, self.settings)
+        self.in_flight -= 1  # not reached when cancelled: what is left was cut off
+        self.finished(measurement)
 
-            async def worker() -> None:
-                for planned in pending:  # one shared iterator: each request is taken once
-                    await one(planned)
+    async def open_loop(self, client: httpx.AsyncClient, base_url: str) -> None:
+        for planned in self.plan:
+            due = self.start + planned.offset_s
+            await _until(due)
+            task = asyncio.create_task(self.one(client, base_url, planned, due))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        while self.tasks:
+            await asyncio.wait(set(self.tasks))
 
-            workers = [asyncio.create_task(worker()) for _ in range(min(width, len(plan)))]
-            tasks.update(workers)
-            await asyncio.gather(*workers)
+    async def closed_loop(self, client: httpx.AsyncClient, base_url: str, width: int) -> None:
+        pending: Iterator[PlannedRequest] = iter(self.plan)
 
-        with bar:
-            try:
-                async with asyncio.timeout(duration_limit_s):
-                    # The schedule starts now, not before the client was built (its TLS
-                    # context alone takes tens of milliseconds): no send starts late.
-                    start = time.perf_counter()
-                    work = asyncio.create_task(
-                        open_loop() if concurrency is None else closed_loop(concurrency)
-                    )
-                    stopper = asyncio.create_task(_wait(stop))
-                    try:
-                        await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                    finally:
-                        await _cancel({stopper} if work.done() else {work, stopper})
-                    if work.done() and not work.cancelled():
-                        work.result()  # an error in the loop itself surfaces here
-                    else:
-                        result.stopped_by = "stop condition"
-            except TimeoutError:
-                result.stopped_by = "duration limit"
-            except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels the main task
-                result.stopped_by = "interrupt"
-                current = asyncio.current_task()
-                if current is not None:
-                    current.uncancel()
-            finally:
-                await _cancel(tasks)
-                result.cancelled_in_flight = in_flight
-    result.elapsed_s = time.perf_counter() - start
-    return result
+        async def worker() -> None:
+            for planned in pending:  # one shared iterator: each request is taken once
+                await self.one(client, base_url, planned)
+
+        workers = [asyncio.create_task(worker()) for _ in range(min(width, len(self.plan)))]
+        self.tasks.update(workers)
+        await asyncio.gather(*workers)
+
+    async def drive(
+        self, client: httpx.AsyncClient, base_url: str, concurrency: int | None, limit_s: float
+    ) -> None:
+        """Run the loop until it ends, the stop condition, the limit or an interrupt."""
+        try:
+            async with asyncio.timeout(limit_s):
+                # The schedule starts now, not before the client was built (its TLS context
+                # alone takes tens of milliseconds): no send starts late.
+                self.start = time.perf_counter()
+                loop = (self.open_loop(client, base_url) if concurrency is None
+                        else self.closed_loop(client, base_url, concurrency))  # fmt: skip
+                work = asyncio.create_task(loop)
+                stopper = asyncio.create_task(_wait(self.stop))
+                try:
+                    await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    await _cancel({stopper} if work.done() else {work, stopper})
+                if work.done() and not work.cancelled():
+                    work.result()  # an error in the loop itself surfaces here
+                else:
+                    self.result.stopped_by = "stop condition"
+        except TimeoutError:
+            self.result.stopped_by = "duration limit"
+        except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels the main task
+            self.result.stopped_by = "interrupt"
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+        finally:
+            await _cancel(self.tasks)
+            self.result.cancelled_in_flight = self.in_flight
 
 
 # asyncio's sleep wakes up to ~1 ms late (epoll waits in whole milliseconds): sleep until

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +41,16 @@ class StepShape:
     arrival: ArrivalKind = "poisson"
     burstiness: float = 1.0
     request_timeout_s: float = 300.0
+    min_window_s: float = 0.0  # open loop: the measured window lasts at least this long
+    warmup_share: float = 0.2
+
+    def sizes(self, rate: float | None) -> tuple[int, int]:
+        """(warm-up, measured) requests of a step at `rate` (None: closed loop): the tail
+        rule's count, or more when the step would otherwise last under `min_window_s`."""
+        if rate is None or rate * self.min_window_s <= self.measured:
+            return self.warmup, self.measured
+        measured = math.ceil(rate * self.min_window_s)
+        return max(self.warmup, math.ceil(self.warmup_share * measured)), measured
 
 
 @dataclass
@@ -60,8 +71,11 @@ class StepReport:
     records_file: str | None = None
 
     @property
-    def passed(self) -> bool | None:
-        return None if self.verdict == "client_behind" else self.verdict == "pass"
+    def passed(self) -> bool:
+        """A step whose client fell behind counts as failed: its load was not the asked one,
+        so it cannot be a pass, and the search narrows below it (capacity.json then warns
+        that the bracket's top is the client's, not known to be the server's)."""
+        return self.verdict == "pass"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,7 +93,7 @@ class StepReport:
 
 def plan_step(shape: StepShape, index: int, rate: float | None) -> list[PlannedRequest]:
     return plan_requests(
-        shape.profile, shape.warmup + shape.measured, seed=shape.seed + index,
+        shape.profile, sum(shape.sizes(rate)), seed=shape.seed + index,
         max_model_len=shape.context, rate=rate, tier_mix=shape.mix,
         chars_per_token=shape.chars_per_token, arrival=shape.arrival,
         burstiness=shape.burstiness,
@@ -100,7 +114,8 @@ def run_step(
 
     rate = load if mode == "rate" else None
     plan = plan_step(shape, index, rate)
-    measured_plan = plan[shape.warmup :]
+    warmup, _ = shape.sizes(rate)
+    measured_plan = plan[warmup:]
     miss = ClearMiss(spec, Counter(p.tier for p in measured_plan))
     finished = 0
     measured: list[dict[str, Any]] = []
@@ -110,7 +125,7 @@ def run_step(
         nonlocal finished
         finished += 1
         position = planned.index if rate is not None else finished - 1
-        if position < shape.warmup:
+        if position < warmup:
             return False
         measured.append(record)
         return miss(record)
