@@ -220,7 +220,8 @@ def load_keys(path: str | Path, known_tiers: set[str] | None = None) -> list[Api
         raw: Any = yaml.safe_load(Path(path).read_text())
     except FileNotFoundError:
         raise UsageError(
-            f"{source}: no such API-key file; create one with `slo keys new --file {source} --id NAME`"
+            f"{source}: no such API-key file; "
+            f"create one with `slo keys new --file {source} --id NAME`"
         ) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
@@ -229,7 +230,8 @@ def load_keys(path: str | Path, known_tiers: set[str] | None = None) -> list[Api
     entries = (raw or {}).get("keys") if isinstance(raw, dict) else None
     if not isinstance(entries, list):
         raise UsageError(
-            f"{source}: expected a mapping with a 'keys' list, e.g. keys: [{{id: acme, sha256: ..., tier: premium}}]"
+            f"{source}: expected a mapping with a 'keys' list, "
+            "e.g. keys: [{id: acme, sha256: ..., tier: premium}]"
         )
     keys: list[ApiKey] = []
     for index, entry in enumerate(entries):
@@ -243,12 +245,14 @@ def load_keys(path: str | Path, known_tiers: set[str] | None = None) -> list[Api
             or any(c not in "0123456789abcdef" for c in digest.lower())
         ):
             raise UsageError(
-                f"{where} ('{entry['id']}'): 'sha256' must be the 64-hex SHA-256 of the key; `slo keys new` writes it"
+                f"{where} ('{entry['id']}'): 'sha256' must be the 64-hex SHA-256 of the key; "
+                "`slo keys new` writes it"
             )
         tier = entry.get("tier")
         if tier is not None and known_tiers is not None and tier not in known_tiers:
             raise UsageError(
-                f"{where} ('{entry['id']}'): tier '{tier}' is not in the spec; use one of {', '.join(sorted(known_tiers))}"
+                f"{where} ('{entry['id']}'): tier '{tier}' is not in the spec; "
+                f"use one of {', '.join(sorted(known_tiers))}"
             )
         limits = {}
         for name in ("requests_per_minute", "tokens_per_minute"):

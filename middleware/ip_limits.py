@@ -191,7 +191,10 @@ class IpLimitMiddleware:
             # monotonic: a wall clock stepped back would drain every bucket
             wait = self.limiter.wait_s(address, self.clock.now_ns() / 1e9)
             if wait > 0:
-                message = f"rate limit of client address {address} reached; retry after {math.ceil(wait)} s"  # fmt: skip
+                message = (
+                    f"rate limit of client address {address} reached; "
+                    f"retry after {math.ceil(wait)} s"
+                )
                 await refusal(AuthDecision(None, 429, message, wait))(scope, receive, send)
                 return
         await self.app(scope, receive, send)

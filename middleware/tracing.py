@@ -77,7 +77,8 @@ def provider_from_environment(drops: DropCounter) -> Any | None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError:
             logger.warning(
-                "OTEL_TRACES_EXPORTER=otlp needs `pip install opentelemetry-exporter-otlp-proto-http`; tracing stays off"
+                "OTEL_TRACES_EXPORTER=otlp needs "
+                "`pip install opentelemetry-exporter-otlp-proto-http`; tracing stays off"
             )
             return None
         exporter = OTLPSpanExporter()

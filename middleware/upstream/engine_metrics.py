@@ -231,7 +231,8 @@ class EngineMetricsScraper:
 
 
 def mapping_table(adapters: Iterable[EngineAdapter] | None = None) -> str:
-    """The table in docs/proxy.md of which family feeds which engine gauge, per engine (Markdown)."""
+    """The table in docs/proxy.md of which family feeds which engine gauge, per engine
+    (Markdown)."""
     columns = {
         "queue_depth": "queue depth",
         "running": "running",
