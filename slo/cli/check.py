@@ -1,4 +1,5 @@
-"""`slo check`: judge a run, a record store or Prometheus against the spec; the exit code is the verdict.
+"""`slo check`: judge a run, a record store or Prometheus against the spec; the exit code is
+the verdict.
 
 Exit 0: every objective met. Exit 1: an objective violated (or, with --strict, without enough
 data). Exit 2: bad input, one line on stderr.

@@ -72,7 +72,7 @@ def scrape_from_args(args: argparse.Namespace) -> Scrape:
     for target in targets:
         host, _, port = target.rpartition(":")
         if not host or not port.isdigit():
-            raise UsageError(f"--scrape-target {target!r}: expected HOST:PORT, e.g. 10.0.0.5:8000")  # fmt: skip
+            raise UsageError(f"--scrape-target {target!r}: expected HOST:PORT, e.g. 10.0.0.5:8000")
     ca_file: str | None = args.scrape_ca_file
     scheme = args.scrape_scheme or ("https" if ca_file else "http")
     if ca_file and scheme == "http":

@@ -90,10 +90,10 @@ def limit_addresses(app: ASGIApp, args: argparse.Namespace) -> ASGIApp:
     proxies = [part for part in args.trusted_proxies.split(",") if part.strip()]
     if per_minute is None:
         if proxies:
-            raise UsageError("--trusted-proxies is read only with --ip-requests-per-minute; add it")  # fmt: skip
+            raise UsageError("--trusted-proxies is read only with --ip-requests-per-minute; add it")
         return app
     if per_minute <= 0:
-        raise UsageError(f"--ip-requests-per-minute must be a positive number, got {per_minute:g}")  # fmt: skip
+        raise UsageError(f"--ip-requests-per-minute must be a positive number, got {per_minute:g}")
     from middleware.ip_limits import IpLimitMiddleware, IpRateLimiter
 
     try:

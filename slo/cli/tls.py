@@ -69,7 +69,9 @@ def server_tls_from_args(args: argparse.Namespace) -> ServerTls | None:
         for flag in ("ssl_keyfile", "ssl_ca_certs"):
             if getattr(args, flag) is not None:
                 name = "--" + flag.replace("_", "-")
-                raise UsageError(f"{name} needs --ssl-certfile too: TLS is served only with a certificate")  # fmt: skip
+                raise UsageError(
+                    f"{name} needs --ssl-certfile too: TLS is served only with a certificate"
+                )
         return None
     return ServerTls(certfile, args.ssl_keyfile, args.ssl_ca_certs, args.ssl_min_version)
 
@@ -121,7 +123,10 @@ def read_token_file(flag: str, path: str) -> str:
     if not token:
         raise UsageError(f"{flag} {path}: the file is empty; write the token on its first line")
     if any(ord(ch) < 33 or ord(ch) > 126 for ch in token):
-        raise UsageError(f"{flag} {path}: the token must be printable ASCII without spaces (e.g. `openssl rand -hex 32 > {path}`)")  # fmt: skip
+        raise UsageError(
+            f"{flag} {path}: the token must be printable ASCII without spaces "
+            f"(e.g. `openssl rand -hex 32 > {path}`)"
+        )
     return token
 
 
@@ -130,18 +135,27 @@ def check_certificate_file(flag: str, path: str, now: datetime.datetime | None) 
     text = _read(flag, path).decode("latin-1")
     blocks = _PEM_CERT.findall(text)
     if not blocks:
-        raise UsageError(f"{flag} {path}: no PEM certificate in it (expected '-----BEGIN CERTIFICATE-----'); give the certificate file, not the key")  # fmt: skip
+        raise UsageError(
+            f"{flag} {path}: no PEM certificate in it (expected '-----BEGIN CERTIFICATE-----'); "
+            "give the certificate file, not the key"
+        )
     try:
         not_before, not_after = certificate_validity(ssl.PEM_cert_to_DER_cert(blocks[0]))
     except ValueError:
-        raise UsageError(f"{flag} {path}: the first certificate is not valid DER inside its PEM armour; export it again") from None  # fmt: skip
+        raise UsageError(
+            f"{flag} {path}: the first certificate is not valid DER inside its PEM armour; "
+            "export it again"
+        ) from None
     now = now or datetime.datetime.now(datetime.UTC)
     if not_after < now:
         day = not_after.date().isoformat()
         raise UsageError(f"{flag} {path}: the certificate expired on {day}; renew it and restart")
     if not_before > now:
         when = not_before.isoformat(timespec="seconds")
-        raise UsageError(f"{flag} {path}: the certificate is not valid before {when}; check this machine's clock or reissue it")  # fmt: skip
+        raise UsageError(
+            f"{flag} {path}: the certificate is not valid before {when}; "
+            "check this machine's clock or reissue it"
+        )
 
 
 def certificate_validity(der: bytes) -> tuple[datetime.datetime, datetime.datetime]:
@@ -202,17 +216,30 @@ def _load_chain(context: ssl.SSLContext, flag: str, certfile: str, keyfile: str)
     key_flag = flag.replace("certfile", "keyfile") if keyfile != certfile else flag
     key_text = _read(key_flag, keyfile).decode("latin-1")
     if "ENCRYPTED" in key_text:
-        raise UsageError(f"{key_flag} {keyfile}: the key is encrypted; decrypt it once (`openssl pkey -in {keyfile} -out key.pem`) and keep that file readable by this user only")  # fmt: skip
+        raise UsageError(
+            f"{key_flag} {keyfile}: the key is encrypted; "
+            f"decrypt it once (`openssl pkey -in {keyfile} -out key.pem`) "
+            "and keep that file readable by this user only"
+        )
     if "PRIVATE KEY-----" not in key_text:
-        raise UsageError(f"{key_flag} {keyfile}: no PEM private key in it (expected '-----BEGIN PRIVATE KEY-----'); give the key with --ssl-keyfile")  # fmt: skip
+        raise UsageError(
+            f"{key_flag} {keyfile}: no PEM private key in it "
+            "(expected '-----BEGIN PRIVATE KEY-----'); give the key with --ssl-keyfile"
+        )
     try:
         # The callback answers any password prompt: a key that still wants one fails instead
         # of waiting on a terminal that a service does not have.
         context.load_cert_chain(certfile, keyfile, password=lambda: b"")
     except ssl.SSLError as error:
         if error.reason == "KEY_VALUES_MISMATCH":
-            raise UsageError(f"{key_flag} {keyfile} is not the key of the certificate in {flag} {certfile}; give the key it was issued for") from None  # fmt: skip
-        raise UsageError(f"{flag} {certfile}: OpenSSL refused the certificate and key ({error.reason or error}); check that both are PEM and belong together") from None  # fmt: skip
+            raise UsageError(
+                f"{key_flag} {keyfile} is not the key of the certificate in {flag} {certfile}; "
+                "give the key it was issued for"
+            ) from None
+        raise UsageError(
+            f"{flag} {certfile}: OpenSSL refused the certificate and key "
+            f"({error.reason or error}); check that both are PEM and belong together"
+        ) from None
 
 
 def _load_cas(context: ssl.SSLContext, flag: str, path: str, now: datetime.datetime | None) -> None:
@@ -220,7 +247,10 @@ def _load_cas(context: ssl.SSLContext, flag: str, path: str, now: datetime.datet
     try:
         context.load_verify_locations(cafile=path)
     except ssl.SSLError as error:
-        raise UsageError(f"{flag} {path}: OpenSSL refused the CA certificates ({error.reason}); give PEM CA certificates") from None  # fmt: skip
+        raise UsageError(
+            f"{flag} {path}: OpenSSL refused the CA certificates ({error.reason}); "
+            "give PEM CA certificates"
+        ) from None
 
 
 def _read(flag: str, path: str) -> bytes:
@@ -231,9 +261,14 @@ def _read(flag: str, path: str) -> bytes:
     except IsADirectoryError:
         raise UsageError(f"{flag} {path}: is a directory; give the file") from None
     except PermissionError:
-        raise UsageError(f"{flag} {path}: permission denied; make it readable by this user (e.g. chmod 640 and group of the service)") from None  # fmt: skip
+        raise UsageError(
+            f"{flag} {path}: permission denied; "
+            "make it readable by this user (e.g. chmod 640 and group of the service)"
+        ) from None
     except OSError as error:
-        raise UsageError(f"{flag} {path}: cannot read it ({error.strerror}); check the file") from None  # fmt: skip
+        raise UsageError(
+            f"{flag} {path}: cannot read it ({error.strerror}); check the file"
+        ) from None
 
 
 def uvicorn_config(context: ssl.SSLContext | None, app: Any, **options: Any) -> Any:

@@ -2,8 +2,9 @@
 on one seeded workload and set next to the ranges the industry comparison matrix claims.
 
 This module is the pure half: measurements in, ratio table, text and HTML out. The runs
-themselves happen in `engine.workloads.compare` (called from `slo.cli.compare.command`), so this half never imports the
-engine or torch. matplotlib, when installed, draws the chart; the report works without it.
+themselves happen in `engine.workloads.compare` (called from `slo.cli.compare.command`), so
+this half never imports the engine or torch. matplotlib, when installed, draws the chart; the
+report works without it.
 """
 
 from __future__ import annotations
@@ -163,8 +164,10 @@ def format_matrix(measurements: list[Measurement]) -> str:
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-           for line in lines]  # fmt: skip
+    out = [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    ]
     out.insert(1, "  ".join("-" * width for width in widths))
     out.append("")
     out.append(

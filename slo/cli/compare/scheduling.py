@@ -1,10 +1,10 @@
 """`slo compare --variants fifo,priority,slo`: the mixed-tier overload once per policy.
 
 Premium requests alone first, then beside a batch flood under each scheduling policy (the
-workload of `engine.workloads.overload`, the benchmark's), judged by `slo.isolation` against the spec's
-tiers: premium p95 TTFT and p99 ITL relative to premium alone, batch tokens/s relative to
-fifo, goodput. `--repeats` rounds, interleaved; each variant's rounds pooled (percentiles
-over all their requests).
+workload of `engine.workloads.overload`, the benchmark's), judged by `slo.isolation` against
+the spec's tiers: premium p95 TTFT and p99 ITL relative to premium alone, batch tokens/s
+relative to fifo, goodput. `--repeats` rounds, interleaved; each variant's rounds pooled
+(percentiles over all their requests).
 """
 
 from __future__ import annotations
