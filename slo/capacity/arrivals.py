@@ -55,11 +55,15 @@ def offsets(
     return times[:count]
 
 
-# A client is behind when it sends late by more than this share of the mean gap at p99, or
-# its achieved send rate falls below this share of the asked one: the server then saw less
-# load than the step claims, and a knee measured there would be the client's, not the server's.
-BEHIND_GAP_SHARE = 0.25
+# A client is behind its schedule when the server did not get the asked load: its achieved
+# send rate fell below BEHIND_RATE_SHARE of the asked one, or sends were late as a rule
+# (median over BEHIND_MEDIAN_GAPS of the mean gap), or bunched often (p99 over BEHIND_P99_GAPS
+# gaps: more than two requests sent as one, in more than 1% of sends). A knee measured then
+# would be the client's, not the server's. A lone stall of a shared machine is reported, not
+# counted.
 BEHIND_RATE_SHARE = 0.95
+BEHIND_MEDIAN_GAPS = 0.25
+BEHIND_P99_GAPS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +81,8 @@ class Lateness:
     def behind(self) -> bool:
         if self.asked_rate is None or self.sends < 2:
             return False
-        late = self.p99_s > BEHIND_GAP_SHARE / self.asked_rate
+        gap = 1.0 / self.asked_rate
+        late = self.p50_s > BEHIND_MEDIAN_GAPS * gap or self.p99_s > BEHIND_P99_GAPS * gap
         slow = (self.achieved_rate or 0.0) < BEHIND_RATE_SHARE * self.asked_rate
         return late or slow
 
