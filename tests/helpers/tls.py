@@ -94,7 +94,9 @@ def make_pki(directory: Path, prefix: str = "") -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     ca_cert, ca_key, ca_path, _ = issue(directory, f"{prefix}ca", None, None, days=60)
     _, _, server_cert, server_key = issue(directory, f"{prefix}server", ca_cert, ca_key)
-    _, _, client_cert, client_key = issue(directory, f"{prefix}client", ca_cert, ca_key, client=True)  # fmt: skip
+    _, _, client_cert, client_key = issue(
+        directory, f"{prefix}client", ca_cert, ca_key, client=True
+    )
     return Pki(ca_path, server_cert, server_key, client_cert, client_key, directory)
 
 

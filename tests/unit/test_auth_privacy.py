@@ -155,7 +155,8 @@ def spans_of(capture: ContentCapture | None, body: bytes) -> dict[str, Any]:
 def test_no_text_in_spans_by_default_and_redacted_when_captured() -> None:
     body = json.dumps(
         {
-            "prompt": "mail jane.doe@example.com, key sk-live_abcdefghijklmnop, card 4111 1111 1111 1111"
+            "prompt": "mail jane.doe@example.com, key sk-live_abcdefghijklmnop, "
+            "card 4111 1111 1111 1111"
         }
     ).encode()
     assert not any(k.startswith(("gen_ai.input", "gen_ai.output")) for k in spans_of(None, body))

@@ -57,8 +57,16 @@ ALL_MODULES = [name for package in PACKAGES for name in modules(package)]
 
 def test_the_walk_finds_the_modules_it_must() -> None:
     # A walk that silently found nothing would pass every check below.
-    for expected in ("slo.sli", "slo.cli.check", "slo.cli.bench.client", "engine.api.app",
-                     "middleware.core", "dashboards", "alerts.rules", "tools.train_bundled"):  # fmt: skip
+    for expected in (
+        "slo.sli",
+        "slo.cli.check",
+        "slo.cli.bench.client",
+        "engine.api.app",
+        "middleware.core",
+        "dashboards",
+        "alerts.rules",
+        "tools.train_bundled",
+    ):
         assert expected in ALL_MODULES
 
 

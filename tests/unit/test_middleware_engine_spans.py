@@ -25,8 +25,12 @@ def export(trace_id: str, queue_s: float, prefill_s: float, decode_s: float) -> 
         "gen_ai.latency.time_in_model_decode": decode_s,
         "gen_ai.usage.completion_tokens": 6,
     }
-    span = {"traceId": trace_id, "spanId": "00f067aa0ba902b7", "name": "llm_request",
-            "attributes": [{"key": k, "value": {"doubleValue": v}} for k, v in attributes.items()]}  # fmt: skip
+    span = {
+        "traceId": trace_id,
+        "spanId": "00f067aa0ba902b7",
+        "name": "llm_request",
+        "attributes": [{"key": k, "value": {"doubleValue": v}} for k, v in attributes.items()],
+    }
     return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
 
 
@@ -39,8 +43,12 @@ async def post_traces(app: Any, body: bytes, content_type: bytes = b"application
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/v1/traces",
-             "headers": [(b"content-type", content_type)]}  # fmt: skip
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/traces",
+        "headers": [(b"content-type", content_type)],
+    }
     await app(scope, receive, send)
     return int(sent[0]["status"])
 
@@ -91,8 +99,12 @@ def test_a_late_span_is_waited_for_and_none_leaves_the_wire_split(store: RecordS
 
     async def scenario() -> None:
         await call(app, clock, {"messages": [], "stream": True}, TRACEPARENT)
-        await call(app, clock, {"messages": [], "stream": True},
-                   [(b"traceparent", f"00-{other}-b7ad6b7169203331-01".encode())])  # fmt: skip
+        await call(
+            app,
+            clock,
+            {"messages": [], "stream": True},
+            [(b"traceparent", f"00-{other}-b7ad6b7169203331-01".encode())],
+        )
         store.flush()
         assert store.query() == []  # both wait for their engine spans
         assert await post_traces(app, export(TRACE, 0.01, 0.02, 0.03)) == 200
@@ -140,8 +152,12 @@ def test_waits_share_one_timer_however_many_requests_wait(store: RecordStore) ->
     async def scenario() -> None:
         for index in range(requests):
             trace = f"{index + 1:032x}"
-            await call(app, clock, {"messages": [], "stream": True},
-                       [(b"traceparent", f"00-{trace}-b7ad6b7169203331-01".encode())])  # fmt: skip
+            await call(
+                app,
+                clock,
+                {"messages": [], "stream": True},
+                [(b"traceparent", f"00-{trace}-b7ad6b7169203331-01".encode())],
+            )
             await asyncio.sleep(0.002)  # the waits end at 40 different moments
         await asyncio.sleep(0.3)  # every wait is over
 

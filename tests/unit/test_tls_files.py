@@ -53,7 +53,9 @@ def test_expired_and_not_yet_valid_name_the_file(pki: Pki, tmp_path: Path) -> No
     _, _, cert, key = issue(tmp_path, "old", None, None, not_before=old, days=2)
     with pytest.raises(UsageError, match=rf"--ssl-certfile {cert}: the certificate expired on"):
         server_context(ServerTls(str(cert), str(key)))
-    _, _, cert, key = issue(tmp_path, "future", None, None, not_before=NOW + datetime.timedelta(days=1))  # fmt: skip
+    _, _, cert, key = issue(
+        tmp_path, "future", None, None, not_before=NOW + datetime.timedelta(days=1)
+    )
     with pytest.raises(UsageError, match=rf"{cert}: the certificate is not valid before .*clock"):
         server_context(ServerTls(str(cert), str(key)))
 
@@ -69,7 +71,9 @@ def test_files_that_are_not_what_they_should_be(pki: Pki, tmp_path: Path) -> Non
     with pytest.raises(UsageError, match="no PEM private key in it"):
         server_context(ServerTls(str(pki.server_cert)))  # no key given, none in the cert file
     encrypted = tmp_path / "encrypted.key"
-    encrypted.write_text("-----BEGIN ENCRYPTED PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED PRIVATE KEY-----\n")  # fmt: skip
+    encrypted.write_text(
+        "-----BEGIN ENCRYPTED PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED PRIVATE KEY-----\n"
+    )
     with pytest.raises(UsageError, match="the key is encrypted; decrypt it once"):
         server_context(ServerTls(str(pki.server_cert), str(encrypted)))
     with pytest.raises(UsageError, match="no such file"):
@@ -134,5 +138,6 @@ def test_address_limit_flags() -> None:
         limit_addresses(app, _args("--trusted-proxies", "10.0.0.0/8"))  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="must be a positive number"):
         limit_addresses(app, _args("--ip-requests-per-minute", "0"))  # type: ignore[arg-type]
+    nonsense = _args("--ip-requests-per-minute", "5", "--trusted-proxies", "nonsense")
     with pytest.raises(UsageError, match="'nonsense' is not an IP address"):
-        limit_addresses(app, _args("--ip-requests-per-minute", "5", "--trusted-proxies", "nonsense"))  # type: ignore[arg-type]  # fmt: skip
+        limit_addresses(app, nonsense)  # type: ignore[arg-type]
