@@ -75,8 +75,12 @@ async def stream_all(base_url: str, count: int) -> list[int]:
     async with httpx.AsyncClient(timeout=60) as client:
 
         async def one(index: int) -> int:
-            body = {"model": "m", "messages": [{"role": "user", "content": f"hi {index}"}],
-                    "max_tokens": TOKENS, "stream": True}  # fmt: skip
+            body = {
+                "model": "m",
+                "messages": [{"role": "user", "content": f"hi {index}"}],
+                "max_tokens": TOKENS,
+                "stream": True,
+            }
             async with client.stream("POST", base_url + "/v1/chat/completions", json=body) as r:
                 assert r.status_code == 200
                 text = (await r.aread()).decode()
@@ -95,11 +99,21 @@ def wait_for(predicate, timeout_s: float = 30.0) -> None:  # type: ignore[no-unt
 def test_100_streams_take_their_engine_spans_phases(tmp_path: Path) -> None:
     port = free_port()
     db = tmp_path / "records.db"
-    with standin_server(
-        "vllm", tmp_path, queue_s=QUEUE_S, prefill_s=PREFILL_S, decode_s=DECODE_S,
-        otlp_url=f"http://127.0.0.1:{port}/v1/traces", export_delay_max_s=5, seed=7,
-    ) as upstream, slo_proxy(port, upstream, db, "--engine-spans", "always",
-                             "--engine-span-wait", "15") as base_url:  # fmt: skip
+    with (
+        standin_server(
+            "vllm",
+            tmp_path,
+            queue_s=QUEUE_S,
+            prefill_s=PREFILL_S,
+            decode_s=DECODE_S,
+            otlp_url=f"http://127.0.0.1:{port}/v1/traces",
+            export_delay_max_s=5,
+            seed=7,
+        ) as upstream,
+        slo_proxy(
+            port, upstream, db, "--engine-spans", "always", "--engine-span-wait", "15"
+        ) as base_url,
+    ):
         events = asyncio.run(stream_all(base_url, 100))
         assert events == [TOKENS] * 100
         name = CATALOG["engine_spans_joined"].metric
@@ -131,19 +145,36 @@ def test_each_request_is_recorded_once_whatever_happens_to_its_span(
 ) -> None:
     port = free_port()
     db = tmp_path / "records.db"
-    with standin_server(
-        "vllm", tmp_path, queue_s=QUEUE_S, prefill_s=PREFILL_S, decode_s=DECODE_S,
-        otlp_url=f"http://127.0.0.1:{port}/v1/traces", export=export, end_delay_s=0.3,
-    ) as upstream, slo_proxy(port, upstream, db, "--engine-spans", "always",
-                             "--engine-span-wait", "2") as base_url:  # fmt: skip
+    with (
+        standin_server(
+            "vllm",
+            tmp_path,
+            queue_s=QUEUE_S,
+            prefill_s=PREFILL_S,
+            decode_s=DECODE_S,
+            otlp_url=f"http://127.0.0.1:{port}/v1/traces",
+            export=export,
+            end_delay_s=0.3,
+        ) as upstream,
+        slo_proxy(
+            port, upstream, db, "--engine-spans", "always", "--engine-span-wait", "2"
+        ) as base_url,
+    ):
         assert asyncio.run(stream_all(base_url, 10)) == [TOKENS] * 10
         # A span of a trace nobody asked about, and an export that is not one.
-        stray = {"resourceSpans": [{"scopeSpans": [{"spans": [{
-            "traceId": "ab" * 16, "spanId": "cd" * 8, "name": "llm_request", "attributes": [
-                {"key": "gen_ai.latency.time_in_queue", "value": {"doubleValue": 1.0}}]}]}]}]}  # fmt: skip
+        span = {
+            "traceId": "ab" * 16,
+            "spanId": "cd" * 8,
+            "name": "llm_request",
+            "attributes": [{"key": "gen_ai.latency.time_in_queue", "value": {"doubleValue": 1.0}}],
+        }
+        stray = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
         assert httpx.post(base_url + "/v1/traces", json=stray).status_code == 200
-        bad = httpx.post(base_url + "/v1/traces", content=b"\x00\xffnot protobuf",
-                         headers={"content-type": "application/x-protobuf"})  # fmt: skip
+        bad = httpx.post(
+            base_url + "/v1/traces",
+            content=b"\x00\xffnot protobuf",
+            headers={"content-type": "application/x-protobuf"},
+        )
         assert bad.status_code == 400 and "protobuf" in bad.json()["message"]
         time.sleep(2.5)  # past the wait: every report has gone out
         values = metric_values(base_url)

@@ -41,8 +41,12 @@ def test_workers_add_up(tmp_path: Path) -> None:
     files = tmp_path / "prometheus"
     files.mkdir()
     # OTEL_METRICS_EXPORTER=prometheus: the gen_ai metrics on /metrics alone.
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(files), "PYTHONPATH": str(ROOT),
-           "OTEL_METRICS_EXPORTER": "prometheus"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PROMETHEUS_MULTIPROC_DIR": str(files),
+        "PYTHONPATH": str(ROOT),
+        "OTEL_METRICS_EXPORTER": "prometheus",
+    }
     outputs = [
         subprocess.run(
             [sys.executable, "-c", WORKER, role],
@@ -68,6 +72,13 @@ def test_workers_add_up(tmp_path: Path) -> None:
     assert total(text, "gen_ai_client_inference_usage_output_tokens_total") == workers * sent
     env.pop("OTEL_METRICS_EXPORTER")
     env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)  # a server of its own, OpenTelemetry off
-    off = subprocess.run([sys.executable, "-c", WORKER, "scrape"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120, check=True).stdout  # fmt: skip
+    off = subprocess.run(
+        [sys.executable, "-c", WORKER, "scrape"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     assert "gen_ai_" not in off and total(off, "llm_slo_requests_total") == len(REQUESTS)

@@ -46,7 +46,9 @@ async def health(request):
     return JSONResponse({{"ok": True}})
 
 inner = LatencyMiddleware(
-    Starlette(routes=[Route("/v1/completions", complete, methods=["POST"]), Route("/health", health)]),
+    Starlette(
+        routes=[Route("/v1/completions", complete, methods=["POST"]), Route("/health", health)]
+    ),
     spec={spec!r}, store=None, model="m",
 )
 # Push every second (15 s by default) so the test sees a push soon.

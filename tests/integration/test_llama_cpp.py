@@ -101,8 +101,9 @@ def llama_server(
     }
     if store is not None:
         env["LLM_SLO_TEST_STORE"] = store
-    command = [sys.executable, "-m", "uvicorn", "--factory", "tests.helpers.llama_server:create_app",
-               "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]  # fmt: skip
+    command = [sys.executable, "-m", "uvicorn",
+               "--factory", "tests.helpers.llama_server:create_app", "--host", "127.0.0.1",
+               "--port", str(port), "--log-level", "warning"]  # fmt: skip
     log_path = scratch / f"uvicorn-{port}.log"
     with child(command, log_path, env) as process:
         base_url = f"http://127.0.0.1:{port}"
@@ -174,8 +175,14 @@ def ask(client: Any, route: str, max_tokens: int, stream: bool) -> Seen:
         choice = reply.choices[0]
         text = choice.message.content if route == "chat" else choice.text
         usage = reply.usage
-        return Seen(max_tokens, 1 if text else 0, usage and usage.completion_tokens,
-                    usage and usage.prompt_tokens, 0, body_at)  # fmt: skip
+        return Seen(
+            max_tokens,
+            1 if text else 0,
+            usage and usage.completion_tokens,
+            usage and usage.prompt_tokens,
+            0,
+            body_at,
+        )
     first_text: float | None = None
     text_events = usage_chunks = 0
     for chunk in reply:

@@ -149,7 +149,9 @@ def test_prometheus_scrapes_with_the_generated_job(
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     requests = 7
     for _ in range(requests):
-        answer = _call(guarded, "POST", "/v1/completions", pki, json={"prompt": "x", "max_tokens": 2})  # fmt: skip
+        answer = _call(
+            guarded, "POST", "/v1/completions", pki, json={"prompt": "x", "max_tokens": 2}
+        )
         assert answer.status_code == 200
     expected = _counted(guarded, pki)
     assert expected >= requests

@@ -46,11 +46,18 @@ async def health(request: Request) -> JSONResponse:
 def https_engine(pki: Pki) -> Iterator[str]:
     import uvicorn
 
-    app = Starlette(routes=[Route("/v1/models", models), Route("/metrics", metrics),
-                            Route("/health", health)])  # fmt: skip
+    app = Starlette(
+        routes=[Route("/v1/models", models), Route("/metrics", metrics), Route("/health", health)]
+    )
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            ssl_certfile=str(pki.server_cert), ssl_keyfile=str(pki.server_key))  # fmt: skip
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        ssl_certfile=str(pki.server_cert),
+        ssl_keyfile=str(pki.server_key),
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
