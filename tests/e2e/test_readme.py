@@ -82,7 +82,8 @@ def test_bash_examples_run(where: str, script: str, tmp_path: Path) -> None:
         timeout=240,
     )
     assert result.returncode == 0, (
-        f"{where} failed:\n{script}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
+        f"{where} failed:\n{script}\n"
+        f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
     )
 
 

@@ -89,11 +89,21 @@ class DevTools:
     def screenshot(self, size: tuple[int, int], mobile: bool = False) -> bytes:
         """The whole page at this viewport width (the height grows to fit it)."""
         width, height = size
-        self.send("Emulation.setDeviceMetricsOverride", width=width, height=height,
-                  deviceScaleFactor=1, mobile=mobile)  # fmt: skip
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=mobile,
+        )
         full = int(self.evaluate("document.documentElement.scrollHeight"))
-        self.send("Emulation.setDeviceMetricsOverride", width=width, height=max(height, full),
-                  deviceScaleFactor=1, mobile=mobile)  # fmt: skip
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=max(height, full),
+            deviceScaleFactor=1,
+            mobile=mobile,
+        )
         data = self.send("Page.captureScreenshot", format="png")["data"]
         return base64.b64decode(data)
 
@@ -102,11 +112,19 @@ class DevTools:
 def browser(tmp_path: Path) -> Iterator[Callable[[], DevTools]]:
     profile = tmp_path / "profile"
     command = [
-        binary("chromium", "chromium-browser", "google-chrome"), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--hide-scrollbars", "--remote-debugging-port=0", f"--user-data-dir={profile}",
+        binary("chromium", "chromium-browser", "google-chrome"),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        "--remote-debugging-port=0",
+        f"--user-data-dir={profile}",
         "about:blank",
-    ]  # fmt: skip
+    ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sockets = contextlib.ExitStack()
 
@@ -135,13 +153,17 @@ def browser(tmp_path: Path) -> Iterator[Callable[[], DevTools]]:
 
 
 def complete(base_url: str, tier: str, max_tokens: int) -> int:
-    body = {"model": "bundled:tiny", "prompt": "Hello there", "max_tokens": max_tokens,
-            "stream": True}  # fmt: skip
+    body = {
+        "model": "bundled:tiny",
+        "prompt": "Hello there",
+        "max_tokens": max_tokens,
+        "stream": True,
+    }
     with (
         httpx.Client(timeout=120) as client,
         client.stream(
             "POST", f"{base_url}/v1/completions", json=body, headers={"x-llm-tier": tier}
-        ) as answer,  # fmt: skip
+        ) as answer,
     ):
         answer.read()
         return answer.status_code
@@ -165,12 +187,19 @@ def test_the_on_call_page_healthy_then_burning(
         page = browser()
         for domain in ("Page", "Runtime", "Log", "Network"):
             page.send(f"{domain}.enable")
-        page.send("Emulation.setDeviceMetricsOverride", width=LAPTOP[0], height=LAPTOP[1],
-                  deviceScaleFactor=1, mobile=False)  # fmt: skip
+        page.send(
+            "Emulation.setDeviceMetricsOverride",
+            width=LAPTOP[0],
+            height=LAPTOP[1],
+            deviceScaleFactor=1,
+            mobile=False,
+        )
         page.send("Page.navigate", url=f"{base_url}/slo.html?range=1m")
         page.wait_for("document.querySelectorAll('#tiers section').length === 2", 20)
         assert page.evaluate("document.querySelector('#alerts li').className") == "none"
-        states = page.evaluate("[...document.querySelectorAll('#overview tr')].map(r => r.dataset.state)")  # fmt: skip
+        states = page.evaluate(
+            "[...document.querySelectorAll('#overview tr')].map(r => r.dataset.state)"
+        )
         assert states and set(states) == {"met"}, states
         assert page.evaluate("document.querySelector('.phasebar i') !== null")  # phases drawn
         assert page.evaluate("document.querySelector('#engine b') !== null")  # engine reported
@@ -185,11 +214,18 @@ def test_the_on_call_page_healthy_then_burning(
         assert float(page.evaluate("document.body.dataset.evaluatedAt")) > first_refresh
         assert len(page.named("Page.loadEventFired")) == 1  # refreshed in place, never reloaded
 
-        alerts = page.evaluate("[...document.querySelectorAll('#alerts li')].map(li => [li.dataset.alert, li.dataset.tier, li.textContent])")  # fmt: skip
+        alerts = page.evaluate(
+            "[...document.querySelectorAll('#alerts li')]"
+            ".map(li => [li.dataset.alert, li.dataset.tier, li.textContent])"
+        )
         assert ["LLMSLOE2EBudgetBurn", "premium"] in [a[:2] for a in alerts], alerts
         assert all("runbooks/LLMSLOE2EBudgetBurn.md" in a[2] for a in alerts if "E2E" in a[0])
         assert page.evaluate("document.querySelector('#tiers section').dataset.tier") == "premium"
-        first_row = page.evaluate("[document.querySelector('#overview tr').dataset.tier, document.querySelector('#overview tr').dataset.state, document.querySelector('#overview tr').textContent]")  # fmt: skip
+        first_row = page.evaluate(
+            "[document.querySelector('#overview tr').dataset.tier, "
+            "document.querySelector('#overview tr').dataset.state, "
+            "document.querySelector('#overview tr').textContent]"
+        )
         assert first_row[:2] == ["premium", "firing"] and "p90 E2E" in first_row[2], first_row
         assert page.evaluate("document.querySelector('.burn td[data-state=firing]') !== null")
         requests = page.evaluate("document.querySelector('#tiers section h3').textContent")
