@@ -142,8 +142,10 @@ def sessions(
         for turn in range(turns):
             question = _block_text(rng.randrange(1 << 30), int(turn_tokens * chars_per_token))
             prompt = history + question
-            requests.append(TraceRequest(start + turn * think_s, round(len(prompt) /
-                                         chars_per_token), output_tokens, None, prompt))  # fmt: skip
+            tokens = round(len(prompt) / chars_per_token)
+            requests.append(
+                TraceRequest(start + turn * think_s, tokens, output_tokens, None, prompt)
+            )
             answer = _block_text(rng.randrange(1 << 30), int(output_tokens * chars_per_token))
             history = prompt + answer
         start += rng.expovariate(rate)

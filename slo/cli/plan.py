@@ -19,13 +19,33 @@ DESCRIPTION = (
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("capacity", nargs="+", help="capacity.json files or the directories holding them")  # fmt: skip
+    parser.add_argument(
+        "capacity", nargs="+", help="capacity.json files or the directories holding them"
+    )
     target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--rate", metavar="T=R,...", help="target requests/s per tier, e.g. premium=10,standard=30")  # fmt: skip
-    target.add_argument("--peak-rate", type=float, metavar="R", help="target total requests/s at the measured tier mix")  # fmt: skip
-    target.add_argument("--diurnal", metavar="H=R,...", help="a day: hour=requests/s, each holding until the next, e.g. 0=10,8=50,20=20")  # fmt: skip
-    parser.add_argument("--headroom", type=float, default=0.2, help="share of each replica's capacity kept free at the target (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--price", type=float, metavar="USD", help="price of one replica-hour, for the cost lines")  # fmt: skip
+    target.add_argument(
+        "--rate", metavar="T=R,...", help="target requests/s per tier, e.g. premium=10,standard=30"
+    )
+    target.add_argument(
+        "--peak-rate",
+        type=float,
+        metavar="R",
+        help="target total requests/s at the measured tier mix",
+    )
+    target.add_argument(
+        "--diurnal",
+        metavar="H=R,...",
+        help="a day: hour=requests/s, each holding until the next, e.g. 0=10,8=50,20=20",
+    )
+    parser.add_argument(
+        "--headroom",
+        type=float,
+        default=0.2,
+        help="share of each replica's capacity kept free at the target (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--price", type=float, metavar="USD", help="price of one replica-hour, for the cost lines"
+    )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 

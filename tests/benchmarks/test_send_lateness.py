@@ -37,13 +37,21 @@ async def _plain_sleep(deadline: float) -> None:
 
 
 def _run(url: str) -> Lateness:
-    plan = plan_requests(get_profile("voice"), int(RATE * SECONDS), seed=3, max_model_len=4096,
-                         rate=RATE)  # fmt: skip
+    plan = plan_requests(
+        get_profile("voice"), int(RATE * SECONDS), seed=3, max_model_len=4096, rate=RATE
+    )
     settings = RequestSettings("slots", "chat")
     result = asyncio.run(
-        runner.run_plan(url, plan, settings, concurrency=None, duration_limit_s=SECONDS * 3,
-                        out=None, progress=False)
-    )  # fmt: skip
+        runner.run_plan(
+            url,
+            plan,
+            settings,
+            concurrency=None,
+            duration_limit_s=SECONDS * 3,
+            out=None,
+            progress=False,
+        )
+    )
     return lateness_of(result.late_s, result.sent_at, RATE)
 
 
@@ -55,18 +63,27 @@ def test_send_lateness_at_200_requests_per_second(monkeypatch: pytest.MonkeyPatc
             patch.setattr(runner, "_until", _plain_sleep)
             peer = _run(url)
     rows = [
-        [name, f"{s.p50_s * 1e3:.3f}", f"{s.p99_s * 1e3:.3f}", f"{s.max_s * 1e3:.2f}",
-         f"{s.achieved_rate or 0:.1f}"]
-        for name, s in (("slo bench (sleep, then yield until due)", ours),
-                        ("peer: asyncio.sleep until due", peer))
-    ]  # fmt: skip
-    text = "\n".join([
-        stamp(load_at_start),
-        f"Poisson arrivals at {RATE:g} req/s for {SECONDS:g} s against the K-slot stand-in "
-        "(64 x 20 ms); lateness = when the request's task starts minus its schedule.",
-        "",
-        table(["pacing", "p50 ms", "p99 ms", "max ms", "sent req/s"], rows),
-    ])  # fmt: skip
+        [
+            name,
+            f"{s.p50_s * 1e3:.3f}",
+            f"{s.p99_s * 1e3:.3f}",
+            f"{s.max_s * 1e3:.2f}",
+            f"{s.achieved_rate or 0:.1f}",
+        ]
+        for name, s in (
+            ("slo bench (sleep, then yield until due)", ours),
+            ("peer: asyncio.sleep until due", peer),
+        )
+    ]
+    text = "\n".join(
+        [
+            stamp(load_at_start),
+            f"Poisson arrivals at {RATE:g} req/s for {SECONDS:g} s against the K-slot stand-in "
+            "(64 x 20 ms); lateness = when the request's task starts minus its schedule.",
+            "",
+            table(["pacing", "p50 ms", "p99 ms", "max ms", "sent req/s"], rows),
+        ]
+    )
     print("\n" + text)
     write_section(PAGE, "slo bench: send lateness", "send-lateness", text)
     assert ours.p99_s < 0.001, f"p99 send lateness {ours.p99_s * 1e3:.3f} ms (goal < 1 ms)"

@@ -90,8 +90,13 @@ class SlotServer:
             return
         watch.cancel()
         _, end = reply.result()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
         await send({"type": "http.response.body", "body": _chunk("a"), "more_body": True})
         await _sleep_until(end)
         usage = {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
@@ -115,8 +120,13 @@ def _chunk(text: str | None, usage: dict[str, int] | None = None) -> bytes:
 
 
 async def _json(send: Send, body: dict[str, Any]) -> None:
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
     await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
 

@@ -47,13 +47,40 @@ def test_the_found_rate_holds_and_one_fifth_more_does_not(
     spec_path = tmp_path / "slo.yaml"
     spec_path.write_text(SPEC)
     out = tmp_path / "capacity"
-    with slo_serve("--model", "bundled:tiny", "--spec", str(spec_path),
-                   "--store", f"sqlite:///{tmp_path / 'records.db'}") as url:  # fmt: skip
+    with slo_serve(
+        "--model",
+        "bundled:tiny",
+        "--spec",
+        str(spec_path),
+        "--store",
+        f"sqlite:///{tmp_path / 'records.db'}",
+    ) as url:
         started = time.monotonic()
-        code = main(["bench", "--url", url, "--find-max-rate", "--spec", str(spec_path),
-                     "--profile", "voice", "--tier-mix", "premium=0.5,standard=0.5",
-                     "--tail-events", "3", "--min-window", "8", "--cooldown", "1",
-                     "--probe-concurrency", "8", "--out", str(out), "--quiet"])  # fmt: skip
+        code = main(
+            [
+                "bench",
+                "--url",
+                url,
+                "--find-max-rate",
+                "--spec",
+                str(spec_path),
+                "--profile",
+                "voice",
+                "--tier-mix",
+                "premium=0.5,standard=0.5",
+                "--tail-events",
+                "3",
+                "--min-window",
+                "8",
+                "--cooldown",
+                "1",
+                "--probe-concurrency",
+                "8",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
         took = time.monotonic() - started
         printed = capsys.readouterr().out
         assert code == 0, printed
@@ -61,9 +88,16 @@ def test_the_found_rate_holds_and_one_fifth_more_does_not(
         document = json.loads((out / "capacity.json").read_text())
         found = document["max_rate"]
         window = document["window"]
-        shape = StepShape(get_profile("voice"), MIX, window["warmup_requests"],
-                          window["measured_requests"], 4096, 100, 1.0,
-                          min_window_s=window["min_window_s"])  # fmt: skip
+        shape = StepShape(
+            get_profile("voice"),
+            MIX,
+            window["warmup_requests"],
+            window["measured_requests"],
+            4096,
+            100,
+            1.0,
+            min_window_s=window["min_window_s"],
+        )
         settings = RequestSettings("bundled:tiny", "chat")
         spec = SLOSpec.load(spec_path)
         time.sleep(1)

@@ -43,10 +43,31 @@ def test_the_search_finds_k_over_t(
     spec.write_text(SPEC)
     out = tmp_path / "capacity"
     with slot_server_process(slots, hold_s) as url:
-        code = main(["bench", "--url", url, "--find-max-rate", "--spec", str(spec),
-                     "--profile", "voice", "--tier-mix", "premium=0.5,standard=0.5",
-                     "--arrival", "constant", "--tail-events", "5", "--cooldown", "0.3", "--min-window", "2",
-                     "--out", str(out), "--quiet"])  # fmt: skip
+        code = main(
+            [
+                "bench",
+                "--url",
+                url,
+                "--find-max-rate",
+                "--spec",
+                str(spec),
+                "--profile",
+                "voice",
+                "--tier-mix",
+                "premium=0.5,standard=0.5",
+                "--arrival",
+                "constant",
+                "--tail-events",
+                "5",
+                "--cooldown",
+                "0.3",
+                "--min-window",
+                "2",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
     printed = capsys.readouterr().out
     assert code == 0, printed
     document = json.loads((out / "capacity.json").read_text())

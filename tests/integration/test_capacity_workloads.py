@@ -21,8 +21,22 @@ def test_slo_bench_replays_a_trace_against_a_server(
     trace = _trace(tmp_path, [dict(line, timestamp=line["timestamp"] / 100) for line in MOONCAKE])
     out = tmp_path / "run.jsonl"
     with slot_server_process(8, 0.01) as url:
-        code = main(["bench", "--url", url, "--trace", str(trace), "--trace-scale", "2",
-                     "--tier-mix", "standard=1", "--out", str(out), "--quiet"])  # fmt: skip
+        code = main(
+            [
+                "bench",
+                "--url",
+                url,
+                "--trace",
+                str(trace),
+                "--trace-scale",
+                "2",
+                "--tier-mix",
+                "standard=1",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
     assert code == 0, capsys.readouterr().out
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["tier"] for r in records) == ["premium", "standard", "standard", "standard"]

@@ -28,8 +28,10 @@ TARGET = ScaleTarget("vllm", "serving", 2, 12, 0.6, "http://prometheus:9090")
 
 @pytest.fixture(scope="module")
 def manifests() -> dict[str, Any]:
-    return {path: yaml.safe_load(text) for path, text in
-            render_autoscaling(SLOSpec.default(), TARGET).items()}  # fmt: skip
+    return {
+        path: yaml.safe_load(text)
+        for path, text in render_autoscaling(SLOSpec.default(), TARGET).items()
+    }
 
 
 def test_the_scaled_object_passes_kedas_schema(manifests: dict[str, Any]) -> None:
@@ -52,8 +54,11 @@ def test_the_hpa_and_the_adapter_rules_pass_kubernetes_schemas(manifests: dict[s
     rules = yaml.safe_load(adapter["data"]["config.yaml"])["rules"]["external"]
     served = [rule["name"]["as"] for rule in rules]
     asked = [metric["external"]["metric"]["name"] for metric in hpa["spec"]["metrics"]]
-    assert served == asked == ["llm_slo_ttft_headroom_ratio_premium",
-                               "llm_slo_ttft_headroom_ratio_standard"]  # fmt: skip
+    assert (
+        served
+        == asked
+        == ["llm_slo_ttft_headroom_ratio_premium", "llm_slo_ttft_headroom_ratio_standard"]
+    )
     assert {m["external"]["target"]["value"] for m in hpa["spec"]["metrics"]} == {"600m"}
     broken = json.loads(json.dumps(hpa))
     broken["spec"]["maxReplicas"] = "many"
@@ -94,16 +99,34 @@ def test_prometheus_computes_the_same_ratio_as_the_gauge(tmp_path: Path) -> None
         ('llm_slo_prefill_time_seconds_sum{tier="standard"}', "0x10"),
         ('llm_slo_prefill_time_seconds_count{tier="standard"}', "0x10"),
     ]
-    test = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
-        "interval": "1m",
-        "input_series": [{"series": name, "values": values} for name, values in series],
-        "promql_expr_test": [
-            {"expr": "headroom:premium", "eval_time": "5m",
-             "exp_samples": [{"labels": "headroom:premium", "value": 1.25}]},
-            {"expr": "headroom:standard", "eval_time": "5m",
-             "exp_samples": [{"labels": "headroom:standard", "value": 1.2}]},
-        ]}]}  # fmt: skip
+    test = {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": name, "values": values} for name, values in series],
+                "promql_expr_test": [
+                    {
+                        "expr": "headroom:premium",
+                        "eval_time": "5m",
+                        "exp_samples": [{"labels": "headroom:premium", "value": 1.25}],
+                    },
+                    {
+                        "expr": "headroom:standard",
+                        "eval_time": "5m",
+                        "exp_samples": [{"labels": "headroom:standard", "value": 1.2}],
+                    },
+                ],
+            }
+        ],
+    }
     (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
-    result = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [promtool, "test", "rules", "test.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -32,8 +32,9 @@ def ks_statistic(sample: list[float], cdf: Callable[[np.ndarray], np.ndarray]) -
     below = np.nextafter(xs, -np.inf)
     empirical_at = np.searchsorted(xs, xs, side="right") / n
     empirical_below = np.searchsorted(xs, below, side="right") / n
-    return float(max(np.abs(empirical_at - cdf(xs)).max(),
-                     np.abs(empirical_below - cdf(below)).max()))  # fmt: skip
+    return float(
+        max(np.abs(empirical_at - cdf(xs)).max(), np.abs(empirical_below - cdf(below)).max())
+    )
 
 
 def test_constant_gaps_are_all_one_over_the_rate() -> None:
@@ -68,8 +69,9 @@ def test_gamma_gaps_have_shape_burstiness_and_mean_one_over_the_rate(burstiness:
 
 
 def test_plan_requests_spaces_requests_by_the_arrival_process() -> None:
-    plan = plan_requests(get_profile("voice"), 50, seed=1, max_model_len=4096, rate=10.0,
-                         arrival="constant")  # fmt: skip
+    plan = plan_requests(
+        get_profile("voice"), 50, seed=1, max_model_len=4096, rate=10.0, arrival="constant"
+    )
     assert [round(p.offset_s, 9) for p in plan] == [round(i / 10, 9) for i in range(50)]
     poisson = plan_requests(get_profile("voice"), 50, seed=1, max_model_len=4096, rate=10.0)
     assert len({round(b.offset_s - a.offset_s, 9) for a, b in itertools.pairwise(poisson)}) > 40
@@ -77,10 +79,12 @@ def test_plan_requests_spaces_requests_by_the_arrival_process() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "burstiness", "message"),
-    [("uniform", 1.0, "--arrival 'uniform': unknown process"),
-     ("gamma", 0.0, "--burstiness must be > 0"),
-     ("poisson", 2.0, "--burstiness 2 needs --arrival gamma")],
-)  # fmt: skip
+    [
+        ("uniform", 1.0, "--arrival 'uniform': unknown process"),
+        ("gamma", 0.0, "--burstiness must be > 0"),
+        ("poisson", 2.0, "--burstiness 2 needs --arrival gamma"),
+    ],
+)
 def test_bad_arrivals_are_refused_by_name(kind: str, burstiness: float, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         check_arrival(kind, 1.0, burstiness)

@@ -67,19 +67,32 @@ def test_a_target_mix_unlike_the_measured_one_is_warned_of() -> None:
 
 
 def test_knobs_come_from_serve_flags_and_the_servers_scheduling() -> None:
-    document = {"engine": {"policy": "slo", "max_batch_size": 64,
-                           "serve_args": ["--quantization=int8", "--max-batch-size", "16"]}}  # fmt: skip
+    document = {
+        "engine": {
+            "policy": "slo",
+            "max_batch_size": 64,
+            "serve_args": ["--quantization=int8", "--max-batch-size", "16"],
+        }
+    }
     assert knobs(document) == {"quantization": "int8", "scheduling": "slo", "max_batch_size": 16}
     assert knobs({"engine": {"policy": "fifo", "max_batch_size": 8}})["quantization"] == "none"
-    assert knobs({"engine": {}}) == {"quantization": None, "scheduling": None,
-                                     "max_batch_size": None}  # fmt: skip
+    assert knobs({"engine": {}}) == {
+        "quantization": None,
+        "scheduling": None,
+        "max_batch_size": None,
+    }
 
 
 def _capacity(path: Path, max_rate: float, tokens: float, serve_args: list[str]) -> Path:
     step = {"rate": max_rate, "verdict": "pass", "mean_output_tokens": tokens, "tiers": {}}
-    document = {"version": 1, "mode": "rate", "max_rate": max_rate, "steps": [step],
-                "workload": {"tier_mix": {"premium": 0.5, "standard": 0.5}},
-                "engine": {"policy": "slo", "max_batch_size": 64, "serve_args": serve_args}}  # fmt: skip
+    document = {
+        "version": 1,
+        "mode": "rate",
+        "max_rate": max_rate,
+        "steps": [step],
+        "workload": {"tier_mix": {"premium": 0.5, "standard": 0.5}},
+        "engine": {"policy": "slo", "max_batch_size": 64, "serve_args": serve_args},
+    }
     path.mkdir()
     (path / "capacity.json").write_text(json.dumps(document))
     return path
@@ -90,8 +103,9 @@ def test_the_command_compares_runs_that_differ_in_a_knob(
 ) -> None:
     base = _capacity(tmp_path / "fp32", 40, 50, [])
     int8 = _capacity(tmp_path / "int8", 60, 50, ["--quantization=int8"])
-    code = main(["plan", str(base), str(int8), "--rate", "premium=50,standard=50",
-                 "--price", "2", "--json"])  # fmt: skip
+    code = main(
+        ["plan", str(base), str(int8), "--rate", "premium=50,standard=50", "--price", "2", "--json"]
+    )
     assert code == 0
     plans = json.loads(capsys.readouterr().out)["plans"]
     # 100 / 32 -> 4 replicas ($8/h); 100 / 48 -> 3 replicas ($6/h), the same 18 M tokens/h.
@@ -100,8 +114,10 @@ def test_the_command_compares_runs_that_differ_in_a_knob(
     assert plans[1]["cost_per_million_output_tokens"] == pytest.approx(6 / 18, abs=1e-4)
     main(["plan", str(base), str(int8), "--peak-rate", "100", "--price", "2"])
     text = capsys.readouterr().out
-    assert "against the first: max_rate +50%, replicas -1, cost per million output tokens -25% " \
-           "(quantization none -> int8)" in text  # fmt: skip
+    assert (
+        "against the first: max_rate +50%, replicas -1, cost per million output tokens -25% "
+        "(quantization none -> int8)" in text
+    )
 
 
 def test_a_concurrency_run_cannot_be_planned(

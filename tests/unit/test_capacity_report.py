@@ -14,16 +14,36 @@ def _document() -> dict[str, object]:
     def step(
         index: int, rate: float, verdict: str, goodput: float, ttft: float
     ) -> dict[str, object]:
-        objective = {"objective": "p90 ttft <= 50ms", "verdict": "met" if ttft <= 0.05 else
-                     "violated", "observed_s": ttft, "threshold_s": 0.05, "severity": ttft / 0.05}  # fmt: skip
-        return {"step": index, "rate": rate, "verdict": verdict, "goodput_rps": goodput,
-                "throughput_rps": goodput, "measured_requests": 100, "stopped_early": None,
-                "tiers": {"premium": {"verdict": verdict, "objectives": [objective]}}}  # fmt: skip
+        objective = {
+            "objective": "p90 ttft <= 50ms",
+            "verdict": "met" if ttft <= 0.05 else "violated",
+            "observed_s": ttft,
+            "threshold_s": 0.05,
+            "severity": ttft / 0.05,
+        }
+        return {
+            "step": index,
+            "rate": rate,
+            "verdict": verdict,
+            "goodput_rps": goodput,
+            "throughput_rps": goodput,
+            "measured_requests": 100,
+            "stopped_early": None,
+            "tiers": {"premium": {"verdict": verdict, "objectives": [objective]}},
+        }
 
-    return {"version": 1, "mode": "rate", "max_rate": 40.0,
-            "per_tier": {"premium": {"max_rate": 40.0, "binding_objective": "p90 ttft <= 50ms"}},
-            "steps": [step(1, 32, "pass", 31.5, 0.01), step(2, 64, "fail", 20.0, 0.4),
-                      step(3, 48, "fail", 30.0, 0.2), step(4, 40, "pass", 39.0, 0.03)]}  # fmt: skip
+    return {
+        "version": 1,
+        "mode": "rate",
+        "max_rate": 40.0,
+        "per_tier": {"premium": {"max_rate": 40.0, "binding_objective": "p90 ttft <= 50ms"}},
+        "steps": [
+            step(1, 32, "pass", 31.5, 0.01),
+            step(2, 64, "fail", 20.0, 0.4),
+            step(3, 48, "fail", 30.0, 0.2),
+            step(4, 40, "pass", 39.0, 0.03),
+        ],
+    }
 
 
 def test_the_capacity_page_marks_the_knee_and_the_baseline(

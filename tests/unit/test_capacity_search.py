@@ -71,8 +71,14 @@ def test_the_measured_window_gives_each_tier_its_tail_events() -> None:
 
 
 def _record(tier: str, ttft: float, outcome: str = "ok", e2e: float = 0.5) -> dict[str, object]:
-    return {"tier": tier, "outcome": outcome, "client_ttft_s": ttft, "ttft_s": 0.0,
-            "client_e2e_s": e2e, "e2e_s": e2e}  # fmt: skip
+    return {
+        "tier": tier,
+        "outcome": outcome,
+        "client_ttft_s": ttft,
+        "ttft_s": 0.0,
+        "client_e2e_s": e2e,
+        "e2e_s": e2e,
+    }
 
 
 def test_a_step_stops_once_it_cannot_pass_and_not_before() -> None:
@@ -96,26 +102,40 @@ def _step(load: float, **tiers: tuple[str, list[tuple[str, str, float]]]) -> dic
         "rate": load,
         "verdict": "pass" if all(v == "pass" for v, _ in tiers.values()) else "fail",
         "tiers": {
-            name: {"verdict": verdict, "objectives": [
-                {"objective": o, "verdict": v, "severity": s, "observed_s": None,
-                 "threshold_s": None} for o, v, s in objectives]}
+            name: {
+                "verdict": verdict,
+                "objectives": [
+                    {
+                        "objective": o,
+                        "verdict": v,
+                        "severity": s,
+                        "observed_s": None,
+                        "threshold_s": None,
+                    }
+                    for o, v, s in objectives
+                ],
+            }
             for name, (verdict, objectives) in tiers.items()
         },
-    }  # fmt: skip
+    }
 
 
 def test_per_tier_takes_each_tiers_own_best_and_the_first_objective_to_give_way() -> None:
     ttft, e2e = "p90 ttft <= 20ms", "p95 e2e <= 1s"
     steps = [
         _step(10, premium=("pass", [(ttft, "met", 0.5)]), standard=("pass", [(e2e, "met", 0.2)])),
-        _step(20, premium=("fail", [(ttft, "violated", 3.0)]),
-              standard=("pass", [(e2e, "met", 0.6)])),
-        _step(15, premium=("fail", [(ttft, "violated", 1.2)]),
-              standard=("pass", [(e2e, "met", 0.4)])),
-        _step(40, premium=("fail", [(ttft, "violated", 9.0), ("availability >= 99%", "violated",
-                                                              20.0)]),
-              standard=("fail", [(e2e, "violated", 1.5)])),
-    ]  # fmt: skip
+        _step(
+            20, premium=("fail", [(ttft, "violated", 3.0)]), standard=("pass", [(e2e, "met", 0.6)])
+        ),
+        _step(
+            15, premium=("fail", [(ttft, "violated", 1.2)]), standard=("pass", [(e2e, "met", 0.4)])
+        ),
+        _step(
+            40,
+            premium=("fail", [(ttft, "violated", 9.0), ("availability >= 99%", "violated", 20.0)]),
+            standard=("fail", [(e2e, "violated", 1.5)]),
+        ),
+    ]
     tiers = per_tier(steps, "rate")
     assert tiers["premium"]["max_rate"] == 10
     assert tiers["premium"]["binding_objective"] == ttft  # at 15, the lowest failing load

@@ -17,11 +17,16 @@ from slo.errors import UsageError
 # a tier added to one, and a line in seconds.
 MOONCAKE = [
     {"timestamp": 0, "input_length": 655, "output_length": 52, "hash_ids": [46, 47]},
-    {"timestamp": 10535, "input_length": 672, "output_length": 26, "hash_ids": [46, 47],
-     "tier": "premium"},
+    {
+        "timestamp": 10535,
+        "input_length": 672,
+        "output_length": 26,
+        "hash_ids": [46, 47],
+        "tier": "premium",
+    },
     {"timestamp": 27482, "input_length": 655, "output_length": 52, "hash_ids": [46, 47]},
     {"timestamp": 5000, "input_length": 300, "output_length": 8, "hash_ids": [48]},
-]  # fmt: skip
+]
 
 
 def _trace(tmp_path: Path, lines: list[object]) -> Path:
@@ -55,11 +60,13 @@ def test_a_trace_is_fitted_to_the_context(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("line", "message"),
-    [("{", r"trace.jsonl:1: not JSON"),
-     ("[1, 2]", "trace.jsonl:1: each line must be a JSON object"),
-     ('{"timestamp": 0, "output_length": 3}', "needs 'input_length' or 'input_tokens'"),
-     ('{"timestamp": -1, "input_length": 3, "output_length": 3}', "needs 'timestamp'")],
-)  # fmt: skip
+    [
+        ("{", r"trace.jsonl:1: not JSON"),
+        ("[1, 2]", "trace.jsonl:1: each line must be a JSON object"),
+        ('{"timestamp": 0, "output_length": 3}', "needs 'input_length' or 'input_tokens'"),
+        ('{"timestamp": -1, "input_length": 3, "output_length": 3}', "needs 'timestamp'"),
+    ],
+)
 def test_a_bad_line_is_named_with_its_place(tmp_path: Path, line: str, message: str) -> None:
     path = tmp_path / "trace.jsonl"
     path.write_text(line + "\n")
@@ -68,8 +75,9 @@ def test_a_bad_line_is_named_with_its_place(tmp_path: Path, line: str, message: 
 
 
 def test_sessions_share_a_growing_prefix() -> None:
-    requests = sessions(random.Random(1), 3, 4, rate=2.0, think_s=0.5, turn_tokens=20,
-                        output_tokens=10)  # fmt: skip
+    requests = sessions(
+        random.Random(1), 3, 4, rate=2.0, think_s=0.5, turn_tokens=20, output_tokens=10
+    )
     assert len(requests) == 12
     by_session: dict[str, list[str]] = {}
     for request in requests:

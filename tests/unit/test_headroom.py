@@ -40,12 +40,18 @@ class Series:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.queue = Gauge(CATALOG["queue_depth"].metric, "waiting", ["tier", "model"],
-                           registry=self.registry)  # fmt: skip
-        self.requests = Counter(CATALOG["requests"].metric.removesuffix("_total"), "done",
-                                ["tier", "model", "route", "outcome"], registry=self.registry)  # fmt: skip
-        self.prefill = Histogram(CATALOG["prefill"].metric, "prefill", ["tier", "model", "route"],
-                                 registry=self.registry)  # fmt: skip
+        self.queue = Gauge(
+            CATALOG["queue_depth"].metric, "waiting", ["tier", "model"], registry=self.registry
+        )
+        self.requests = Counter(
+            CATALOG["requests"].metric.removesuffix("_total"),
+            "done",
+            ["tier", "model", "route", "outcome"],
+            registry=self.registry,
+        )
+        self.prefill = Histogram(
+            CATALOG["prefill"].metric, "prefill", ["tier", "model", "route"], registry=self.registry
+        )
         self.now = 0.0
         self.collector = HeadroomCollector(SPEC, self.registry, clock=lambda: self.now)
         self.registry.register(self.collector)

@@ -47,12 +47,20 @@ class CapacityOptions:
             (not 0 < self.resolution < 1, f"--resolution must be in (0, 1), got {self.resolution}"),
             (self.max_steps < 2, f"--max-steps must be >= 2, got {self.max_steps}"),
             (self.tail_events < 1, f"--tail-events must be >= 1, got {self.tail_events}"),
-            (not 0 <= self.warmup_share < 1, f"--warmup must be in [0, 1), got {self.warmup_share}"),
-            (self.start is not None and not self.start > 0, f"--start must be > 0, got {self.start}"),
+            (
+                not 0 <= self.warmup_share < 1,
+                f"--warmup must be in [0, 1), got {self.warmup_share}",
+            ),
+            (
+                self.start is not None and not self.start > 0,
+                f"--start must be > 0, got {self.start}",
+            ),
             (not self.cooldown_s >= 0, f"--cooldown must be >= 0, got {self.cooldown_s}"),
-            (self.probe_concurrency < 1,
-             f"--probe-concurrency must be >= 1, got {self.probe_concurrency}"),
-        ]  # fmt: skip
+            (
+                self.probe_concurrency < 1,
+                f"--probe-concurrency must be >= 1, got {self.probe_concurrency}",
+            ),
+        ]
         for failed, message in problems:
             if failed:
                 raise UsageError(message)

@@ -34,40 +34,217 @@ def configure(parser: argparse.ArgumentParser) -> None:
     target.add_argument(
         "--url", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000"
     )
-    target.add_argument("--embedded", action="store_true",
-                        help="start `slo serve` (bundled engine + middleware) on 127.0.0.1 for the run")  # fmt: skip
-    parser.add_argument("--profile", choices=list(PROFILES), default="chat",
-                        help="traffic shape: " + "; ".join(f"{p.name}: {p.description}" for p in PROFILES.values()))  # fmt: skip
-    parser.add_argument("--requests", type=int, default=100, metavar="N", help="requests to send (default: %(default)s)")  # fmt: skip
+    target.add_argument(
+        "--embedded",
+        action="store_true",
+        help="start `slo serve` (bundled engine + middleware) on 127.0.0.1 for the run",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=list(PROFILES),
+        default="chat",
+        help="traffic shape: " + "; ".join(f"{p.name}: {p.description}" for p in PROFILES.values()),
+    )
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=100,
+        metavar="N",
+        help="requests to send (default: %(default)s)",
+    )
     pace = parser.add_mutually_exclusive_group()
-    pace.add_argument("--rate", type=float, metavar="R", help="Poisson arrivals at R requests/s (default: the profile's)")  # fmt: skip
-    pace.add_argument("--concurrency", type=int, metavar="C", help="closed loop: C requests in flight at all times")  # fmt: skip
-    pace.add_argument("--find-max-rate", action="store_true", help="search the highest arrival rate at which every tier meets its objectives; --out DIR gets capacity.json (see docs/capacity.md)")  # fmt: skip
-    pace.add_argument("--find-max-concurrency", action="store_true", help="the closed-loop twin of --find-max-rate: the most requests in flight every tier holds")  # fmt: skip
-    parser.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="open-loop arrivals: constant gaps, Poisson, or gamma (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--burstiness", type=float, default=1.0, help="gamma shape with --arrival gamma: 1 is Poisson, < 1 burstier, > 1 steadier (default: %(default)s)")  # fmt: skip
+    pace.add_argument(
+        "--rate",
+        type=float,
+        metavar="R",
+        help="Poisson arrivals at R requests/s (default: the profile's)",
+    )
+    pace.add_argument(
+        "--concurrency",
+        type=int,
+        metavar="C",
+        help="closed loop: C requests in flight at all times",
+    )
+    pace.add_argument(
+        "--find-max-rate",
+        action="store_true",
+        help=(
+            "search the highest arrival rate at which every tier meets its objectives; --out DIR "
+            "gets capacity.json (see docs/capacity.md)"
+        ),
+    )
+    pace.add_argument(
+        "--find-max-concurrency",
+        action="store_true",
+        help=(
+            "the closed-loop twin of --find-max-rate: the most requests in flight every tier holds"
+        ),
+    )
+    parser.add_argument(
+        "--arrival",
+        choices=ARRIVALS,
+        default="poisson",
+        help="open-loop arrivals: constant gaps, Poisson, or gamma (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        help=(
+            "gamma shape with --arrival gamma: 1 is Poisson, < 1 burstier, > 1 steadier (default: "
+            "%(default)s)"
+        ),
+    )
     search = parser.add_argument_group("capacity search (--find-max-rate, --find-max-concurrency)")
-    search.add_argument("--resolution", type=float, default=0.05, help="stop bisecting when the bracket is narrower than this share of its low end (default: %(default)s)")  # fmt: skip
-    search.add_argument("--max-steps", type=int, default=12, help="at most this many steps (default: %(default)s)")  # fmt: skip
-    search.add_argument("--tail-events", type=int, default=10, help="requests beyond each tier's strictest percentile per step: sizes the measured window (default: %(default)s)")  # fmt: skip
-    search.add_argument("--min-window", type=float, default=10.0, metavar="S", help="with --find-max-rate, each step measures at least S seconds of arrivals, so queues have time to build (default: %(default)s)")  # fmt: skip
-    search.add_argument("--warmup", type=float, default=0.2, metavar="SHARE", help="warm-up requests per step, sent first and not judged, as a share of the measured ones (default: %(default)s)")  # fmt: skip
-    search.add_argument("--start", type=float, metavar="LOAD", help="first load to try (default: 0.8x a saturation probe's rate; concurrency 1)")  # fmt: skip
-    search.add_argument("--cooldown", type=float, default=2.0, metavar="S", help="pause after a step that did not pass, for what the server still runs of it to drain (default: %(default)s)")  # fmt: skip
-    search.add_argument("--probe-concurrency", type=int, default=32, help="closed-loop width of the saturation probe (default: %(default)s)")  # fmt: skip
-    search.add_argument("--serve-arg", action="append", default=[], metavar="FLAG", help="with --embedded: a flag for `slo serve`, e.g. --serve-arg=--quantization=int8 (repeatable)")  # fmt: skip
-    parser.add_argument("--tier-mix", metavar="T=W,...", help="tiers and weights, e.g. premium=0.2,standard=0.7,batch=0.1 (default: the profile's)")  # fmt: skip
-    parser.add_argument("--tier-header", default="x-llm-tier", help="request header carrying the tier (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--seed", type=int, default=0, help="seed of lengths, prompts, tiers and arrivals (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--duration-limit", type=float, default=600.0, metavar="S", help="stop after S seconds, keeping what finished (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--out", help="JSONL records, one per finished request (default: run.jsonl); with --find-max-*: a directory (default: capacity/)")  # fmt: skip
-    parser.add_argument("--spec", help="SLO spec for goodput and the verdict (default: the packaged example)")  # fmt: skip
-    parser.add_argument("--model", help="model to ask for (default: the first in /v1/models; with --embedded, the one to serve: bundled:tiny)")  # fmt: skip
-    parser.add_argument("--max-model-len", type=int, help=f"context length to fit the profile into (default: /v1/models' max_model_len, else {FALLBACK_CONTEXT})")  # fmt: skip
-    parser.add_argument("--chars-per-token", type=float, default=1.0, help="prompt characters per planned token: 1 is exact for byte-level tokenizers and safe for all; ~4 for BPE (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--no-stream", action="store_true", help="non-streamed requests (no TTFT/ITL at the client; server timings from Server-Timing)")  # fmt: skip
-    parser.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos (for servers that reject unknown fields); replies may end early")  # fmt: skip
-    parser.add_argument("--request-timeout", type=float, default=300.0, metavar="S", help="per-request timeout (default: %(default)s)")  # fmt: skip
+    search.add_argument(
+        "--resolution",
+        type=float,
+        default=0.05,
+        help=(
+            "stop bisecting when the bracket is narrower than this share of its low end (default: "
+            "%(default)s)"
+        ),
+    )
+    search.add_argument(
+        "--max-steps", type=int, default=12, help="at most this many steps (default: %(default)s)"
+    )
+    search.add_argument(
+        "--tail-events",
+        type=int,
+        default=10,
+        help=(
+            "requests beyond each tier's strictest percentile per step: sizes the measured window "
+            "(default: %(default)s)"
+        ),
+    )
+    search.add_argument(
+        "--min-window",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help=(
+            "with --find-max-rate, each step measures at least S seconds of arrivals, so queues "
+            "have time to build (default: %(default)s)"
+        ),
+    )
+    search.add_argument(
+        "--warmup",
+        type=float,
+        default=0.2,
+        metavar="SHARE",
+        help=(
+            "warm-up requests per step, sent first and not judged, as a share of the measured "
+            "ones (default: %(default)s)"
+        ),
+    )
+    search.add_argument(
+        "--start",
+        type=float,
+        metavar="LOAD",
+        help="first load to try (default: 0.8x a saturation probe's rate; concurrency 1)",
+    )
+    search.add_argument(
+        "--cooldown",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help=(
+            "pause after a step that did not pass, for what the server still runs of it to drain "
+            "(default: %(default)s)"
+        ),
+    )
+    search.add_argument(
+        "--probe-concurrency",
+        type=int,
+        default=32,
+        help="closed-loop width of the saturation probe (default: %(default)s)",
+    )
+    search.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help=(
+            "with --embedded: a flag for `slo serve`, e.g. --serve-arg=--quantization=int8 "
+            "(repeatable)"
+        ),
+    )
+    parser.add_argument(
+        "--tier-mix",
+        metavar="T=W,...",
+        help="tiers and weights, e.g. premium=0.2,standard=0.7,batch=0.1 (default: the profile's)",
+    )
+    parser.add_argument(
+        "--tier-header",
+        default="x-llm-tier",
+        help="request header carrying the tier (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of lengths, prompts, tiers and arrivals (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--duration-limit",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="stop after S seconds, keeping what finished (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--out",
+        help=(
+            "JSONL records, one per finished request (default: run.jsonl); with --find-max-*: a "
+            "directory (default: capacity/)"
+        ),
+    )
+    parser.add_argument(
+        "--spec", help="SLO spec for goodput and the verdict (default: the packaged example)"
+    )
+    parser.add_argument(
+        "--model",
+        help=(
+            "model to ask for (default: the first in /v1/models; with --embedded, the one to "
+            "serve: bundled:tiny)"
+        ),
+    )
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        help=(
+            f"context length to fit the profile into (default: /v1/models' max_model_len, else "
+            f"{FALLBACK_CONTEXT})"
+        ),
+    )
+    parser.add_argument(
+        "--chars-per-token",
+        type=float,
+        default=1.0,
+        help=(
+            "prompt characters per planned token: 1 is exact for byte-level tokenizers and safe "
+            "for all; ~4 for BPE (default: %(default)s)"
+        ),
+    )
+    parser.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="non-streamed requests (no TTFT/ITL at the client; server timings from Server-Timing)",
+    )
+    parser.add_argument(
+        "--no-ignore-eos",
+        action="store_true",
+        help=(
+            "do not send ignore_eos (for servers that reject unknown fields); replies may end early"
+        ),
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="per-request timeout (default: %(default)s)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_workload_flags(parser)
 
@@ -96,14 +273,27 @@ class BenchOptions:
         problems = [
             (self.requests < 1, f"--requests must be >= 1, got {self.requests}"),
             (self.rate is not None and not self.rate > 0, f"--rate must be > 0, got {self.rate}"),
-            (self.concurrency is not None and self.concurrency < 1,
-             f"--concurrency must be >= 1, got {self.concurrency}"),
-            (not self.duration_limit_s > 0, f"--duration-limit must be > 0, got {self.duration_limit_s}"),
-            (not self.chars_per_token > 0, f"--chars-per-token must be > 0, got {self.chars_per_token}"),
-            (not self.request_timeout_s > 0, f"--request-timeout must be > 0, got {self.request_timeout_s}"),
-            (self.max_model_len is not None and self.max_model_len < 1,
-             f"--max-model-len must be >= 1, got {self.max_model_len}"),
-        ]  # fmt: skip
+            (
+                self.concurrency is not None and self.concurrency < 1,
+                f"--concurrency must be >= 1, got {self.concurrency}",
+            ),
+            (
+                not self.duration_limit_s > 0,
+                f"--duration-limit must be > 0, got {self.duration_limit_s}",
+            ),
+            (
+                not self.chars_per_token > 0,
+                f"--chars-per-token must be > 0, got {self.chars_per_token}",
+            ),
+            (
+                not self.request_timeout_s > 0,
+                f"--request-timeout must be > 0, got {self.request_timeout_s}",
+            ),
+            (
+                self.max_model_len is not None and self.max_model_len < 1,
+                f"--max-model-len must be >= 1, got {self.max_model_len}",
+            ),
+        ]
         for failed, message in problems:
             if failed:
                 raise UsageError(message)
@@ -150,8 +340,10 @@ def execute(
         if replayed is not None:
             plan = replayed[: options.requests]
             print(f"slo bench: {len(plan)} of the workload's {len(replayed)} requests (--requests)")
-    settings = RequestSettings(info.name, profile.endpoint, options.stream, options.ignore_eos,
-                               options.tier_header, options.seed, options.request_timeout_s)  # fmt: skip
+    settings = RequestSettings(
+        info.name, profile.endpoint, options.stream, options.ignore_eos,
+        options.tier_header, options.seed, options.request_timeout_s,
+    )  # fmt: skip
     pace = (
         f"{options.arrival} {rate:g} req/s" if concurrency is None else f"concurrency {concurrency}"
     )
@@ -160,7 +352,8 @@ def execute(
     print(f"slo bench: {profile.name} profile, {len(plan)} requests, {pace}, tiers {tiers}")
     print(
         f"slo bench: {base_url}, model {info.name} (context {context}"
-        f"{'' if options.max_model_len or info.max_model_len else ', assumed'}), seed {options.seed}",
+        f"{'' if options.max_model_len or info.max_model_len else ', assumed'}), "
+        f"seed {options.seed}",
         flush=True,
     )
     with open_output(out) as handle:

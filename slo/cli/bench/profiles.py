@@ -53,7 +53,7 @@ class Profile:
     tier_mix: tuple[tuple[str, float], ...]
 
     def scale_for(self, max_model_len: int) -> float:
-        """Shrink factor so the longest prompt + reply fit the context (1.0 when they already do)."""
+        """Shrink factor so the longest prompt + reply fit the context (1.0 when they do)."""
         room = max_model_len - TEMPLATE_MARGIN_TOKENS
         if room < 8:
             raise UsageError(

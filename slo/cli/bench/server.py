@@ -1,4 +1,4 @@
-"""`slo serve` as a child process on a free loopback port, for `slo bench --embedded` and `slo demo`.
+"""`slo serve` as a child process on a free loopback port (`slo bench --embedded`, `slo demo`).
 
 A child process rather than a thread: the SLO core never imports the engine (only `slo serve`
 does), and the benchmark's own event loop and the engine's then never compete for one GIL,

@@ -109,7 +109,8 @@ def render_summary(spec: SLOSpec, columns: RecordColumns, elapsed_s: float) -> s
     good = sum(summary.good for summary in summaries)
     rate = good / elapsed_s if elapsed_s > 0 else 0.0
     console.print(
-        f"{total} requests in {elapsed_s:.1f} s: {total / elapsed_s if elapsed_s else 0:.2f} req/s, "
+        f"{total} requests in {elapsed_s:.1f} s: "
+        f"{total / elapsed_s if elapsed_s else 0:.2f} req/s, "
         f"goodput {rate:.2f} req/s ({good}/{total} met every latency objective of their tier). "
         "network = the server's own network time + (client e2e - server e2e)."
     )

@@ -13,11 +13,40 @@ from slo.errors import UsageError
 
 def add_workload_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("workloads (instead of the profile's lengths and arrivals)")
-    group.add_argument("--trace", metavar="FILE", help="replay a JSONL trace: timestamp (ms), input_length, output_length, optional tier and hash_ids (the Mooncake format)")  # fmt: skip
-    group.add_argument("--trace-scale", type=float, default=1.0, metavar="X", help="replay X times faster: X times the trace's rate (default: %(default)s)")  # fmt: skip
-    group.add_argument("--sessions", type=int, metavar="N", help="multi-turn: N conversations whose turns share a growing prefix, starting at Poisson times at --rate sessions/s")  # fmt: skip
-    group.add_argument("--turns", type=int, default=4, help="turns per session (default: %(default)s)")  # fmt: skip
-    group.add_argument("--think-time", type=float, default=1.0, metavar="S", help="seconds between a session's turns (default: %(default)s)")  # fmt: skip
+    group.add_argument(
+        "--trace",
+        metavar="FILE",
+        help=(
+            "replay a JSONL trace: timestamp (ms), input_length, output_length, optional tier and "
+            "hash_ids (the Mooncake format)"
+        ),
+    )
+    group.add_argument(
+        "--trace-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="replay X times faster: X times the trace's rate (default: %(default)s)",
+    )
+    group.add_argument(
+        "--sessions",
+        type=int,
+        metavar="N",
+        help=(
+            "multi-turn: N conversations whose turns share a growing prefix, starting at Poisson "
+            "times at --rate sessions/s"
+        ),
+    )
+    group.add_argument(
+        "--turns", type=int, default=4, help="turns per session (default: %(default)s)"
+    )
+    group.add_argument(
+        "--think-time",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds between a session's turns (default: %(default)s)",
+    )
 
 
 def workload_plan(
@@ -32,8 +61,10 @@ def workload_plan(
         raise UsageError("--trace and --sessions are two workloads; give one")
     rng = random.Random(args.seed)
     if args.trace:
-        entries = read_trace(args.trace, scale=args.trace_scale,
-                             chars_per_token=args.chars_per_token, max_model_len=context)  # fmt: skip
+        entries = read_trace(
+            args.trace, scale=args.trace_scale, chars_per_token=args.chars_per_token,
+            max_model_len=context,
+        )  # fmt: skip
     elif args.sessions:
         if rate is None:
             raise UsageError("--sessions is open loop: give --rate (sessions/s), not --concurrency")

@@ -76,7 +76,8 @@ def render_capacity_page(document: dict[str, Any], title: str) -> str:
     rows = "".join(
         f"<tr><td>{s['step']}</td><td>{s['rate']:g}</td><td>{html.escape(s['verdict'])}</td>"
         f"<td>{s.get('goodput_rps') if s.get('goodput_rps') is not None else '-'}</td>"
-        f"<td>{s['measured_requests']}</td><td>{html.escape(s.get('stopped_early') or '')}</td></tr>"
+        f"<td>{s['measured_requests']}</td>"
+        f"<td>{html.escape(s.get('stopped_early') or '')}</td></tr>"
         for s in document["steps"]
     )
     tiers = "".join(

@@ -237,8 +237,10 @@ def over_time_chart(spec: SLOSpec, columns: RecordColumns) -> str:
     """TTFT and e2e of each request at its start time: does latency drift during the run?"""
     figure = _figure(11, 3.6)
     start = float(np.nanmin(columns.number("timestamp"))) if len(columns) else 0.0
-    for axes, (_, field_name, label) in zip(figure.subplots(1, 2, sharex=True),
-                                            (SLI_PANELS[0], SLI_PANELS[2]), strict=True):  # fmt: skip
+    panels = (SLI_PANELS[0], SLI_PANELS[2])
+    for axes, (_, field_name, label) in zip(
+        figure.subplots(1, 2, sharex=True), panels, strict=True
+    ):
         axes.set_title(f"{label} over the run")
         axes.set_xlabel("seconds since the first request")
         axes.set_ylabel("ms")

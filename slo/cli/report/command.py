@@ -42,12 +42,25 @@ VERDICT_TEXT = {"met": "met", "violated": "violated", "insufficient_data": "insu
 
 def configure(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--results", metavar="RUN.JSONL", help="records of a run (slo bench output)")  # fmt: skip
-    source.add_argument("--capacity", metavar="DIR", help="a capacity search (slo bench --find-max-rate --out DIR): goodput and each tier's percentiles against offered rate")  # fmt: skip
-    parser.add_argument("--png", metavar="FILE", help="with --capacity: also the chart as a PNG")  # fmt: skip
-    parser.add_argument("--spec", metavar="SLO.YAML", help="the SLO spec (default: the packaged example spec)")  # fmt: skip
-    parser.add_argument("--out", default="report.html", help="HTML file to write (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--title", default=None, help="page title (default: the results file name)")  # fmt: skip
+    source.add_argument(
+        "--results", metavar="RUN.JSONL", help="records of a run (slo bench output)"
+    )
+    source.add_argument(
+        "--capacity",
+        metavar="DIR",
+        help=(
+            "a capacity search (slo bench --find-max-rate --out DIR): goodput and each tier's "
+            "percentiles against offered rate"
+        ),
+    )
+    parser.add_argument("--png", metavar="FILE", help="with --capacity: also the chart as a PNG")
+    parser.add_argument(
+        "--spec", metavar="SLO.YAML", help="the SLO spec (default: the packaged example spec)"
+    )
+    parser.add_argument(
+        "--out", default="report.html", help="HTML file to write (default: %(default)s)"
+    )
+    parser.add_argument("--title", default=None, help="page title (default: the results file name)")
 
 
 def run(args: argparse.Namespace) -> int:
