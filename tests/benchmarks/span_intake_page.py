@@ -133,7 +133,8 @@ def memory_page(
             f"({', '.join(f'{k}: {v}' for k, v in sent['statuses'].items())}), "
             f"{sent['achieved_spans_per_s']} spans/s, export ms p50 / p99 / max "
             f"{sent['export_ms_p50']} / {sent['export_ms_p99']} / {sent['export_ms_max']}. "
-            f"Slope of RSS over the last half: {report['rss_slope_last_half_mib_per_min']} MiB/min.",
+            "Slope of RSS over the last half: "
+            f"{report['rss_slope_last_half_mib_per_min']} MiB/min.",
             table(["minute", "RSS MiB", "proxy CPU (of its core)", "unmatched spans"], rows),
             goals_table(goals),
         ]

@@ -145,7 +145,8 @@ def test_middleware_before_after(trees: dict[str, Path]) -> None:
                 cost_us = {side: statistics.median(costs[side][variant]) * 1e6 for side in costs}
                 met = ratio <= COST_LIMIT
                 rows.append([framework, workload, variant, f"{cost_us['before']:.1f}",
-                             f"{cost_us['after']:.1f}", ratio, noise, "yes" if met else "**no**"])  # fmt: skip
+                             f"{cost_us['after']:.1f}", ratio, noise,
+                             "yes" if met else "**no**"])  # fmt: skip
                 if not met:
                     misses.append(f"{framework} {workload} {variant}: {ratio}")
     header = ["app", "workload", "middleware", f"cost before ({BEFORE}), us/request",
@@ -179,8 +180,14 @@ def proxies(trees: dict[str, Path], tmp: Path, core: int, other: int) -> Iterato
             command = [sys.executable, "-m", "slo.cli", "proxy", "--upstream", up_url]
             command += ["--port", str(port), "--store", f"sqlite:///{tmp / f'{side}.db'}"]
             env = {**os.environ, "PYTHONPATH": str(tree)}
-            which = subprocess.run([sys.executable, "-c", "import slo; print(slo.__file__)"],
-                                   cwd=tree, env=env, capture_output=True, text=True, check=True)  # fmt: skip
+            which = subprocess.run(
+                [sys.executable, "-c", "import slo; print(slo.__file__)"],
+                cwd=tree,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             assert which.stdout.startswith(str(tree)), f"{side} runs {which.stdout}"
             child = stack.enter_context(
                 _in(

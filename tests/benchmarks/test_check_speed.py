@@ -78,8 +78,8 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[Path, 
     for size in SIZES:
         folder = tmp_path_factory.mktemp(f"n{size}")
         c = _columns(size)
-        rows = list(zip(*(c[k].tolist() for k in ("timestamp", "tier", "outcome", "output_tokens",
-                                                  "e2e_s", "ttft_s", "tpot_s")), strict=True))  # fmt: skip
+        names = ("timestamp", "tier", "outcome", "output_tokens", "e2e_s", "ttft_s", "tpot_s")
+        rows = list(zip(*(c[k].tolist() for k in names), strict=True))
         jsonl = folder / "run.jsonl"
         with jsonl.open("w") as handle:
             handle.writelines(_LINE % (i, *row) for i, row in enumerate(rows))
@@ -89,7 +89,8 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[Path, 
             connection.executemany(
                 f"INSERT INTO {TABLE.name} (request_id, timestamp, tier, outcome, output_tokens, "
                 "e2e_s, ttft_s, tpot_s, model, route, status_code, stream, input_tokens, "
-                "cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'tiny', '/v1/completions', 200, 1, 12, 0)",
+                "cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, "
+                "'tiny', '/v1/completions', 200, 1, 12, 0)",
                 [(f"r{i}", *row) for i, row in enumerate(rows)],
             )
         out[size] = (jsonl, db)
@@ -111,9 +112,12 @@ print(out, frame.assign(good=frame["outcome"] == "ok").groupby("tier")["good"].m
 DUCKDB_JSONL = """
 import sys, duckdb
 print(duckdb.sql(f\"\"\"SELECT tier,
-    quantile_disc(ttft_s, 0.95) FILTER (outcome = 'ok'), avg((ttft_s <= 0.2)::INT) FILTER (outcome = 'ok'),
-    quantile_disc(tpot_s, 0.95) FILTER (outcome = 'ok'), avg((tpot_s <= 0.05)::INT) FILTER (outcome = 'ok'),
-    quantile_disc(e2e_s, 0.99) FILTER (outcome = 'ok'), avg((e2e_s <= 10)::INT) FILTER (outcome = 'ok'),
+    quantile_disc(ttft_s, 0.95) FILTER (outcome = 'ok'),
+    avg((ttft_s <= 0.2)::INT) FILTER (outcome = 'ok'),
+    quantile_disc(tpot_s, 0.95) FILTER (outcome = 'ok'),
+    avg((tpot_s <= 0.05)::INT) FILTER (outcome = 'ok'),
+    quantile_disc(e2e_s, 0.99) FILTER (outcome = 'ok'),
+    avg((e2e_s <= 10)::INT) FILTER (outcome = 'ok'),
     avg((outcome = 'ok')::INT)
     FROM read_json_auto('{sys.argv[1]}') GROUP BY tier\"\"\").fetchall())
 """
@@ -226,12 +230,16 @@ def test_report_ratios() -> None:
     print("\njsonl, whole processes  slo check   pandas    duckdb   vs pandas  vs duckdb")
     for size, best in sorted(JSONL_RESULTS.items()):
         ours = best["slo check"]
-        print(f"{size:>22,} {ours:9.3f}s {best['pandas']:8.3f}s {best['duckdb']:8.3f}s "
-              f"{ours / best['pandas']:9.2f}x {ours / best['duckdb']:9.2f}x")  # fmt: skip
+        print(
+            f"{size:>22,} {ours:9.3f}s {best['pandas']:8.3f}s {best['duckdb']:8.3f}s "
+            f"{ours / best['pandas']:9.2f}x {ours / best['duckdb']:9.2f}x"
+        )
     print("\nsource  records    slo check   pandas   ratio   us/record (ours)")
     for (source, size), times in sorted(RESULTS.items()):
-        print(f"{source:7} {size:>9,} {times['ours']:9.3f}s {times['pandas']:8.3f}s "
-              f"{times['ours'] / times['pandas']:6.2f}x {times['ours'] / size * 1e6:9.2f}")  # fmt: skip
+        print(
+            f"{source:7} {size:>9,} {times['ours']:9.3f}s {times['pandas']:8.3f}s "
+            f"{times['ours'] / times['pandas']:6.2f}x {times['ours'] / size * 1e6:9.2f}"
+        )
     at_goal_size = JSONL_RESULTS.get(JSONL_GOAL_SIZE)
     if at_goal_size is not None:
         ratio = at_goal_size["slo check"] / at_goal_size["duckdb"]

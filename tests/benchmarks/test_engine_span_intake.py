@@ -1,7 +1,8 @@
 """`slo proxy` taking an engine's request spans (OTLP/HTTP at POST /v1/traces) while it proxies.
 
     uptime   # run alone, on a quiet machine: the figures below assume two cores to ourselves
-    python -m pytest tests/benchmarks/test_engine_span_intake.py -o addopts="" -s -p no:cacheprovider
+    python -m pytest tests/benchmarks/test_engine_span_intake.py -o addopts="" -s \
+        -p no:cacheprovider
     LLM_SLO_BENCH_SPAN_MINUTES=2 python -m pytest ...   # a shorter memory run
 
 The proxy runs pinned to one core (taskset), and nginx, its peer, on the same core. On the other
@@ -13,10 +14,10 @@ for a trace the proxy never saw (so each is held, then dropped and counted as un
 test_span_intake_while_proxying: the 64 steady streams of tests/benchmarks/test_proxy_overhead.py
 (its helpers, its load) against direct access, `slo proxy` and nginx, variants interleaved; each
 round once with no spans and once while the exporter sends 5,000 spans/s; then the exporter
-alone, back to back, for the proxy's capacity and CPU per span. Goals (issue 22): every export answered 200 and
-every span counted (each dropped on arrival as unmatched: no request of ours carries its trace);
->= 5,000 spans/s taken; with spans flowing, today's proxy goals at 64 streams: added TTFT p50
-<= 2x nginx's (floored at 0.5 ms) and CPU per SSE event <= 3x nginx's.
+alone, back to back, for the proxy's capacity and CPU per span. Goals (issue 22): every export
+answered 200 and every span counted (each dropped on arrival as unmatched: no request of ours
+carries its trace); >= 5,000 spans/s taken; with spans flowing, today's proxy goals at 64
+streams: added TTFT p50 <= 2x nginx's (floored at 0.5 ms) and CPU per SSE event <= 3x nginx's.
 
 test_unmatched_span_memory_is_bounded: 5,000 spans/s of unknown traces for
 LLM_SLO_BENCH_SPAN_MINUTES (default 10) minutes; the proxy's RSS every 10 s. Goal: flat, the max
@@ -288,8 +289,8 @@ def test_unmatched_span_memory_is_bounded(tmp_path: Path) -> None:
     goals = [
         ("every export answered 200", sent["statuses"].get("200", 0), sent["exports"],
          sent["statuses"].get("200", 0) == sent["exports"]),
-        ("every span counted: unmatched == sent (none of ours: dropped on arrival)", unmatched, expected,
-         unmatched == expected),
+        ("every span counted: unmatched == sent (none of ours: dropped on arrival)",
+         unmatched, expected, unmatched == expected),
         ("spans/s taken >= 5,000", rate, GOAL_SPANS_PER_S, rate >= GOAL_SPANS_PER_S),
         (f"RSS max, last half, MiB <= max of minutes {0.2 * MINUTES:g}-{0.5 * MINUTES:g} "
          "+ max(5%, 10 MiB)",

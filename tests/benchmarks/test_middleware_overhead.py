@@ -42,8 +42,13 @@ async def complete(request: Request) -> JSONResponse:
 
 
 def _chat_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}  # fmt: skip
+    chunk = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
     return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
 
@@ -293,8 +298,13 @@ def write_page(report: dict[str, Any], load_at_start: str) -> None:
         for key, figures in report.items()
     ]  # fmt: skip
     variants = list(next(iter(report.values()))["overhead_us_per_request"])
-    header = ["app/workload", "bare (us/request)", *(f"{v} (us added)" for v in variants),
-              "all on / otel-asgi (goal < 1)", "tracing off / starlette-exporter (goal <= 1)"]  # fmt: skip
+    header = [
+        "app/workload",
+        "bare (us/request)",
+        *(f"{v} (us added)" for v in variants),
+        "all on / otel-asgi (goal < 1)",
+        "tracing off / starlette-exporter (goal <= 1)",
+    ]
     text = "\n\n".join([
         "## CPU per request added to the bare app",
         stamp(load_at_start),
