@@ -89,9 +89,11 @@ def _tiles(record: str, labels: dict[str, str], window_s: float) -> str:
     return f"sum_over_time({tiles}[{span}:{prom_duration(TILE_S)}])"
 
 
-def _window_records(tier: Tier, objective: Objective, window_s: float, tile: bool) -> list[Rule]:
+def _window_records(
+    tier: Tier, objective: Objective, window_s: float, tile: bool, derive: bool
+) -> list[Rule]:
     labels = labels_of(tier, objective)
-    if is_derived(window_s):
+    if derive and is_derived(window_s):
         ratio = f"{selector(record_bad(window_s), **labels)}\n/\n"
         ratio += selector(record_events(window_s), **labels)
         derived = [
@@ -110,11 +112,16 @@ def _window_records(tier: Tier, objective: Objective, window_s: float, tile: boo
 
 
 def objective_records(
-    tier: Tier, windows: tuple[float, ...], constants: bool = True, tiles: bool = False
+    tier: Tier,
+    windows: tuple[float, ...],
+    constants: bool = True,
+    tiles: bool = False,
+    derive: bool = True,
 ) -> list[Rule]:
     """Per objective: its constants, then each window's records; with `tiles`, the hourly
     tiles that derived windows read (recorded first, so a derived window never reads a tile
-    older than the evaluation)."""
+    older than the evaluation). `derive=False` reads raw series over every window, as the
+    rules did before tiles (the benchmark's peer)."""
     rules: list[Rule] = []
     for objective in budget_objectives(tier):
         labels = labels_of(tier, objective)
@@ -126,5 +133,6 @@ def objective_records(
                 rules.append(Rule(threshold, record=THRESHOLD_RECORD, labels=labels))
         ordered = sorted({*windows, TILE_S} if tiles else set(windows))
         for window in ordered:
-            rules.extend(_window_records(tier, objective, window, tiles and window == TILE_S))
+            tile = tiles and window == TILE_S
+            rules.extend(_window_records(tier, objective, window, tile, derive))
     return rules

@@ -162,14 +162,16 @@ def _static_annotations(rule: AlertRule, spec: SLOSpec, links: Links) -> dict[st
     }
 
 
-def rule_groups(spec: SLOSpec, links: Links, budget_interval: str | None = "1m") -> list[Group]:
+def rule_groups(
+    spec: SLOSpec, links: Links, budget_interval: str | None = "1m", derive: bool = True
+) -> list[Group]:
     """One group per tier (records first, then alerts: evaluated in order, never stale) and a
     slower group per tier for the SLO-window records, which only dashboards read."""
     alerted = {*spec.alert_policy.windows_s, threshold_window_s(spec)}
     alert_windows = tuple(w for w in windows_s(spec) if w in alerted)
     budget_windows = tuple(w for w in windows_s(spec) if w not in alert_windows)
     rules = alert_rules(spec)
-    tiles = any(is_derived(window) for window in windows_s(spec))
+    tiles = derive and any(is_derived(window) for window in windows_s(spec))
     groups: list[Group] = []
     for tier in spec.tiers:
         tier_alerts = [
@@ -183,12 +185,13 @@ def rule_groups(spec: SLOSpec, links: Links, budget_interval: str | None = "1m")
             for rule in rules
             if rule.tier == tier.name
         ]
-        records = objective_records(tier, alert_windows, tiles=tiles) + phase_records(tier)
+        records = objective_records(tier, alert_windows, tiles=tiles, derive=derive)
+        records += phase_records(tier)
         records += anomaly_records(spec, tier)
         tier_alerts += anomaly_alerts(spec, tier, links)
         groups.append(Group(f"llm-slo-{tier.name}", records + tier_alerts))
         if budget_windows:
-            budget = objective_records(tier, budget_windows, constants=False)
+            budget = objective_records(tier, budget_windows, constants=False, derive=derive)
             groups.append(Group(f"llm-slo-{tier.name}-budget", budget, budget_interval))
     absent = [r for r in rules if r.tier is None]
     groups.append(
@@ -209,9 +212,12 @@ def rule_groups(spec: SLOSpec, links: Links, budget_interval: str | None = "1m")
     return groups
 
 
-def render_rules(spec: SLOSpec, links: Links, budget_interval: str | None = "1m") -> str:
+def render_rules(
+    spec: SLOSpec, links: Links, budget_interval: str | None = "1m", derive: bool = True
+) -> str:
+    """The rule file; `derive=False` is the peer that reads raw series over long windows."""
     groups: list[dict[str, Any]] = [
         {"name": g.name, "interval": g.interval, "rules": g.rules}
-        for g in rule_groups(spec, links, budget_interval)
+        for g in rule_groups(spec, links, budget_interval, derive)
     ]
     return render("rules.yml.j2", groups=groups, source=spec.source)
