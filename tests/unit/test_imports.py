@@ -34,6 +34,10 @@ def imported_names(module: str, *, type_checking: bool = True) -> set[str]:
     (and those under `if TYPE_CHECKING:` unless `type_checking` is False)."""
     spec = importlib.util.find_spec(module)
     assert spec is not None and spec.origin is not None, module
+    if not spec.origin.endswith(".py"):
+        # A compiled extension (the per-event hot path): its source is Cython, and its
+        # pure-Python twin, a module of its own, is checked with the rest.
+        return set()
     tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
     skipped: set[int] = set()
     if not type_checking:
