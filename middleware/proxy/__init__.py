@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from urllib.parse import urlsplit
 
 from middleware.proxy.client import UpstreamConnection, UpstreamError, UpstreamPool
@@ -46,6 +47,8 @@ _HOP_BY_HOP = frozenset(
 )
 _NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 _STATUS = {"unreachable": (502, "server_error"), "broken": (502, "server_error")}
+
+logger = logging.getLogger("slo.proxy")
 
 
 class ProxyApp:
@@ -263,9 +266,15 @@ class ProxyApp:
         code = {"unreachable": "upstream_unreachable", "timeout": "upstream_timeout"}.get(
             error.kind, "upstream_error"
         )
+        # The client learns what kind of failure and what to do; the upstream's address and
+        # the socket's or TLS library's words stay in the proxy's log (they map the network).
+        logger.warning("slo proxy: upstream %s: %s", self.upstream_url, error.message)
+        said = {"unreachable": "cannot be reached", "timeout": "did not answer in time"}.get(
+            error.kind, "sent a broken response"
+        )
         payload = {
             "error": {
-                "message": f"slo proxy: upstream {self.upstream_url}: {error.message}; {fix}",
+                "message": f"slo proxy: the upstream {said}; {fix}",
                 "type": kind,
                 "param": None,
                 "code": code,
