@@ -31,7 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from middleware.upstream import SpanPhases
 
@@ -59,6 +59,16 @@ class _Waiting:
     deadline: float
     report: Report
     request_id: str | None
+
+
+class Relay(Protocol):
+    """Hands spans to the other workers of the server (`middleware.intake.relay`)."""
+
+    def owner(self, trace_id: str, request_id: str | None) -> str | None: ...
+
+    def forward(self, spans: list[SpanPhases]) -> None: ...
+
+    def saw_spans(self) -> None: ...
 
 
 class SpanJoin:
@@ -92,6 +102,8 @@ class SpanJoin:
         self._joined: OrderedDict[str, None] = OrderedDict()  # recent trace ids, for duplicates
         self._in_flight: dict[str, int] = {}  # trace id -> requests of ours under it, running
         self._in_flight_requests: dict[str, int] = {}  # their request ids
+        # With several workers: spans of another worker's requests go there, not unmatched.
+        self.relay: Relay | None = None
 
     @property
     def waiting(self) -> int:
@@ -117,16 +129,29 @@ class SpanJoin:
         """Whether an engine span under these keys can join a request of ours (in flight,
         waiting, or joined: a duplicate); one that cannot is counted unmatched here."""
         self._last_span_at = self.now()  # the engine exports spans
-        if trace_id in self._in_flight or trace_id in self._waiting or trace_id in self._joined:
+        if self._known(trace_id, request_id):
             return True
-        if trace_id in self._held:
-            return True  # a second copy of an early span: counted as a duplicate by `add`
-        for key in _request_keys(request_id):
-            if key in self._in_flight_requests or key in self._waiting_by_request:
-                return True
+        if self.relay is not None and self.relay.owner(trace_id, request_id) is not None:
+            return True  # read, then handed to the worker whose request it is (`add`)
         self.counts.spans += 1
         self.counts.unmatched += 1
         return False
+
+    def _known(self, trace_id: str, request_id: str | None) -> bool:
+        """A request of ours is under these keys (in flight, waiting, joined), or an early
+        span is held under them (a second copy is counted as a duplicate by `add`)."""
+        if trace_id in self._in_flight or trace_id in self._waiting or trace_id in self._joined:
+            return True
+        if trace_id in self._held:
+            return True
+        for key in request_keys(request_id):
+            if key in self._in_flight_requests or key in self._waiting_by_request:
+                return True
+        return False
+
+    def note_spans_seen(self) -> None:
+        """Another worker received engine spans: reports here wait for theirs too."""
+        self._last_span_at = self.now()
 
     def expects_spans(self) -> bool:
         if self.expect != "auto":
@@ -150,9 +175,18 @@ class SpanJoin:
             self._waiting_by_request[request_id] = trace_id
         return self.wait_s
 
-    def add(self, spans: list[SpanPhases]) -> None:
-        """Engine spans from one export."""
+    def add(self, spans: list[SpanPhases], *, relayed: bool = False) -> None:
+        """Engine spans from one export (`relayed`: handed here by another worker)."""
         now = self.now()
+        relay = None if relayed else self.relay
+        if relay is not None:
+            relay.saw_spans()
+            theirs = [s for s in spans if not self._known(s.trace_id, s.request_id)]
+            theirs = [s for s in theirs if relay.owner(s.trace_id, s.request_id) is not None]
+            if theirs:
+                relay.forward(theirs)  # counted by the worker they reach
+                forwarded = {id(span) for span in theirs}
+                spans = [span for span in spans if id(span) not in forwarded]
         for span in spans:
             self.counts.spans += 1
             self._last_span_at = now
@@ -198,7 +232,7 @@ class SpanJoin:
     def _waiting_trace(self, span: SpanPhases) -> str | None:
         if span.trace_id in self._waiting:
             return span.trace_id
-        for request_id in _request_keys(span.request_id):
+        for request_id in request_keys(span.request_id):
             trace_id = self._waiting_by_request.get(request_id)
             if trace_id is not None:
                 return trace_id
@@ -211,7 +245,7 @@ class SpanJoin:
         if key is None:
             return None
         _at, span = self._held.pop(key)
-        for held_request in _request_keys(span.request_id):
+        for held_request in request_keys(span.request_id):
             self._held_by_request.pop(held_request, None)
         return span
 
@@ -220,7 +254,7 @@ class SpanJoin:
             self.counts.duplicates += 1
             return
         self._held[span.trace_id] = (now, span)
-        for request_id in _request_keys(span.request_id):
+        for request_id in request_keys(span.request_id):
             self._held_by_request[request_id] = span.trace_id
         while len(self._held) > self.max_held:
             self._drop_oldest_held()
@@ -231,7 +265,7 @@ class SpanJoin:
 
     def _drop_oldest_held(self) -> None:
         _trace_id, (_at, span) = self._held.popitem(last=False)
-        for request_id in _request_keys(span.request_id):
+        for request_id in request_keys(span.request_id):
             self._held_by_request.pop(request_id, None)
         self.counts.unmatched += 1
 
@@ -250,7 +284,7 @@ def _decrement(counts: dict[str, int], key: str) -> None:
         counts.pop(key, None)
 
 
-def _request_keys(request_id: str | None) -> tuple[str, ...]:
+def request_keys(request_id: str | None) -> tuple[str, ...]:
     """The keys an engine's request id can be found under: itself and, for an id the engine
     prefixed (vLLM's `chatcmpl-<X-Request-Id>`, `cmpl-<X-Request-Id>-0` for a prompt of a
     completion), what follows the first dash, with and without a `-<n>` suffix."""

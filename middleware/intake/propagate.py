@@ -6,6 +6,10 @@ one, a new one otherwise) and an `X-Request-Id` when the client sent none: the k
 join finds the engine's span by. The id we send is a UUID made from our request id
 (`upstream_request_id`): servers that validate the header as one (llama-cpp-python's, through
 starlette-context) answer anything else with a 400.
+
+With several workers (`middleware.intake.relay`) the ids this process mints begin with its
+worker's tag (4 bytes), so the worker an engine span reaches knows whose request it is; the
+rest stays random (OpenTelemetry's ratio sampler reads a trace id's last 8 bytes).
 """
 
 from __future__ import annotations
@@ -16,12 +20,25 @@ import uuid
 
 from middleware.types import Scope
 
+_owner_tag = b""  # this worker's tag, in front of the ids it mints; none with one worker
+
+
+def set_owner_tag(tag_hex: str) -> None:
+    """Put this worker's tag (8 hex digits; '' for none) in front of every id minted from now
+    on."""
+    global _owner_tag
+    tag = bytes.fromhex(tag_hex)
+    if tag and len(tag) != 4:
+        raise ValueError(f"worker tag {tag_hex!r}: use 8 hex digits")
+    _owner_tag = tag
+
 
 def upstream_request_id(request_id: str) -> str:
     """The `X-Request-Id` sent upstream for our request `request_id`: a version-4 UUID made
     from it (the same one every time, so the join finds the engine's span by it)."""
     digest = hashlib.md5(request_id.encode(), usedforsecurity=False).digest()
-    return str(uuid.UUID(bytes=digest, version=4))
+    tag = _owner_tag
+    return str(uuid.UUID(bytes=tag + digest[len(tag) :], version=4))
 
 
 def propagate_context(scope: Scope, headers: dict[str, str], request_id: str) -> tuple[str, str]:
@@ -29,7 +46,8 @@ def propagate_context(scope: Scope, headers: dict[str, str], request_id: str) ->
     (trace id, span id) in hex. `headers` are the client's, left as they came."""
     parts = headers.get("traceparent", "").split("-")
     valid = len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16
-    trace_id = parts[1].lower() if valid else os.urandom(16).hex()
+    tag = _owner_tag
+    trace_id = parts[1].lower() if valid else (tag + os.urandom(16 - len(tag))).hex()
     flags = parts[3][:2] if valid and len(parts[3]) >= 2 else "01"
     span_id = os.urandom(8).hex()
     raw = [(key, value) for key, value in scope.get("headers", ()) if key.lower() != b"traceparent"]

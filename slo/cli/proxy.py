@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slo.cli.security import (
@@ -19,8 +21,10 @@ from slo.errors import UsageError
 if TYPE_CHECKING:
     import ssl
 
+    from middleware.core import LatencyMiddleware
     from middleware.metrics import MetricSet
     from middleware.proxy import ProxyApp
+    from middleware.types import ASGIApp
     from middleware.upstream.engine_metrics import EngineMetricsScraper
 
 HELP = "measure any OpenAI-compatible server: a streaming reverse proxy with the middleware"
@@ -36,6 +40,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--upstream", required=True, help="the engine's base URL, e.g. http://127.0.0.1:8080"
     )
     add_server_flags(parser)
+    parser.add_argument(
+        "--workers",
+        default="1",
+        metavar="N|auto",
+        help="serve from N processes on the one port, so the proxy uses N cores; records, "
+        "/metrics and /slo count every worker's requests; auto: the CPUs this process may "
+        "use. Set it to the pod's CPU limit (docs/proxy.md) (default: %(default)s)",
+    )
     add_security_flags(parser)
     _add_upstream_tls_flags(parser)
     parser.add_argument(
@@ -47,14 +59,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--max-connections",
         type=int,
         default=256,
-        help="most connections open to the upstream at once; more requests wait (default: %(default)s)",
+        help="most connections open to the upstream at once; more requests wait "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--connect-timeout",
         type=float,
         default=5.0,
         metavar="SECONDS",
-        help="give up reaching the upstream (or waiting for a free connection): 504 (default: %(default)s)",
+        help="give up reaching the upstream (or waiting for a free connection): 504 "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--read-timeout",
@@ -111,30 +125,75 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    max_connections: int = args.max_connections
-    connect_timeout_s: float = args.connect_timeout
-    read_timeout_s: float = args.read_timeout
-    shutdown_timeout_s: float = args.shutdown_timeout
-    if max_connections < 1:
-        raise UsageError(f"--max-connections must be at least 1, got {max_connections}")
+    from slo.cli.proxy_workers import resolve_workers, run_workers
+
+    workers = resolve_workers(args.workers)
+    check_flags(args)
+    context, token = read_access(args)
+    if workers > 1:
+        # Everything a worker will build is built and checked here first (flags, TLS files,
+        # spec, store, the upstream's listing): a mistake is one line before any worker starts.
+        built = build(args, context, token, scrape=False)
+        built.close()
+        run_workers(args, built.listing, workers)
+        return 0
+    built = build(args, context, token)
+    run_until_stopped(
+        built.app,
+        built.close,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        shutdown_timeout_s=args.shutdown_timeout,
+        pass_through_headers=True,
+        ssl_context=context,
+    )
+    return 0
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """The numeric flags, checked before anything is read or started."""
+    if args.max_connections < 1:
+        raise UsageError(f"--max-connections must be at least 1, got {args.max_connections}")
     check_positive_seconds(
         {
-            "--connect-timeout": connect_timeout_s,
-            "--read-timeout": read_timeout_s,
-            "--shutdown-timeout": shutdown_timeout_s,
+            "--connect-timeout": args.connect_timeout,
+            "--read-timeout": args.read_timeout,
+            "--shutdown-timeout": args.shutdown_timeout,
             "--upstream-metrics-interval": args.upstream_metrics_interval,
             "--engine-span-wait": args.engine_span_wait,
         }
     )
-    context, token = read_access(args)
+
+
+@dataclass
+class Built:
+    """The proxy's whole ASGI app, its middleware, and what to call on the way out."""
+
+    app: ASGIApp
+    middleware: LatencyMiddleware
+    close: Callable[[], None]
+    listing: tuple[str, list[str]]  # (provider name, models the upstream lists)
+
+
+def build(
+    args: argparse.Namespace,
+    context: ssl.SSLContext | None,
+    token: str | None,
+    *,
+    listing: tuple[str, list[str]] | None = None,
+    scrape: bool = True,
+) -> Built:
+    """The app `slo proxy` serves, from its flags; `listing`: the upstream's, already read
+    (a worker takes its parent's), `scrape`: read the engine's /metrics (one worker does)."""
     from middleware import LatencyMiddleware
 
     proxy = _proxy_app(args)
     scrape_url = _metrics_url(args.upstream_metrics, proxy.upstream_url)
     model: str = args.model
-    provider_name, listed = _provider_and_models(
-        args.provider_name, proxy.upstream_url, proxy.pool.tls
-    )
+    if listing is None:
+        listing = _provider_and_models(args.provider_name, proxy.upstream_url, proxy.pool.tls)
+    provider_name, listed = listing
     middleware = LatencyMiddleware(
         limit_addresses(proxy, args),
         spec=args.spec,
@@ -149,30 +208,21 @@ def run(args: argparse.Namespace) -> int:
         provider_name=provider_name,
         models=listed,
     )
-    host: str = args.host
-    port: int = args.port
-    where = f"{scheme(context)}://{host}:{port}"
+    where = f"{scheme(context)}://{args.host}:{args.port}"
     print(f"proxying {where} -> {proxy.upstream_url} (model {model})")
-    scraper = _start_scraper(
-        scrape_url, args.upstream_metrics_interval, middleware.metrics, proxy.pool.tls
-    )
+    scraper = None
+    if scrape:
+        scraper = _start_scraper(
+            scrape_url, args.upstream_metrics_interval, middleware.metrics, proxy.pool.tls
+        )
 
     def close() -> None:
         if scraper is not None:  # first: nothing sets a gauge while the records are flushed
             scraper.stop()
         middleware.close()
 
-    run_until_stopped(
-        guard_operations(middleware, middleware, token),
-        close,
-        host=host,
-        port=port,
-        log_level=args.log_level,
-        shutdown_timeout_s=shutdown_timeout_s,
-        pass_through_headers=True,
-        ssl_context=context,
-    )
-    return 0
+    app = guard_operations(middleware, middleware, token)
+    return Built(app, middleware, close, (provider_name, list(listed)))
 
 
 def _proxy_app(args: argparse.Namespace) -> ProxyApp:
