@@ -136,4 +136,5 @@ def phase_annotation() -> str:
 
 def _share_template(record: str) -> str:
     query = f'printf "{record}{{tier=%q, phase=%q}}" $labels.tier $labels.phase'
-    return f"{{{{ with query ({query}) }}}}{{{{ . | first | value | humanizePercentage }}}}{{{{ end }}}}"
+    shown = "{{ . | first | value | humanizePercentage }}"
+    return f"{{{{ with query ({query}) }}}}{shown}{{{{ end }}}}"

@@ -197,7 +197,8 @@ def _policy_groups(
         groups.append(
             {
                 "name": f"{rule.tier} {rule.sli} x{rule.factor} over "
-                f"{prom_duration(rule.long_window_s or 0)}/{prom_duration(rule.short_window_s or 0)}",
+                f"{prom_duration(rule.long_window_s or 0)}/"
+                f"{prom_duration(rule.short_window_s or 0)}",
                 "interval": prom_duration(interval),
                 "input_series": availability_series(rule.tier or "", case.traffic),
                 "alert_rule_test": [

@@ -68,19 +68,7 @@ def condition_expr(rule: AlertRule) -> str:
     if rule.kind == "absent":
         return f"absent({REQUESTS})"
     if rule.kind == "burn_rate":
-        limit = number(rule.max_error_ratio or 0)
-        long_w, short_w = rule.long_window_s or 0.0, rule.short_window_s or 0.0
-        burns, guard = BURN_RATE_OPERATOR, MIN_EVENTS_OPERATOR  # slo.arithmetic's comparisons
-        lines = [
-            "(",
-            f"  {_series(record_error_ratio(long_w), rule)} {burns} {limit}",
-            "  and",
-            f"  {_series(record_error_ratio(short_w), rule)} {burns} {limit}",
-            ")",
-        ]
-        for window_s in (long_w, short_w):
-            lines.append(f"and {_series(record_events(window_s), rule)} {guard} {rule.min_events}")
-        return "\n".join(lines)
+        return _burn_expr(rule)
     metric = CATALOG[rule.sli or ""].metric
     window = prom_duration(rule.window_s or 0.0)
     buckets = selector(metric + "_bucket", tier=rule.tier or "")
@@ -91,6 +79,30 @@ def condition_expr(rule: AlertRule) -> str:
         f" > {number(rule.threshold_s or 0)}\n"
         f"and on () sum(increase({count}[{window}])) {MIN_EVENTS_OPERATOR} {rule.min_events}"
     )
+
+
+def _burn_expr(rule: AlertRule) -> str:
+    """Both windows burning, each holding enough events (`AlertRule.fires`, in PromQL)."""
+    long_w, short_w = rule.long_window_s or 0.0, rule.short_window_s or 0.0
+    burns, guard = BURN_RATE_OPERATOR, MIN_EVENTS_OPERATOR  # slo.arithmetic's comparisons
+    lines = ["("]
+    for index, window_s in enumerate((long_w, short_w)):
+        ratio = _series(record_error_ratio(window_s), rule)
+        if rule.dynamic:
+            # bad/events > limit x (w/W) x events(W) / events: the bad count average traffic
+            # over the SLO window would allow in this window (Pyrra's dynamic burn rate).
+            limit = number(rule.max_error_ratio or 0)
+            share = f"{number(window_s)} / {number(rule.slo_window_s or 1)}"
+            slo_events = _series(record_events(rule.slo_window_s or 0.0), rule)
+            events = _series(record_events(window_s), rule)
+            lines.append(f"  {ratio} {burns} {limit} * {share} * {slo_events} / {events}")
+        else:
+            lines.append(f"  {ratio} {burns} {number(rule.max_error_ratio or 0)}")
+        lines.append("  and" if index == 0 else ")")
+    for window_s in (long_w, short_w):
+        needed = number(rule.guard_events(window_s))
+        lines.append(f"and {_series(record_events(window_s), rule)} {guard} {needed}")
+    return "\n".join(lines)
 
 
 def alert_annotations(rule: AlertRule, spec: SLOSpec, links: Links) -> dict[str, str]:
@@ -151,7 +163,8 @@ def _static_annotations(rule: AlertRule, spec: SLOSpec, links: Links) -> dict[st
         }
     return {
         "summary": f"Tier {rule.tier}: p{number(rule.percentile or 0)} {rule.sli} above "
-        f"{number(rule.threshold_s or 0)}s ({number(rule.factor or 0)}x the '{objective}' threshold)",
+        f"{number(rule.threshold_s or 0)}s ({number(rule.factor or 0)}x the '{objective}' "
+        "threshold)",
         "description": f"The {number(rule.percentile or 0)}th percentile of {rule.sli} over the "
         f"last {prom_duration(rule.window_s or 0.0)} has been above "
         f"{number(rule.threshold_s or 0)}s"
@@ -168,6 +181,8 @@ def rule_groups(
     """One group per tier (records first, then alerts: evaluated in order, never stale) and a
     slower group per tier for the SLO-window records, which only dashboards read."""
     alerted = {*spec.alert_policy.windows_s, threshold_window_s(spec)}
+    if any(burn.dynamic for burn in spec.alert_policy.burn_rates):
+        alerted.add(spec.window_s)  # dynamic thresholds read it in the same evaluation
     alert_windows = tuple(w for w in windows_s(spec) if w in alerted)
     budget_windows = tuple(w for w in windows_s(spec) if w not in alert_windows)
     rules = alert_rules(spec)

@@ -50,7 +50,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
-from slo.arithmetic import alerts_on_budget, as_decimal, burn_limit
+from slo.arithmetic import (
+    Count,
+    alerts_on_budget,
+    as_decimal,
+    burn_limit,
+    burn_rule_fires,
+    dynamic_burning,
+    rate_guarded,
+)
 from slo.arithmetic import error_budget as arithmetic_error_budget
 from slo.promql import exact, number, prom_duration
 from slo.sli import CATALOG, PHASES, buckets_for
@@ -116,6 +124,9 @@ class AlertRule:
     window_s: float | None = None  # threshold alerts: the window the percentile is taken over
     for_s: float = 0.0
     min_events: int = 0
+    dynamic: bool = False  # burn_rate: Pyrra's dynamic threshold (needs slo_window_s)
+    slo_window_s: float | None = None
+    min_rate: Decimal = Decimal(0)  # events per second every window must hold
 
     @property
     def error_budget(self) -> Decimal | None:
@@ -137,6 +148,36 @@ class AlertRule:
         if self.kind == "threshold":
             return (self.window_s or 0.0,)
         return ()
+
+    @property
+    def counted_windows_s(self) -> tuple[float, ...]:
+        """The windows whose (bad, events) `fires` takes: the guarded ones, then, for a
+        dynamic burn rate, the SLO window."""
+        extra = (self.slo_window_s or 0.0,) if self.dynamic else ()
+        return (*self.windows_s, *extra)
+
+    def guard_events(self, window_s: float) -> Decimal:
+        """The fewest events a window must hold: both low-traffic guards in one number."""
+        return max(Decimal(self.min_events), self.min_rate * exact(window_s))
+
+    def fires(self, counts: Sequence[tuple[Count, Count]]) -> bool:
+        """burn_rate: whether it fires on (bad, events) per `counted_windows_s`; every judge
+        calls this, and it calls `slo.arithmetic` only."""
+        assert self.kind == "burn_rate" and self.objective is not None
+        target, factor = self.objective.target, self.factor or 0
+        guarded = all(
+            rate_guarded(events, window, self.min_rate)
+            for (_, events), window in zip(counts, self.windows_s, strict=False)
+        )
+        if not self.dynamic:
+            return guarded and burn_rule_fires(counts, target, factor, self.min_events)
+        *windows, (_, slo_events) = counts
+        return guarded and all(
+            events >= self.min_events
+            and events > 0
+            and dynamic_burning(bad, slo_events, window, self.slo_window_s or 0, target, factor)
+            for (bad, events), window in zip(windows, self.windows_s, strict=True)
+        )
 
     @property
     def phases(self) -> tuple[str, ...]:
@@ -222,7 +263,7 @@ def _candidates(spec: SLOSpec) -> list[tuple[AlertRule, str | None]]:
     for tier in spec.tiers:
         for objective in budget_objectives(tier):
             for burn in policy.burn_rates:
-                found.append(_burn_rate(tier, objective, burn, policy.min_events))
+                found.append(_burn_rate(spec, tier, objective, burn))
             if objective.kind == "latency":
                 for alert in policy.thresholds:
                     found.append(_threshold(spec, tier, objective, alert))
@@ -230,7 +271,7 @@ def _candidates(spec: SLOSpec) -> list[tuple[AlertRule, str | None]]:
 
 
 def _burn_rate(
-    tier: Tier, objective: Objective, burn: BurnRateRule, min_events: int
+    spec: SLOSpec, tier: Tier, objective: Objective, burn: BurnRateRule
 ) -> tuple[AlertRule, str | None]:
     sli = objective.sli or AVAILABILITY
     rule = AlertRule(
@@ -243,10 +284,13 @@ def _burn_rate(
         long_window_s=burn.long_window_s,
         short_window_s=burn.short_window_s,
         factor=exact(burn.factor),
-        min_events=min_events,
+        min_events=spec.alert_policy.min_events,
+        dynamic=burn.dynamic,
+        slo_window_s=spec.window_s if burn.dynamic else None,
+        min_rate=exact(spec.alert_policy.min_request_rate),
     )
     limit = rule.max_error_ratio
-    if limit is not None and limit >= 1:
+    if limit is not None and limit >= 1 and not burn.dynamic:
         return rule, (
             f"tier {tier.name!r}, objective {objective.name!r}: burn rate {number(burn.factor)} "
             f"over {prom_duration(burn.long_window_s)}/{prom_duration(burn.short_window_s)} "

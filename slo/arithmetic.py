@@ -136,6 +136,30 @@ def guarded(events: Count, min_events: int) -> bool:
     return events > 0 and events >= min_events
 
 
+def rate_guarded(events: Count, window_s: Exact, min_rate: Exact) -> bool:
+    """At least `min_rate` events per second over the window (the minimum-request-rate guard)."""
+    return Fraction(events) >= exact_fraction(min_rate) * exact_fraction(window_s)
+
+
+def dynamic_burning(
+    bad: Count,
+    slo_events: Count,
+    window_s: Exact,
+    slo_window_s: Exact,
+    target: Exact,
+    factor: Exact,
+) -> bool:
+    """Pyrra's dynamic burn rate: more bad events in the window than `factor` x budget of the
+    window's share of the SLO window's events (what average traffic would allow), strictly.
+
+    The same absolute count of bad events fires whatever the traffic in the window now.
+    """
+    if slo_events <= 0:
+        return False
+    allowed = burn_limit(target, factor) * Fraction(slo_events) * exact_fraction(window_s)
+    return Fraction(bad) * exact_fraction(slo_window_s) > allowed
+
+
 def burn_rule_fires(
     windows: Iterable[tuple[Count, Count]], target: Exact, factor: Exact, min_events: int
 ) -> bool:

@@ -2,9 +2,11 @@
 
 The rules are `slo.alert_rules.alert_rules(spec)`, the same list `slo generate` renders for
 Prometheus, evaluated with the same semantics (see that module): events and bad events from
-the same histogram buckets, the low-traffic guard on every window, burn rate strictly above
-factor x budget on both windows (`slo.arithmetic.burn_rule_fires`, exact), threshold alerts through the same `histogram_quantile` over
-the policy's shortest window, held for `for`. The absent-metrics alert is Prometheus' alone.
+the same histogram buckets, the low-traffic guards (events, events per second) on every
+window, burn rate strictly above factor x budget on both windows, or above the dynamic
+threshold (`AlertRule.fires`, through `slo.arithmetic`, exact), threshold alerts through the
+same `histogram_quantile` over the policy's shortest window, held for `for`. The
+absent-metrics alert is Prometheus' alone.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from slo.alert_rules import AlertRule, histogram_quantile
-from slo.arithmetic import burn_rule_fires
 
 if TYPE_CHECKING:
     from middleware.live import TierWindows
@@ -38,17 +39,18 @@ def firing_rules(
         key = rule.name + repr(sorted(rule.labels.items()))
         if rule.kind == "burn_rate":
             counts = []  # (bad, events) per window
-            for window in rule.windows_s:
+            for window in rule.counted_windows_s:
                 events, good = windows.events_and_good(
                     rule.objective, windows.totals(window, now_s)
                 )
                 counts.append((events - good, events))
-            active = burn_rule_fires(
-                counts, rule.objective.target, rule.factor or 0, rule.min_events
-            )
+            active = rule.fires(counts)
             worst = max((bad / events for bad, events in counts if events), default=0.0)
             limit = float(rule.max_error_ratio or 0)
-            summary = f"{rule.tier}: {rule.objective.name} burns its error budget too fast ({worst:.4g} bad over the windows, limit {limit:.4g})"
+            summary = (
+                f"{rule.tier}: {rule.objective.name} burns its error budget too fast "
+                f"({worst:.4g} bad over the windows, limit {limit:.4g})"
+            )
         else:
             totals = windows.totals(rule.window_s or 0.0, now_s)
             events, _ = windows.events_and_good(rule.objective, totals)
@@ -61,7 +63,10 @@ def firing_rules(
             active = (
                 events >= rule.min_events and events > 0 and observed > float(rule.threshold_s or 0)
             )
-            summary = f"{rule.tier}: p{rule.percentile} {rule.sli} is {observed:.4g}s, above {rule.threshold_s}s"
+            summary = (
+                f"{rule.tier}: p{rule.percentile} {rule.sli} is {observed:.4g}s, "
+                f"above {rule.threshold_s}s"
+            )
         if not active:
             pending.pop(key, None)
             continue

@@ -10,7 +10,7 @@ from slo.spec.anomaly_policy import AnomalyPolicy, build_anomaly_policy
 from slo.spec.fields import Fail, check_keys, count, duration, line_of, positive
 from slo.units import format_duration
 
-_POLICY_KEYS = ("min_events", "burn_rates", "thresholds", "anomalies")
+_POLICY_KEYS = ("min_events", "min_request_rate", "burn_rates", "thresholds", "anomalies")
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +21,9 @@ class BurnRateRule:
     long_window_s: float
     short_window_s: float
     factor: float
+    # Pyrra's dynamic burn rate: fire at the bad-event count the factor means at the SLO
+    # window's average traffic, whatever the traffic now (quiet nights page no sooner).
+    dynamic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,9 @@ class AlertPolicy:
     # Low-traffic guard: below this many events in a window no alert fires.
     min_events: int = 10
     anomalies: AnomalyPolicy = field(default_factory=AnomalyPolicy)
+    # Second low-traffic guard: burn-rate alerts need at least this many events per second
+    # in every window they read (0: off).
+    min_request_rate: float = 0.0
 
     @property
     def windows_s(self) -> tuple[float, ...]:
@@ -70,6 +76,7 @@ class AlertPolicy:
                     "short": format_duration(rule.short_window_s),
                     "factor": rule.factor,
                 }
+                | ({"dynamic": True} if rule.dynamic else {})
                 for rule in self.burn_rates
             ],
             "thresholds": [
@@ -78,7 +85,7 @@ class AlertPolicy:
                 for alert in self.thresholds
             ],
             "anomalies": self.anomalies.to_dict(),
-        }
+        } | ({"min_request_rate": self.min_request_rate} if self.min_request_rate else {})
 
 
 def build_alert_policy(raw: object, line: int, fail: Fail) -> AlertPolicy:
@@ -108,9 +115,9 @@ def build_alert_policy(raw: object, line: int, fail: Fail) -> AlertPolicy:
             _threshold(item, line_of(items, i), fail) for i, item in enumerate(items)
         )
     anomalies = build_anomaly_policy(raw.get("anomalies"), line_of(raw, "anomalies"), fail)
-    return AlertPolicy(
-        burn_rates, thresholds, count(raw, "min_events", 10, fail, minimum=0), anomalies
-    )
+    min_rate = positive(raw, "min_request_rate", fail) if "min_request_rate" in raw else 0.0
+    min_events = count(raw, "min_events", 10, fail, minimum=0)
+    return AlertPolicy(burn_rates, thresholds, min_events, anomalies, min_rate)
 
 
 def _burn_rate(raw: object, line: int, fail: Fail) -> BurnRateRule:
@@ -126,7 +133,10 @@ def _burn_rate(raw: object, line: int, fail: Fail) -> BurnRateRule:
     if short_s >= long_s:
         fail(line_of(raw, "short"), "the short window must be shorter than the long one")
     factor = positive(raw, "factor", fail)
-    return BurnRateRule(str(raw.get("severity", "page")), long_s, short_s, factor)
+    dynamic = raw.get("dynamic", False)
+    if not isinstance(dynamic, bool):
+        fail(line_of(raw, "dynamic"), f"dynamic must be true or false, got {dynamic!r}")
+    return BurnRateRule(str(raw.get("severity", "page")), long_s, short_s, factor, bool(dynamic))
 
 
 def _threshold(raw: object, line: int, fail: Fail) -> ThresholdAlert:

@@ -104,7 +104,8 @@ def _recorded(fleet: Fleet) -> Iterator[tuple[str, Iterator[str]]]:
     phases: dict[str, list[tuple[str, float]]] = {PHASE_MEAN_RECORD: [], PHASE_SHARE_RECORD: []}
     for tier in fleet.spec.tiers:
         for objective in budget_objectives(tier):
-            labels = f'tier="{tier.name}", sli="{objective.sli or AVAILABILITY}", objective="{objective.name}"'
+            sli = objective.sli or AVAILABILITY
+            labels = f'tier="{tier.name}", sli="{sli}", objective="{objective.name}"'
             tiles[record_events(TILE_S)].append((labels, per_hour))
             tiles[record_bad(TILE_S)].append((labels, per_hour * BAD_SHARE))
         for signal in ANOMALY_SIGNALS:
