@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from slo.capacity.arrivals import ARRIVALS, ArrivalKind, check_arrival
+from slo.capacity.arrivals import ArrivalKind, check_arrival
 from slo.cli.bench.profiles import PROFILES, get_profile, parse_tier_mix, plan_requests
+from slo.cli.bench.search_flags import add_search_flags
 from slo.cli.bench.workload_plan import add_workload_flags, workload_plan
 from slo.errors import UsageError
 
@@ -80,95 +81,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
             "the closed-loop twin of --find-max-rate: the most requests in flight every tier holds"
         ),
     )
-    parser.add_argument(
-        "--arrival",
-        choices=ARRIVALS,
-        default="poisson",
-        help="open-loop arrivals: constant gaps, Poisson, or gamma (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--burstiness",
-        type=float,
-        default=1.0,
-        help=(
-            "gamma shape with --arrival gamma: 1 is Poisson, < 1 burstier, > 1 steadier (default: "
-            "%(default)s)"
-        ),
-    )
-    search = parser.add_argument_group("capacity search (--find-max-rate, --find-max-concurrency)")
-    search.add_argument(
-        "--resolution",
-        type=float,
-        default=0.05,
-        help=(
-            "stop bisecting when the bracket is narrower than this share of its low end (default: "
-            "%(default)s)"
-        ),
-    )
-    search.add_argument(
-        "--max-steps", type=int, default=12, help="at most this many steps (default: %(default)s)"
-    )
-    search.add_argument(
-        "--tail-events",
-        type=int,
-        default=10,
-        help=(
-            "requests beyond each tier's strictest percentile per step: sizes the measured window "
-            "(default: %(default)s)"
-        ),
-    )
-    search.add_argument(
-        "--min-window",
-        type=float,
-        default=10.0,
-        metavar="S",
-        help=(
-            "with --find-max-rate, each step measures at least S seconds of arrivals, so queues "
-            "have time to build (default: %(default)s)"
-        ),
-    )
-    search.add_argument(
-        "--warmup",
-        type=float,
-        default=0.2,
-        metavar="SHARE",
-        help=(
-            "warm-up requests per step, sent first and not judged, as a share of the measured "
-            "ones (default: %(default)s)"
-        ),
-    )
-    search.add_argument(
-        "--start",
-        type=float,
-        metavar="LOAD",
-        help="first load to try (default: 0.8x a saturation probe's rate; concurrency 1)",
-    )
-    search.add_argument(
-        "--cooldown",
-        type=float,
-        default=2.0,
-        metavar="S",
-        help=(
-            "pause after a step that did not pass, for what the server still runs of it to drain "
-            "(default: %(default)s)"
-        ),
-    )
-    search.add_argument(
-        "--probe-concurrency",
-        type=int,
-        default=32,
-        help="closed-loop width of the saturation probe (default: %(default)s)",
-    )
-    search.add_argument(
-        "--serve-arg",
-        action="append",
-        default=[],
-        metavar="FLAG",
-        help=(
-            "with --embedded: a flag for `slo serve`, e.g. --serve-arg=--quantization=int8 "
-            "(repeatable)"
-        ),
-    )
+    add_search_flags(parser)
     parser.add_argument(
         "--tier-mix",
         metavar="T=W,...",
