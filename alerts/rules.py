@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from alerts.anomalies import anomaly_alerts, anomaly_records
+from alerts.budget_alert import budget_alerts
 from alerts.phases import phase_annotation, phase_records, phase_text, with_phase
 from alerts.records import error_ratio_expr, events_expr, is_derived, objective_records
 from alerts.rule_types import GOOD_OUTCOME, REQUESTS, Group, Links, Rule
@@ -204,9 +205,14 @@ def rule_groups(
         records += phase_records(tier)
         records += anomaly_records(spec, tier)
         tier_alerts += anomaly_alerts(spec, tier, links)
+        # The exhausted-budget ticket reads the SLO window's records: in their group, after them.
+        exhausted = budget_alerts(spec, tier, links)
+        if not budget_windows:
+            tier_alerts += exhausted
         groups.append(Group(f"llm-slo-{tier.name}", records + tier_alerts))
         if budget_windows:
             budget = objective_records(tier, budget_windows, constants=False, derive=derive)
+            budget += exhausted
             groups.append(Group(f"llm-slo-{tier.name}-budget", budget, budget_interval))
     absent = [r for r in rules if r.tier is None]
     groups.append(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from alerts.anomalies import ALERT_NAME, watched
+from alerts.budget_alert import ALERT_NAME as BUDGET_ALERT
 from alerts.phase_guide import guides
 from alerts.rules import GOOD_OUTCOME, REQUESTS
 from alerts.templating import render
@@ -100,6 +101,12 @@ def render_runbooks(spec: SLOSpec) -> dict[str, str]:
             availability=AVAILABILITY,
             source=spec.source,
         )
+    pages[BUDGET_ALERT] = render(
+        "budget_runbook.md.j2",
+        name=BUDGET_ALERT,
+        source=spec.source,
+        window=prom_duration(spec.window_s),
+    )
     anomaly = anomaly_runbook(spec)
     if anomaly is not None:
         pages[ALERT_NAME] = anomaly

@@ -149,3 +149,38 @@ def test_minimum_request_rate_guard(tmp_path: Path) -> None:
         groups = [_group(f"one bad of six, {name}", spec, sparse, 60)]
         result = promtool_test_rules(folder, spec, LINKS, groups, STEP_S, "test_burn_guards")
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_error_budget_exhausted(tmp_path: Path) -> None:
+    """99% over a 1h window: 60 bad of 6,000 spends the budget exactly (fires), 59 does not."""
+    from alerts.budget_alert import ALERT_NAME, budget_annotations, budget_labels
+
+    tier = DYNAMIC.tiers[0]
+    objective = tier.objectives[0]
+    groups = []
+    for bad in (60, 59):
+        bads = (6,) * 10 + (0,) * 50
+        bads = (*bads[:9], bad - 54, *bads[10:])
+        traffic = Traffic(tuple(100 - b for b in bads), bads)
+        expected = (
+            [
+                {
+                    "exp_labels": budget_labels(tier, objective),
+                    "exp_annotations": budget_annotations(DYNAMIC, tier, objective, LINKS),
+                }
+            ]
+            if bad == 60
+            else []
+        )
+        groups.append(
+            {
+                "name": f"{bad} bad of 6000",
+                "interval": prom_duration(STEP_S),
+                "input_series": availability_series("premium", traffic),
+                "alert_rule_test": [
+                    {"eval_time": "1h", "alertname": ALERT_NAME, "exp_alerts": expected}
+                ],
+            }
+        )
+    result = promtool_test_rules(tmp_path, DYNAMIC, LINKS, groups, STEP_S, "test_burn_guards")
+    assert result.returncode == 0, result.stdout + result.stderr
