@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from engine.kv_cache import PagedKVCache
 from engine.model import FusedLayer, LlamaForCausalLM, _sliding_window_mask
+from engine.quantize import linear, linear_add
 from engine.sequence import Sequence
 
 __all__ = ["AttentionGroup", "RaggedBatch", "fused_forward", "ragged_forward"]
@@ -147,14 +148,53 @@ def ragged_forward(
     cos, sin = model.rope(positions.view(shape), hidden.dtype, batch.max_position)
     layers: list[FusedLayer] = model.fused
     for layer, key_cache, value_cache in zip(layers, key_caches, value_caches, strict=True):
-        q, new_k, new_v = model.rotary_qkv(layer, hidden, cos, sin, shape)
+        q, new_k, new_v = _rotary_qkv(model, layer, hidden, cos, sin)
         # Every token's keys and values are in the cache before any group reads its context.
         key_cache.index_copy_(0, batch.slot_mapping, new_k)
         value_cache.index_copy_(0, batch.slot_mapping, new_v)
         parts = [g.attend(q, key_cache, value_cache, q_size, gqa) for g in batch.groups]
         attn = parts[0] if len(parts) == 1 else torch.cat(parts)
-        hidden = model.feed_forward(layer, hidden, attn)
+        hidden = _feed_forward(model, layer, hidden, attn)
     return model._norm(hidden, model.final_norm)
+
+
+def _rotary_qkv(
+    model: LlamaForCausalLM,
+    layer: FusedLayer,
+    hidden: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A layer's queries [1, N, heads, D] and new keys and values [N, kv_heads, D], RoPE
+    applied: `LlamaForCausalLM.forward`'s math, on the step's N tokens as one row. That
+    forward inlines it (a method call per layer costs 1-2% of a batch-1 decode step on a
+    CPU); tests/unit/test_fused_step.py holds the two to the same logits."""
+    config = model.config
+    heads, kv_heads, head_dim = (
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.head_dim,
+    )
+    q_size, kv_size, half = heads * head_dim, kv_heads * head_dim, head_dim // 2
+    tokens = hidden.shape[0]
+    qkv = linear(model._norm(hidden, layer.input_norm), layer.qkv_weight, layer.qkv_bias)
+    qk = qkv[:, : q_size + kv_size].view(1, tokens, heads + kv_heads, head_dim)
+    swapped = torch.cat((qk[..., half:], qk[..., :half]), dim=-1)
+    qk = qk * cos + swapped * sin
+    new_k = qk[:, :, heads:].reshape(tokens, kv_heads, head_dim)
+    new_v = qkv[:, q_size + kv_size :].view(tokens, kv_heads, head_dim)
+    return qk[:, :, :heads], new_k, new_v
+
+
+def _feed_forward(
+    model: LlamaForCausalLM, layer: FusedLayer, hidden: torch.Tensor, attn: torch.Tensor
+) -> torch.Tensor:
+    """The rest of a layer after attention: the output projection and the SwiGLU MLP."""
+    intermediate = model.config.intermediate_size
+    hidden = linear_add(hidden, attn, layer.o_weight, layer.o_bias)
+    gate_up = linear(model._norm(hidden, layer.post_norm), layer.gate_up_weight, layer.gate_up_bias)
+    gate, up = gate_up[:, :intermediate], gate_up[:, intermediate:]
+    return linear_add(hidden, F.silu(gate) * up, layer.down_weight, layer.down_bias)
 
 
 FusedLogits = tuple[torch.Tensor, torch.Tensor]

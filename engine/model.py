@@ -310,9 +310,15 @@ class LlamaForCausalLM(nn.Module):
             self.fuse()
         config = self.config
         bsz, seq_len = input_ids.shape
-        kv_heads, head_dim = config.num_key_value_heads, config.head_dim
-        q_size = config.num_attention_heads * head_dim
-        gqa = config.num_attention_heads != kv_heads
+        heads, kv_heads, head_dim = (
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+        )
+        q_size, kv_size = heads * head_dim, kv_heads * head_dim
+        intermediate = config.intermediate_size
+        half = head_dim // 2
+        gqa = heads != kv_heads
         tokens = bsz * seq_len
         # Hidden states stay [tokens, hidden]: each projection is one matrix product, and the
         # residual add rides along with it (`linear_add`).
@@ -326,56 +332,29 @@ class LlamaForCausalLM(nn.Module):
         if window is not None and context[1] > window:
             mask = _sliding_window_mask(positions, context[1], window, mask)
         for layer, key_cache, value_cache in zip(self.fused, key_caches, value_caches, strict=True):
-            q, new_k, new_v = self.rotary_qkv(layer, hidden, cos, sin, (bsz, seq_len))
+            qkv = linear(self._norm(hidden, layer.input_norm), layer.qkv_weight, layer.qkv_bias)
+            # q and k are adjacent in the packed projection: rotate both in one go.
+            qk = qkv[:, : q_size + kv_size].view(bsz, seq_len, heads + kv_heads, head_dim)
+            # The halves swapped (`roll` by half, which takes a slow path in bfloat16 on a CPU).
+            swapped = torch.cat((qk[..., half:], qk[..., :half]), dim=-1)
+            qk = qk * cos + swapped * sin
+            q = qk[:, :, :heads]
+            new_k = qk[:, :, heads:].reshape(tokens, kv_heads, head_dim)
+            new_v = qkv[:, q_size + kv_size :].view(tokens, kv_heads, head_dim)
             keys, values = _cache_and_gather(
                 key_cache, value_cache, new_k, new_v, batch, slots, context
             )
             attn = F.scaled_dot_product_attention(
                 q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=gqa
             )
-            hidden = self.feed_forward(layer, hidden, attn.transpose(1, 2).reshape(tokens, q_size))
+            attn = attn.transpose(1, 2).reshape(tokens, q_size)
+            hidden = linear_add(hidden, attn, layer.o_weight, layer.o_bias)
+            gate_up = linear(
+                self._norm(hidden, layer.post_norm), layer.gate_up_weight, layer.gate_up_bias
+            )
+            gate, up = gate_up[:, :intermediate], gate_up[:, intermediate:]
+            hidden = linear_add(hidden, F.silu(gate) * up, layer.down_weight, layer.down_bias)
         return self._norm(hidden, self.final_norm).view(bsz, seq_len, -1)
-
-    def rotary_qkv(
-        self,
-        layer: FusedLayer,
-        hidden: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        shape: tuple[int, int],
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A layer's queries [B, T, heads, D] and new keys and values [tokens, kv_heads, D]
-        from hidden states [tokens, hidden] laid out as `shape` (B, T), RoPE applied."""
-        config = self.config
-        heads, kv_heads, head_dim = (
-            config.num_attention_heads,
-            config.num_key_value_heads,
-            config.head_dim,
-        )
-        q_size, kv_size, half = heads * head_dim, kv_heads * head_dim, head_dim // 2
-        qkv = linear(self._norm(hidden, layer.input_norm), layer.qkv_weight, layer.qkv_bias)
-        # q and k are adjacent in the packed projection: rotate both in one go.
-        qk = qkv[:, : q_size + kv_size].view(*shape, heads + kv_heads, head_dim)
-        # The halves swapped (`roll` by half, which takes a slow path in bfloat16 on a CPU).
-        swapped = torch.cat((qk[..., half:], qk[..., :half]), dim=-1)
-        qk = qk * cos + swapped * sin
-        tokens = hidden.shape[0]
-        new_k = qk[:, :, heads:].reshape(tokens, kv_heads, head_dim)
-        new_v = qkv[:, q_size + kv_size :].view(tokens, kv_heads, head_dim)
-        return qk[:, :, :heads], new_k, new_v
-
-    def feed_forward(
-        self, layer: FusedLayer, hidden: torch.Tensor, attn: torch.Tensor
-    ) -> torch.Tensor:
-        """The rest of a layer after attention [tokens, q_size]: the output projection and
-        the SwiGLU MLP, each with its residual add."""
-        intermediate = self.config.intermediate_size
-        hidden = linear_add(hidden, attn, layer.o_weight, layer.o_bias)
-        gate_up = linear(
-            self._norm(hidden, layer.post_norm), layer.gate_up_weight, layer.gate_up_bias
-        )
-        gate, up = gate_up[:, :intermediate], gate_up[:, intermediate:]
-        return linear_add(hidden, F.silu(gate) * up, layer.down_weight, layer.down_bias)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return linear(hidden, self.lm_head_weight).float()
