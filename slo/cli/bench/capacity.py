@@ -79,13 +79,19 @@ def search(
         probe_rate = _saturation(shape, options, base_url, settings)
         start = START_SHARE * probe_rate
 
-    def probe(load: float) -> bool:
+    def run(load: float) -> StepReport:
         if steps and steps[-1].verdict != "pass":
             time.sleep(options.cooldown_s)  # what the last step left in the server drains
         report = run_step(spec, shape, base_url, settings, len(steps) + 1, load, options.mode)
         steps.append(report)
         _keep(report, options.out_dir)
         print(_step_line(report), flush=True)
+        return report
+
+    def probe(load: float) -> bool:
+        report = run(load)
+        if report.verdict == "client_behind":  # a stall of a busy machine: once more
+            report = run(load)
         return report.passed
 
     outcome = find_max(
