@@ -15,17 +15,18 @@ try:
 except ImportError:  # a build without Cython (pyproject's build requires name it): no extension
     cythonize = None
 
-HOTPATH = Extension(
-    "middleware._hotpath",
-    ["middleware/_hotpath.pyx"],
-    optional=True,  # a failed compile warns and installs without it
-    extra_compile_args=["-O2"],
-)
+HOTPATH = Extension("middleware._hotpath", ["middleware/_hotpath.pyx"], extra_compile_args=["-O2"])
 
-setup(
-    ext_modules=(
-        cythonize([HOTPATH], compiler_directives={"language_level": "3"}, quiet=True)
-        if cythonize is not None
-        else []
-    )
-)
+
+def extensions() -> list[Extension]:
+    if cythonize is None:
+        return []
+    built = cythonize([HOTPATH], compiler_directives={"language_level": "3"}, quiet=True)
+    for extension in built:
+        # Optional: a failed compile (no C compiler) warns and installs without it. Set after
+        # cythonize, which does not carry the flag over to the extensions it returns.
+        extension.optional = True
+    return built
+
+
+setup(ext_modules=extensions())
