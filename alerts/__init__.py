@@ -7,6 +7,7 @@ names come from the SLI catalog and alert semantics from `slo.alert_rules`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from alerts.alertmanager import DEFAULT_WEBHOOK_URL, Timing, render_alertmanager, routes
 from alerts.promtool_tests import render_rules_test
@@ -28,13 +29,15 @@ def write_alerts(
     webhook_url: str = DEFAULT_WEBHOOK_URL,
     timing: Timing | None = None,
     budget_interval: str | None = "1m",
+    http_config: dict[str, Any] | None = None,
 ) -> list[Path]:
-    """Write rules, their tests, the Alertmanager config and runbooks under `out`."""
+    """Write rules, their tests, the Alertmanager config and runbooks under `out`;
+    `http_config` (authorization, TLS) goes under every Alertmanager webhook."""
     links = links or Links()
     files = {
         RULES_FILE: render_rules(spec, links, budget_interval),
         RULES_TEST_FILE: render_rules_test(spec, links, rules_file=Path(RULES_FILE).name),
-        ALERTMANAGER_FILE: render_alertmanager(spec, webhook_url, timing),
+        ALERTMANAGER_FILE: render_alertmanager(spec, webhook_url, timing, http_config),
     }
     for name, text in render_runbooks(spec).items():
         files[f"{RUNBOOKS_DIR}/{name}.md"] = text
