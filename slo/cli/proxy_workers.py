@@ -36,7 +36,7 @@ from slo.errors import UsageError
 if TYPE_CHECKING:
     from middleware.intake.relay import SpanRelay
     from middleware.types import Message, Receive, Scope, Send
-    from slo.cli.proxy import Built
+    from slo.cli.proxy_app import Built
 
 ARGS_ENV = "LLM_SLO_PROXY_WORKER_ARGS"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -146,7 +146,7 @@ def create_app() -> WorkerApp:
     """uvicorn's factory in each worker: the proxy built from the parent's flags (already
     checked there, so what this prints would repeat the parent's lines: kept quiet)."""
     from middleware.intake.relay import SpanRelay, relay_dir
-    from slo.cli.proxy import build
+    from slo.cli.proxy_app import build
     from slo.cli.security import read_access
 
     args, listing = _worker_args()

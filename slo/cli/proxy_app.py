@@ -1,0 +1,172 @@
+"""The app `slo proxy` serves, built from its flags: the forwarding app (with the upstream's
+TLS context), the latency middleware in front, the engine-metrics reader; the same in one
+process and in each worker of `--workers N` (slo.cli.proxy_workers)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from slo.cli.security import guard_operations, limit_addresses, scheme
+from slo.errors import UsageError
+
+if TYPE_CHECKING:
+    import ssl
+
+    from middleware.core import LatencyMiddleware
+    from middleware.metrics import MetricSet
+    from middleware.proxy import ProxyApp
+    from middleware.types import ASGIApp
+    from middleware.upstream.engine_metrics import EngineMetricsScraper
+
+
+@dataclass
+class Built:
+    """The proxy's whole ASGI app, its middleware, and what to call on the way out."""
+
+    app: ASGIApp
+    middleware: LatencyMiddleware
+    close: Callable[[], None]
+    listing: tuple[str, list[str]]  # (provider name, models the upstream lists)
+
+
+def build(
+    args: argparse.Namespace,
+    context: ssl.SSLContext | None,
+    token: str | None,
+    *,
+    listing: tuple[str, list[str]] | None = None,
+    scrape: bool = True,
+) -> Built:
+    """The app `slo proxy` serves, from its flags; `listing`: the upstream's, already read
+    (a worker takes its parent's), `scrape`: read the engine's /metrics (one worker does)."""
+    from middleware import LatencyMiddleware
+
+    proxy = _proxy_app(args)
+    scrape_url = _metrics_url(args.upstream_metrics, proxy.upstream_url)
+    model: str = args.model
+    if listing is None:
+        listing = _provider_and_models(args.provider_name, proxy.upstream_url, proxy.pool.tls)
+    provider_name, listed = listing
+    middleware = LatencyMiddleware(
+        limit_addresses(proxy, args),
+        spec=args.spec,
+        store=args.store,
+        model=model,
+        alertmanager_url=args.alertmanager_url,
+        auth=args.api_keys,
+        inject_usage=args.inject_usage,
+        engine_spans=args.engine_spans,
+        engine_span_wait_s=args.engine_span_wait,
+        propagate_trace=True,  # the engine's span then lands in our trace, found by its id
+        provider_name=provider_name,
+        models=listed,
+    )
+    where = f"{scheme(context)}://{args.host}:{args.port}"
+    print(f"proxying {where} -> {proxy.upstream_url} (model {model})")
+    scraper = None
+    if scrape:
+        scraper = _start_scraper(
+            scrape_url, args.upstream_metrics_interval, middleware.metrics, proxy.pool.tls
+        )
+
+    def close() -> None:
+        if scraper is not None:  # first: nothing sets a gauge while the records are flushed
+            scraper.stop()
+        middleware.close()
+
+    app = guard_operations(middleware, middleware, token)
+    return Built(app, middleware, close, (provider_name, list(listed)))
+
+
+def _proxy_app(args: argparse.Namespace) -> ProxyApp:
+    """The forwarding app, reaching an https:// upstream with its own TLS context."""
+    upstream_tls = _upstream_context(args)
+    from middleware.proxy import ProxyApp
+
+    try:
+        proxy = ProxyApp(
+            args.upstream,
+            max_connections=args.max_connections,
+            connect_timeout_s=args.connect_timeout,
+            read_timeout_s=args.read_timeout,
+        )
+    except ValueError as error:
+        raise UsageError(f"--upstream: {error}") from error
+    if upstream_tls is not None:
+        proxy.pool.use_tls(upstream_tls)
+    return proxy
+
+
+def _upstream_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The context for an https:// upstream; TLS flags with an http:// one are a mistake."""
+    from slo.cli.tls import client_context
+
+    given = [
+        flag
+        for flag, value in (
+            ("--upstream-ca-certs", args.upstream_ca_certs),
+            ("--upstream-certfile", args.upstream_certfile),
+            ("--upstream-keyfile", args.upstream_keyfile),
+            ("--upstream-insecure", args.upstream_insecure),
+        )
+        if value
+    ]
+    upstream: str = args.upstream
+    if not upstream.lower().startswith("https://"):
+        if given:
+            raise UsageError(f"{given[0]} needs an https:// --upstream, got {upstream}")
+        return None
+    if args.upstream_insecure:
+        print(
+            f"warning: --upstream-insecure: the certificate of {upstream} is not verified; "
+            "anyone on the path can read and change the traffic",
+            file=sys.stderr,
+        )
+    return client_context(
+        ca_certs=args.upstream_ca_certs,
+        certfile=args.upstream_certfile,
+        keyfile=args.upstream_keyfile,
+        insecure=args.upstream_insecure,
+    )
+
+
+def _provider_and_models(
+    choice: str, upstream_url: str, tls: ssl.SSLContext | None
+) -> tuple[str, list[str]]:
+    """gen_ai.provider.name (`auto`: from the upstream's /v1/models) and the models it lists
+    (allowed as model labels; more are learned as clients list them through the proxy)."""
+    from middleware.otel import fetch_listing, provider_for_owner
+
+    listed, owner = fetch_listing(upstream_url, context=tls)
+    return (provider_for_owner(owner) if choice == "auto" else choice), listed
+
+
+def _metrics_url(choice: str, upstream_url: str) -> str | None:
+    from middleware.upstream.engine_metrics import metrics_url
+
+    try:
+        return metrics_url(choice, upstream_url)
+    except ValueError as error:
+        raise UsageError(f"--upstream-metrics: {error}") from error
+
+
+def _start_scraper(
+    url: str | None, interval_s: float, metrics: MetricSet, tls: ssl.SSLContext | None
+) -> EngineMetricsScraper | None:
+    """Read the engine's /metrics into `metrics` on a thread of its own (None when off), over
+    the upstream's TLS context when it is https://."""
+    if url is None:
+        return None
+    from middleware.upstream.engine_metrics import EngineMetricsScraper
+
+    verify = tls if tls is not None else True
+    scraper = EngineMetricsScraper(
+        url, metrics.set_engine_gauges, interval_s=interval_s, verify=verify
+    )
+    print(f"engine metrics: {url} every {interval_s:g} s")
+    scraper.start()
+    return scraper
