@@ -107,12 +107,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from slo.cli.proxy_workers import resolve_workers, run_workers
+    from slo.cli.proxy_workers import check_shared_dir, resolve_workers, run_workers
 
     workers = resolve_workers(args.workers)
     check_flags(args)
     context, token = read_access(args)
     if workers > 1:
+        check_shared_dir()
         # Everything a worker will build is built and checked here first (flags, TLS files,
         # spec, store, the upstream's listing): a mistake is one line before any worker starts.
         built = build(args, context, token, scrape=False)

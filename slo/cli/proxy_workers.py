@@ -58,19 +58,32 @@ def resolve_workers(value: str) -> int:
     return workers
 
 
-def run_workers(args: argparse.Namespace, listing: tuple[str, list[str]], workers: int) -> None:
-    """Serve the proxy from `workers` processes until SIGTERM or Ctrl-C."""
-    private = MULTIPROC_ENV not in os.environ
-    if private:
-        directory = Path(tempfile.mkdtemp(prefix="llm-slo-proxy-"))
-    else:
-        directory = Path(os.environ[MULTIPROC_ENV])
+def check_shared_dir() -> Path | None:
+    """The directory the user set for the workers' metrics, checked (it must exist, and be
+    short enough for the relay's sockets); None when they set none."""
     from middleware.intake.relay import check_relay_dir, relay_dir
 
+    if MULTIPROC_ENV not in os.environ:
+        return None
+    directory = Path(os.environ[MULTIPROC_ENV])
+    if not directory.is_dir():
+        raise UsageError(
+            f"{MULTIPROC_ENV}={directory}: no such directory; create it (empty) or unset it "
+            "and slo proxy makes a private one"
+        )
     try:
         check_relay_dir(relay_dir(directory))
     except ValueError as error:
-        raise UsageError(f"--workers {workers}: {error}") from None
+        raise UsageError(str(error)) from None
+    return directory
+
+
+def run_workers(args: argparse.Namespace, listing: tuple[str, list[str]], workers: int) -> None:
+    """Serve the proxy from `workers` processes until SIGTERM or Ctrl-C."""
+    directory = check_shared_dir()
+    private = directory is None
+    if directory is None:
+        directory = Path(tempfile.mkdtemp(prefix="llm-slo-proxy-"))
     os.environ[MULTIPROC_ENV] = str(directory)
     payload = {key: value for key, value in vars(args).items() if _is_json(value)}
     os.environ[ARGS_ENV] = json.dumps({"args": payload, "listing": listing})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from middleware.intake.relay import relay_dir
 from slo.cli.bench.server import free_port, stop_process
 from slo.sli import CATALOG
 from tests.helpers.polling import wait_until_ready
@@ -51,6 +53,9 @@ def proxy_workers(port: int, upstream_url: str, db: Path) -> Iterator[tuple[str,
         directory = Path(lines[-1].rsplit(" in ", 1)[1].rstrip(")\n"))
         base_url = f"http://127.0.0.1:{port}"
         wait_until_ready(base_url + "/metrics", process=child)
+        # Both workers serving: each binds its relay socket at lifespan startup, just before
+        # it accepts (one answering is not enough: the other may still be importing).
+        wait_for(lambda: len(list(relay_dir(directory).glob("*.sock"))) == 2)
         yield base_url, directory
     finally:
         stop_process(child)
@@ -135,22 +140,29 @@ def test_two_workers_count_as_one(tmp_path: Path) -> None:
         assert math.isclose(row["decode_s"], decode_s, abs_tol=1e-3), row  # type: ignore[arg-type]
 
 
+MISSING_DIR = {"PROMETHEUS_MULTIPROC_DIR": "/nonexistent/metrics"}
+
+
 @pytest.mark.parametrize(
-    ("flags", "says"),
+    ("flags", "env", "says"),
     [
-        (["--workers", "0"], "--workers must be a whole number of at least 1 or auto, got '0'"),
-        (["--workers", "two"], "--workers must be a whole number of at least 1 or auto"),
-        (["--workers", "2", "--upstream", "ftp://127.0.0.1:1"], "--upstream"),
-        (["--workers", "2", "--spec", "/nonexistent/slo.yaml"], "/nonexistent/slo.yaml"),
+        (["--workers", "0"], {}, "--workers must be a whole number of at least 1 or auto, got '0'"),
+        (["--workers", "two"], {}, "--workers must be a whole number of at least 1 or auto"),
+        (["--workers", "2", "--upstream", "ftp://127.0.0.1:1"], {}, "--upstream"),
+        (["--workers", "2", "--spec", "/nonexistent/slo.yaml"], {}, "/nonexistent/slo.yaml"),
+        (["--workers", "2"], MISSING_DIR, "PROMETHEUS_MULTIPROC_DIR=/nonexistent/metrics"),
     ],
 )
 def test_a_mistake_is_one_line_before_any_worker_starts(
-    tmp_path: Path, flags: list[str], says: str
+    tmp_path: Path, flags: list[str], env: dict[str, str], says: str
 ) -> None:
     command = [sys.executable, "-m", "slo.cli", "proxy", "--upstream", "http://127.0.0.1:1",
                "--port", str(free_port()), "--store", f"sqlite:///{tmp_path / 'r.db'}",
                "--upstream-metrics", "off", "--provider-name", "vllm", *flags]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    environment = {**os.environ, **env}
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=60, check=False, env=environment
+    )
     assert done.returncode != 0
     errors = done.stderr.strip().splitlines()
     assert len(errors) == 1 and says in errors[0], done.stderr
