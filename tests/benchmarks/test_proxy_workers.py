@@ -37,6 +37,7 @@ from pathlib import Path
 
 import httpx
 
+from middleware.intake.relay import relay_dir
 from slo.cli.bench.server import free_port
 from slo.sli import CATALOG
 from tests.benchmarks.bench_record import ROOT, load_average, stamp, table, write_section
@@ -85,12 +86,18 @@ def process_tree(pid: int) -> list[int]:
     return pids
 
 
-def wait_for_workers(pid: int, workers: int) -> list[int]:
+def wait_for_workers(pid: int, workers: int, log: Path) -> list[int]:
+    """Every process of the proxy, once each worker serves (it binds its span-relay socket at
+    lifespan startup, in the directory the parent names on its log)."""
     deadline = time.monotonic() + 60
-    while len(pids := process_tree(pid)) < 1 + workers and workers > 1:
-        assert time.monotonic() < deadline, f"{workers} workers did not start: {pids}"
+    while workers > 1:
+        said = [line for line in log.read_text().splitlines() if "counted as one" in line]
+        sockets = relay_dir(Path(said[0].rsplit(" in ", 1)[1].rstrip(")"))) if said else None
+        if sockets is not None and len(list(sockets.glob("*.sock"))) == workers:
+            break
+        assert time.monotonic() < deadline, f"{workers} workers did not start: {log.read_text()}"
         time.sleep(0.2)
-    return pids
+    return process_tree(pid)
 
 
 def counts_add_up(base_url: str, db: Path, sent: int) -> dict[str, int]:
@@ -131,7 +138,7 @@ def test_two_workers_against_one(tmp_path: Path) -> None:
                        "--workers", str(workers)]  # fmt: skip
             log = tmp_path / f"proxy-{workers}.log"
             child = stack.enter_context(process(command, f"http://127.0.0.1:{port}/health", log))
-            proxies[workers] = (port, wait_for_workers(child.pid, workers), db)
+            proxies[workers] = (port, wait_for_workers(child.pid, workers, log), db)
         warm_up = Load(LOAD.streams, 1, 0.0, lockstep=True)
         runs: dict[int, list[Measured]] = {workers: [] for workers in WORKERS}
         for round_index in range(ROUNDS):
