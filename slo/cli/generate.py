@@ -1,4 +1,5 @@
-"""`slo generate`: dashboards, alert rules and their tests, Alertmanager config and runbooks from one spec."""
+"""`slo generate`: dashboards, alert rules and their tests, Alertmanager config, runbooks, the
+scrape job and autoscaling manifests from one spec."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from slo.cli.paths import output_directory
 from slo.cli.scrape_config import (
@@ -31,9 +33,25 @@ class Targets:
     """Where the generated files point: the services they link to or post to."""
 
     webhook_url: str = "http://127.0.0.1:5001/llm-slo/alerts"
+    # A webhook behind a bearer token or a private CA: the files Alertmanager reads them from.
+    webhook_token_file: str | None = None
+    webhook_ca_file: str | None = None
     runbook_url: str = "https://runbooks.example.com/llm-slo"
     grafana_url: str = "http://localhost:3000"
     prometheus_url: str = "http://localhost:9090"
+
+    def webhook_http_config(self) -> dict[str, Any] | None:
+        """Alertmanager's `http_config` for every webhook: a bearer token and a CA, as files
+        (Alertmanager reads them; nothing secret is written into the config)."""
+        config: dict[str, Any] = {}
+        if self.webhook_token_file:
+            config["authorization"] = {
+                "type": "Bearer",
+                "credentials_file": self.webhook_token_file,
+            }
+        if self.webhook_ca_file:
+            config["tls_config"] = {"ca_file": self.webhook_ca_file}
+        return config or None
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -60,11 +78,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=defaults.prometheus_url,
         help="Prometheus URL for the Grafana datasource (default: %(default)s)",
     )
+    parser.add_argument(
+        "--webhook-token-file",
+        metavar="FILE",
+        help="Alertmanager sends 'Authorization: Bearer <this file's content>' to --webhook-url "
+        "(a path on Alertmanager's machine)",
+    )
+    parser.add_argument(
+        "--webhook-ca-file",
+        metavar="PEM",
+        help="Alertmanager verifies an https:// --webhook-url against this CA (a path on "
+        "Alertmanager's machine)",
+    )
     add_scrape_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    targets = Targets(args.webhook_url, args.runbook_url, args.grafana_url, args.prometheus_url)
+    targets = Targets(
+        args.webhook_url,
+        args.webhook_token_file,
+        args.webhook_ca_file,
+        args.runbook_url,
+        args.grafana_url,
+        args.prometheus_url,
+    )
     generate(args.spec, Path(args.out), targets, scrape_from_args(args))
     return 0
 
@@ -84,7 +121,8 @@ def generate(
         raise UsageError(problems[0])
     output_directory(out)
     links = Links(targets.runbook_url, f"{targets.grafana_url.rstrip('/')}/d/{OVERVIEW_UID}")
-    written = write_alerts(spec, out, links, targets.webhook_url)
+    http_config = targets.webhook_http_config()
+    written = write_alerts(spec, out, links, targets.webhook_url, http_config=http_config)
     written += write_dashboards(spec, out, targets.prometheus_url)
     written.append(write_prometheus_config(scrape or Scrape(), out))
     from alerts.autoscaling import render_autoscaling  # KEDA and HPA on each tier's headroom
