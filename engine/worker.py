@@ -283,9 +283,9 @@ class EngineWorker:
         accepted). First tokens of completed prompts are emitted before the decodes'."""
         decoding, chunked = plan.decodes, self._start_prefill(plan)
         if chunked and decoding and self.speculative is None and self.config.fuse_steps:
-            result = self._forward(fused_forward(plan.chunks), decoding + chunked)
-            self._finish_prefill(plan, None if result is None else result[1])
-            return (0 if result is None else self._emit_decodes(decoding, result[0])), (0, 0)
+            fused = self._forward(fused_forward(plan.chunks), decoding + chunked)
+            self._finish_prefill(plan, None if fused is None else fused[1])
+            return (0 if fused is None else self._emit_decodes(decoding, fused[0])), (0, 0)
         if chunked:
             forward = chunk_forward([count for _, count in plan.chunks], self.speculative)
             self._finish_prefill(plan, self._forward(forward, chunked))
