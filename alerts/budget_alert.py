@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from alerts.phases import join_phase, phase_annotation
 from alerts.rule_types import Links, Rule
-from slo.alert_rules import AVAILABILITY, URGENCY, URGENCY_LABEL, budget_objectives, error_budget
+from slo.alert_rules import (
+    AVAILABILITY,
+    URGENCY,
+    URGENCY_LABEL,
+    Severity,
+    budget_objectives,
+    error_budget,
+)
 from slo.arithmetic import MIN_EVENTS_OPERATOR
 from slo.promql import number, record_error_ratio, record_events, selector
 from slo.spec import SLOSpec, Tier
@@ -20,7 +27,7 @@ from slo.spec.objectives import Objective
 from slo.units import format_duration
 
 ALERT_NAME = "LLMSLOErrorBudgetExhausted"
-SEVERITY = "warning"
+SEVERITY: Severity = "warning"
 
 
 def budget_labels(tier: Tier, objective: Objective) -> dict[str, str]:

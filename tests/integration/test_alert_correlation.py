@@ -105,7 +105,7 @@ def test_correlated_pages_arrive_as_one_notification(tmp_path: Path) -> None:
             alertmanager(tmp_path, tmp_path / "alertmanager/alertmanager.yml") as am,
             prometheus(tmp_path, [target], [str(tmp_path / "prometheus/rules.yml")], am),
         ):
-            wait_until(lambda: _firing_pages(received), 120, "a page at the webhook", 1.0)
+            wait_until(lambda: bool(_firing_pages(received)), 120, "a page at the webhook", 1.0)
             # Past another group_wait: a second notification would have arrived by now.
             time.sleep(15)
     pages = _firing_pages(received)

@@ -30,9 +30,9 @@ alert_policy:
 
 def test_dynamic_threshold_is_an_absolute_count_exactly() -> None:
     # 2% x 60,600 x 600/3600 = 202 bad events allowed; strictly more fires.
-    assert not dynamic_burning(202, 60_600, 600, 3600, "0.99", 2)
-    assert dynamic_burning(203, 60_600, 600, 3600, "0.99", 2)
-    assert not dynamic_burning(5, 0, 600, 3600, "0.99", 2)  # no SLO-window events: never
+    assert not dynamic_burning(202, 60_600, 600, 3600, Decimal("0.99"), 2)
+    assert dynamic_burning(203, 60_600, 600, 3600, Decimal("0.99"), 2)
+    assert not dynamic_burning(5, 0, 600, 3600, Decimal("0.99"), 2)  # no SLO-window events: never
 
 
 def test_rate_guard_is_events_per_second_of_the_window() -> None:
