@@ -122,6 +122,12 @@ class EngineSeries:
             if child is not None:
                 child.inc()
 
+    @property
+    def engine_wide(self) -> bool:
+        """The gauges come from another engine's own numbers (no tiers, no scheduler of ours:
+        nothing it shed is known)."""
+        return self._engine_wide
+
     def set_engine_wide(self, values: Mapping[str, float], preempted: float = 0.0) -> None:
         """Engine gauges from another engine's own numbers (`slo proxy` reading its /metrics),
         by ENGINE_GAUGES name; a name missing from `values` is not exported (unknown, not 0).

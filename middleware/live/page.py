@@ -70,10 +70,18 @@ def parse_query(query: str, windows_s: list[float], as_html: bool) -> tuple[str,
     params = dict(parse_qsl(query, keep_blank_values=True))
     for name in params:
         if name not in ("view", "range"):
-            raise PageQueryError(name, f"/slo: unknown query parameter {name!r}; use view=page and range=<one of {ranges}>")  # fmt: skip
+            raise PageQueryError(
+                name,
+                f"/slo: unknown query parameter {name!r}; use view=page and "
+                f"range=<one of {ranges}>",
+            )
     view = "page" if as_html else params.get("view", "status")
     if view not in ("status", "page"):
-        raise PageQueryError("view", f"/slo: view={view!r} is not a view; use view=page (the page's JSON) or leave it out (the API)")  # fmt: skip
+        raise PageQueryError(
+            "view",
+            f"/slo: view={view!r} is not a view; use view=page (the page's JSON) or leave it "
+            "out (the API)",
+        )
     default = DEFAULT_RANGE_S if DEFAULT_RANGE_S in windows_s else min(windows_s)
     text = params.get("range")
     if text is None:
@@ -83,7 +91,10 @@ def parse_query(query: str, windows_s: list[float], as_html: bool) -> tuple[str,
     except ValueError:
         range_s = math.nan
     if range_s not in windows_s:
-        raise PageQueryError("range", f"/slo: range={text!r} is not a window this server keeps; use one of {ranges}")  # fmt: skip
+        raise PageQueryError(
+            "range",
+            f"/slo: range={text!r} is not a window this server keeps; use one of {ranges}",
+        )
     return view, range_s
 
 
@@ -103,7 +114,10 @@ def engine_now(metrics: Any) -> dict[str, Any] | None:
         for sample in metric.samples:
             if sample.labels.get("model") == metrics.model:
                 queue[sample.labels["tier"]] = sample.value
-    return {**values, "queue_depth": queue, "shed": _shed_counts(metrics)}
+    now = {**values, "queue_depth": queue}
+    if not metrics.engine.engine_wide:  # the bundled engine's scheduler: what it shed
+        now["shed"] = _shed_counts(metrics)
+    return now
 
 
 def _shed_counts(metrics: Any) -> dict[str, dict[str, float]]:
@@ -271,7 +285,8 @@ def _burn_table(
         for window in (rule.long_window_s, rule.short_window_s):
             events, good = windows.events_and_good(objective, totals[window])
             counts.append((events - good, events))
-        long_window, short_window = prom_duration(rule.long_window_s), prom_duration(rule.short_window_s)  # fmt: skip
+        long_window = prom_duration(rule.long_window_s)
+        short_window = prom_duration(rule.short_window_s)
         fires = any(
             labels.get("long_window") == long_window and labels.get("short_window") == short_window
             for labels in firing
