@@ -28,7 +28,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="N|auto",
         help="serve from N processes on the one port, so the proxy uses N cores; records, "
         "/metrics and /slo count every worker's requests; auto: the CPUs this process may "
-        "use. Set it to the pod's CPU limit (docs/proxy.md) (default: %(default)s)",
+        "use, at most the container's CPU limit. Size it to the pod's CPU limit "
+        "(docs/proxy.md) (default: %(default)s)",
     )
     add_security_flags(parser)
     _add_upstream_tls_flags(parser)

@@ -43,12 +43,16 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LOSS_FLUSH_S = 1.0  # how often each worker brings its loss counters to /metrics
 
 
-def resolve_workers(value: str) -> int:
-    """`--workers`: a count of at least 1, or `auto` (the CPUs this process may run on)."""
+def resolve_workers(value: str, cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
+    """`--workers`: a count of at least 1, or `auto`: the CPUs this process may run on, at
+    most the container's CPU quota (a pod's CPU limit) rounded down, at least 1."""
     if value == "auto":
         if hasattr(os, "sched_getaffinity"):  # Linux: the CPUs this process may run on
-            return len(os.sched_getaffinity(0))
-        return os.cpu_count() or 1
+            cpus = len(os.sched_getaffinity(0))
+        else:
+            cpus = os.cpu_count() or 1
+        quota = cpu_quota(cgroup_root)
+        return max(1, min(cpus, int(quota))) if quota is not None else cpus
     try:
         workers = int(value)
     except ValueError:
@@ -56,6 +60,24 @@ def resolve_workers(value: str) -> int:
     if workers < 1:
         raise UsageError(f"--workers must be a whole number of at least 1 or auto, got {value!r}")
     return workers
+
+
+def cpu_quota(root: Path) -> float | None:
+    """The CPUs the cgroup's CFS quota allows (cgroup v2 `cpu.max`, or v1's
+    `cpu.cfs_quota_us` / `cpu.cfs_period_us`); None when there is none or none is readable."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        try:
+            quota = (root / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (root / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    try:
+        allowed = int(quota) / int(period)
+    except (ValueError, ZeroDivisionError):  # "max" (v2) or -1 (v1): no quota
+        return None
+    return allowed if allowed > 0 else None
 
 
 def check_shared_dir() -> Path | None:

@@ -167,3 +167,57 @@ def test_a_mistake_is_one_line_before_any_worker_starts(
     errors = done.stderr.strip().splitlines()
     assert len(errors) == 1 and says in errors[0], done.stderr
     assert "Traceback" not in done.stderr and "workers, counted as one" not in done.stdout
+
+
+def test_each_worker_serves_tls_with_the_flags_context(tmp_path: Path) -> None:
+    """Each worker makes the listener's TLS context from the same flags (min version 1.2 by
+    default): HTTPS on fresh connections reaches both, and a TLS 1.1 client is refused."""
+    from tests.helpers.binaries import binary
+    from tests.helpers.tls import make_pki
+    from tests.integration.test_tls import tls_proxy, tls_upstream
+
+    pki = make_pki(tmp_path / "pki")
+    db = tmp_path / "records.db"
+    with tls_upstream(pki) as upstream, tls_proxy(
+        pki, upstream, db, "--upstream-ca-certs", str(pki.ca), "--workers", "2"
+    ) as url:  # fmt: skip
+        context = pki.client_context(with_client_cert=True)
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        for _ in range(20):
+            with httpx.Client(verify=context) as client:  # a connection of its own
+                assert client.post(url + "/v1/chat/completions", json=body).status_code == 200
+        port = int(url.rsplit(":", 1)[1])
+        for _ in range(6):  # fresh connections: both workers asked
+            # SECLEVEL=0 lets this client offer TLS 1.1 at all; the refusal must be the server's.
+            refused = subprocess.run(
+                [binary("openssl"), "s_client", "-connect", f"127.0.0.1:{port}", "-tls1_1",
+                 "-cipher", "DEFAULT@SECLEVEL=0"],
+                input="", capture_output=True, text=True, timeout=20, check=False,
+            )  # fmt: skip
+            assert refused.returncode != 0 and "Cipher is (NONE)" in refused.stdout
+        wait_for(lambda: len(records(db)) == 20)
+
+
+@pytest.mark.parametrize(
+    ("files", "expected_quota"),
+    [
+        ({"cpu.max": "250000 100000\n"}, 2.5),  # cgroup v2: a pod limit of 2500m
+        ({"cpu.max": "max 100000\n"}, None),  # no limit
+        ({"cpu/cpu.cfs_quota_us": "150000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1.5),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({}, None),
+    ],
+)
+def test_auto_fits_the_cpu_limit(
+    tmp_path: Path, files: dict[str, str], expected_quota: float | None
+) -> None:
+    from slo.cli.proxy_workers import cpu_quota, resolve_workers
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cpu_quota(tmp_path) == expected_quota
+    cpus = len(os.sched_getaffinity(0))
+    limit = cpus if expected_quota is None else max(1, min(cpus, int(expected_quota)))
+    assert resolve_workers("auto", tmp_path) == limit
+    assert resolve_workers("3", tmp_path) == 3
