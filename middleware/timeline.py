@@ -3,8 +3,8 @@
 The breakdown cuts the request's critical path into consecutive segments, so the parts add up
 to e2e exactly and none is negative, even though sending overlaps decoding in a stream:
 
-    start .. receive_end ........ enqueue ....... schedule ..... first token ..... last token ..... last byte
-    | network (in) |    other     |    queue      |   prefill    | decode (+detok)  | network (out) |
+    start .. receive_end .... enqueue ..... schedule .... first token .... last token .... last byte
+    | network (in) |  other   |    queue    |  prefill   | decode (+detok) |  network (out)  |
 
 - detokenize is the sum of per-token detokenization time, carved out of decode;
 - a preemption after the first token (the gap from the token before it to the token after
