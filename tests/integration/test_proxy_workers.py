@@ -221,3 +221,40 @@ def test_auto_fits_the_cpu_limit(
     limit = cpus if expected_quota is None else max(1, min(cpus, int(expected_quota)))
     assert resolve_workers("auto", tmp_path) == limit
     assert resolve_workers("3", tmp_path) == 3
+
+
+def test_sigterm_lets_every_workers_streams_finish_and_records_them(tmp_path: Path) -> None:
+    """SIGTERM to `slo proxy --workers 2` mid-stream: each worker drains its streams (they end
+    whole) and flushes their records, and the private directory goes."""
+    from tests.helpers.proxy_upstream import OpenAIUpstream
+    from tests.helpers.servers import uvicorn_thread
+
+    db, port = tmp_path / "records.db", free_port()
+    with uvicorn_thread(OpenAIUpstream()) as upstream_url:
+        proxied = proxy_workers(port, upstream_url, db)
+        base_url, directory = proxied.__enter__()
+
+        async def streams() -> list[int]:
+            limits = httpx.Limits(max_keepalive_connections=0)
+            async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+
+                async def one() -> int:
+                    body = {"model": "m", "prompt": "hi", "max_tokens": 20, "stream": True}
+                    headers = {"x-test-itl-s": "0.1"}  # 2 s a stream
+                    url = base_url + "/v1/completions"
+                    async with client.stream("POST", url, json=body, headers=headers) as reply:
+                        return (await reply.aread()).count(b'"text": " t')
+
+                return await asyncio.gather(*(one() for _ in range(16)))
+
+        async def stop_midway() -> list[int]:
+            running = asyncio.ensure_future(streams())
+            await asyncio.sleep(1.0)
+            # SIGTERM, then wait for the exit (code 0), off this loop: the streams go on
+            await asyncio.to_thread(proxied.__exit__, None, None, None)
+            return await running
+
+        events = asyncio.run(stop_midway())
+    assert events == [20] * 16
+    assert len(records(db)) == 16
+    assert not directory.exists()
