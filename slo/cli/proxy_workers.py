@@ -147,7 +147,7 @@ def _supervisor(config: uvicorn.Config, listening: Any) -> Any:
     from uvicorn.supervisors import Multiprocess
 
     if "target" in inspect.signature(Multiprocess).parameters:
-        return Multiprocess(config, target=uvicorn.Server(config).run, sockets=[listening])
+        return Multiprocess(config, target=uvicorn.Server(config).run, sockets=[listening])  # type: ignore[call-arg]
     return Multiprocess(config, sockets=[listening])
 
 
