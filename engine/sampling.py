@@ -162,3 +162,25 @@ def held_back_length(text: str, stops: tuple[str, ...]) -> int:
                 longest = size
                 break
     return longest
+
+
+def sample_rows(
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    generated: list[list[int]],
+    generators: list[torch.Generator | None],
+) -> list[int | Exception]:
+    """`adjust_logits` then `sample_tokens` over the batch; should that fail, row by row, so a
+    request whose parameters break sampling gets its error and the others their tokens."""
+    try:
+        return list(sample_tokens(adjust_logits(logits, params, generated), params, generators))
+    except Exception:
+        results: list[int | Exception] = []
+        for row in range(len(params)):
+            one = slice(row, row + 1)
+            try:
+                adjusted = adjust_logits(logits[one], params[one], generated[one])
+                results.append(sample_tokens(adjusted, params[one], generators[one])[0])
+            except Exception as error:
+                results.append(error)
+        return results

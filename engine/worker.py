@@ -3,9 +3,8 @@
 A step asks the scheduler for a plan (decodes first, prefill chunks in the policy's order under
 the token budget, preemptions, requests shed), runs the prefill chunks and the decodes (plainly,
 or speculatively with a draft model), samples, checks stop conditions and streams the new text.
-Other threads reach it only through `enqueue`, `abort`, the hook methods and `stop`; all of
-them take `_lock`, the one lock shared with the step loop.
-"""
+Other threads reach it only through `enqueue`, `abort`, the hook methods and `stop`, all under
+`_lock`, the one lock shared with the step loop."""
 
 from __future__ import annotations
 
@@ -35,7 +34,7 @@ from engine.outputs import (
     RequestShed,
 )
 from engine.policies import SHED_QUEUE_FULL
-from engine.sampling import adjust_logits, refuse_under_speculation, sample_tokens
+from engine.sampling import refuse_under_speculation, sample_rows
 from engine.scheduler import Scheduler, StepPlan
 from engine.sequence import Sequence
 from engine.speculative import SpeculativeDecoder
@@ -187,11 +186,9 @@ class EngineWorker:
     # ------------------------------------------------------------------ the step loop
     def _run(self) -> None:
         torch.set_grad_enabled(False)
-        # On a CPU the thread count is set again before every step: OpenMP's is per thread,
-        # but MKL's (the matrix products) is process-wide, and any other thread calling
-        # `torch.set_num_threads` (a warm-up restoring its own, a library) changes it under
-        # us. Decode-sized products on more threads than the worker owns stall on each other
-        # (a step takes half as long again). The call costs well under a microsecond.
+        # On a CPU the thread count is set again before every step (under a microsecond): MKL's
+        # is process-wide and any thread's `torch.set_num_threads` changes it under us; decode
+        # products on more threads than the worker owns stall each other (steps 1.5x longer).
         threads = self.threads if self.device.type == "cpu" else 0
         lock = self._lock
         scheduler = self.scheduler
@@ -359,23 +356,27 @@ class EngineWorker:
                 self.step_faults([s.request_id for s in sequences])
             return forward(self.model, self.cache, sequences)
         except Exception as error:
-            ids = [s.request_id for s in sequences]
-            logger.exception("forward pass failed for requests %s", ids)
-            for sequence in sequences:
-                self.scheduler.finish(sequence)
-                self._finish(sequence, "error")
-                sequence.deliver(
-                    EngineStepFailed(f"the model failed on this request: {type(error).__name__}")
-                )
-            return None
+            return self._fail(sequences, "forward pass", error)
+
+    def _fail(self, sequences: list[Sequence], stage: str, error: Exception) -> None:
+        """End these sequences with an error, out of the batch: no later step inherits them."""
+        logger.exception("%s failed for requests %s", stage, [s.request_id for s in sequences])
+        failed = EngineStepFailed(f"the model failed on this request: {type(error).__name__}")
+        for sequence in sequences:
+            self.scheduler.finish(sequence)
+            self._finish(sequence, "error")
+            sequence.deliver(failed)
 
     def _sample_and_emit(self, sequences: list[Sequence], logits: torch.Tensor) -> None:
-        default = self._default_generator
-        params = [s.params for s in sequences]
-        logits = adjust_logits(logits, params, [s.output_ids for s in sequences])
-        tokens = sample_tokens(logits, params, [s.generator or default for s in sequences])
-        for sequence, token in zip(sequences, tokens, strict=True):
-            self._emit(sequence, token)
+        generators = [s.generator or self._default_generator for s in sequences]
+        params, generated = [s.params for s in sequences], [s.output_ids for s in sequences]
+        for sequence, token in zip(
+            sequences, sample_rows(logits, params, generated, generators), strict=True
+        ):
+            if isinstance(token, Exception):
+                self._fail([sequence], "sampling", token)
+            else:
+                self._emit(sequence, token)
 
     def _emit(self, sequence: Sequence, token: int) -> bool:
         """Append one token and stream what is due; True if it finished the request."""

@@ -282,6 +282,40 @@ def test_step_failure_fails_only_that_batch(engine: Engine) -> None:
     assert engine.num_free_blocks == engine.num_blocks
 
 
+def test_sampling_failure_ends_only_the_request_that_broke_it(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request whose parameters break sampling ends with an error; a request decoding in the
+    same batch gets every token, and the steps after run as if it never came."""
+    import engine.sampling as sampling
+
+    sample = sampling.sample_tokens
+
+    def fail_poisoned(logits: Any, params: Any, generators: Any) -> Any:
+        if any(p.temperature == 0.7 for p in params):
+            raise RuntimeError("injected sampling fault")
+        return sample(logits, params, generators)
+
+    monkeypatch.setattr(sampling, "sample_tokens", fail_poisoned)
+    poisoned = SamplingParams(max_tokens=4, temperature=0.7)
+    long = SamplingParams(max_tokens=48, temperature=0, ignore_eos=True)
+
+    async def poison() -> None:
+        await asyncio.sleep(0.05)  # joins the batch while the healthy one decodes
+        with pytest.raises(EngineStepFailed):
+            async for _ in engine.generate("bad", poisoned, request_id="poison"):
+                pass
+
+    async def scenario() -> None:
+        healthy, _ = await asyncio.gather(engine.complete("good", long), poison())
+        assert len(healthy.token_ids) == long.max_tokens
+        after = await engine.complete("good", GREEDY)
+        assert len(after.token_ids) == GREEDY.max_tokens
+
+    run(scenario())
+    assert engine.num_free_blocks == engine.num_blocks
+
+
 def test_cold_start_is_measured(engine: Engine) -> None:
     engine.start_sync()
     cold = engine.cold_start
