@@ -46,7 +46,27 @@ _HOP_BY_HOP = frozenset(
     }
 )
 _NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
-_STATUS = {"unreachable": (502, "server_error"), "broken": (502, "server_error")}
+_STATUS = {kind: (502, "server_error") for kind in ("unreachable", "broken", "untrusted", "tls")}
+# What the client is told (never the upstream's address or the socket's words) and the fix.
+_SAID = {
+    "unreachable": (
+        "cannot be reached",
+        "check that the engine is running and listening there, or fix --upstream",
+    ),
+    "timeout": (
+        "did not answer in time",
+        "raise --read-timeout if the engine is just slow, or check that it is healthy",
+    ),
+    "untrusted": (
+        "has a TLS certificate that cannot be verified",
+        "give its CA with --upstream-ca-certs",
+    ),
+    "tls": (
+        "failed the TLS handshake",
+        "check --upstream-certfile/--upstream-keyfile and the upstream's TLS settings",
+    ),
+    "broken": ("sent a broken response", "check that the engine is healthy"),
+}
 
 logger = logging.getLogger("slo.proxy")
 
@@ -258,20 +278,13 @@ class ProxyApp:
         status, kind = _STATUS.get(error.kind, (504, "timeout"))
         state = scope.setdefault("state", {})
         state["outcome"] = "timeout" if status == 504 else "server_error"
-        fix = (
-            "raise --read-timeout if the engine is just slow, or check that it is healthy"
-            if error.kind == "timeout"
-            else "check that the engine is running and listening there, or fix --upstream"
-        )
         code = {"unreachable": "upstream_unreachable", "timeout": "upstream_timeout"}.get(
             error.kind, "upstream_error"
         )
         # The client learns what kind of failure and what to do; the upstream's address and
         # the socket's or TLS library's words stay in the proxy's log (they map the network).
         logger.warning("slo proxy: upstream %s: %s", self.upstream_url, error.message)
-        said = {"unreachable": "cannot be reached", "timeout": "did not answer in time"}.get(
-            error.kind, "sent a broken response"
-        )
+        said, fix = _SAID.get(error.kind, _SAID["broken"])
         payload = {
             "error": {
                 "message": f"slo proxy: the upstream {said}; {fix}",

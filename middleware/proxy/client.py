@@ -27,7 +27,8 @@ _END = object()  # the response is complete
 
 class UpstreamError(Exception):
     """The upstream could not be reached or broke off. `kind` decides the answer:
-    "unreachable" (502), "timeout" (504), "broken" (502: closed or garbled mid-response)."""
+    "unreachable" (502), "timeout" (504), "broken" (502: closed or garbled mid-response),
+    "untrusted" (502: its TLS certificate cannot be verified), "tls" (502: handshake failed)."""
 
     def __init__(self, kind: str, message: str, *, sent_nothing: bool = False) -> None:
         super().__init__(message)
@@ -329,12 +330,12 @@ class UpstreamPool:
             ) from None
         except ssl_module.SSLCertVerificationError as error:
             raise UpstreamError(
-                "unreachable",
+                "untrusted",
                 f"its TLS certificate cannot be verified ({error.verify_message}); give its CA "
                 "with --upstream-ca-certs",
             ) from None
         except ssl_module.SSLError as error:
-            raise UpstreamError("unreachable", f"TLS handshake failed ({error.reason})") from None
+            raise UpstreamError("tls", f"TLS handshake failed ({error.reason})") from None
         except OSError as error:
             raise UpstreamError(
                 "unreachable", f"cannot connect ({error.strerror or error})"
