@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from slo import arithmetic
-from slo.arithmetic import Verdict, burn_rule_fires, goodput_checks
+from slo.arithmetic import Verdict, goodput_checks
+from slo.check.burn import WindowBurn, burn_rates
 from slo.performance import Classification, classify
 from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
 from slo.spec import SLOSpec, Tier
@@ -65,18 +66,6 @@ def nearest_rank(values: np.ndarray, target: float) -> float:
 def required_good(target: float, count: int) -> int:
     """How many of `count` events must be good for attainment >= target (exact target)."""
     return arithmetic.required_good(target, count)
-
-
-@dataclass(frozen=True, slots=True)
-class WindowBurn:
-    window_s: float
-    events: int
-    bad: int
-    burn_rate: float | None  # bad fraction / error budget; 1.0 spends the budget exactly
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"window": format_duration(self.window_s), "events": self.events,
-                "bad": self.bad, "burn_rate": self.burn_rate}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,28 +326,7 @@ def _burn(
     spec: SLOSpec, objective: Objective, bad: np.ndarray, masks: dict[float, np.ndarray]
 ) -> tuple[tuple[WindowBurn, ...], tuple[str, ...]]:
     counts = {w: (int(mask.sum()), int((bad & mask).sum())) for w, mask in masks.items()}
-    return burn_rates(spec, objective, counts)
-
-
-def burn_rates(
-    spec: SLOSpec, objective: Objective, counts: dict[float, tuple[int, int]]
-) -> tuple[tuple[WindowBurn, ...], tuple[str, ...]]:
-    """Burn rate per alert window from (events, bad) counts, and the burn-rate rules firing."""
-    target = objective.target
-    burns = {
-        window_s: WindowBurn(window_s, events, bad, arithmetic.burn_rate(bad, events, target))
-        for window_s, (events, bad) in counts.items()
-    }
-    alerts: list[str] = []
-    policy = spec.alert_policy
-    for rule in policy.burn_rates if arithmetic.alerts_on_budget(objective) else ():
-        windows = [(counts[w][1], counts[w][0]) for w in (rule.long_window_s, rule.short_window_s)]
-        if burn_rule_fires(windows, target, rule.factor, policy.min_events):
-            alerts.append(
-                f"{rule.severity} {format_duration(rule.long_window_s)}/"
-                f"{format_duration(rule.short_window_s)} x{rule.factor:g}"
-            )
-    return tuple(burns[w] for w in sorted(burns)), tuple(alerts)
+    return burn_rates(spec, objective, counts, (int(bad.size), int(bad.sum())))
 
 
 def decide(

@@ -349,7 +349,9 @@ def _burn(
 ) -> tuple[tuple[WindowBurn, ...], tuple[str, ...]]:
     events, good = counts.cumulative(events_name), counts.cumulative(good_name)
     per_window = {w: (int(events[i]), int(events[i] - good[i])) for i, w in enumerate(windows)}
-    return burn_rates(spec, objective, per_window)
+    total_events = counts.total(events_name)
+    total = (total_events, total_events - counts.total(good_name))
+    return burn_rates(spec, objective, per_window, total)
 
 
 def _throughput(

@@ -209,7 +209,7 @@ def _objective(
     for window_s in spec.alert_policy.windows_s:
         window_good, window_events, _ = counts(window_s)
         by_window[window_s] = (window_events, window_events - window_good)
-    burn, alerts = burn_rates(spec, objective, by_window)
+    burn, alerts = burn_rates(spec, objective, by_window, (events, events - good))
     # The histogram estimate can sit on either side of the threshold inside its bucket; the
     # exact bucket count decides (for a percentile objective the same verdict: the nearest-rank
     # value is within the threshold iff the required count of events is).
