@@ -5,8 +5,8 @@ equal to the model: `AlertRule.fires` on exact counts, i.e. `slo.arithmetic`.
 The spec pairs a dynamic page with a static ticket, and guards both with min_events and
 min_request_rate. Traffic: per one-minute step, good and bad requests, events mid-step, so
 Prometheus' closed ranges on 1m samples and the live rings hold the same events at every
-whole-minute check (as in test_judges_agree.py). `slo check` judges static rules only; its
-evaluator does not read these options yet.
+whole-minute check (as in test_judges_agree.py). `slo check` on the same requests as records
+judges them alike too.
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ from alerts.policy_tests import Traffic, availability_series
 from alerts.rules import Links, shown_annotations
 from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
-from slo.alert_rules import AlertRule, alert_rules
+from slo.alert_rules import URGENCY, AlertRule, alert_rules
+from slo.check.evaluate import evaluate
 from slo.promql import prom_duration
+from slo.records import RequestRecord
 from slo.spec import SLOSpec
+from slo.units import format_duration
 from tests.helpers.drawn_examples import drawn_examples
 from tests.helpers.promtool import promtool_test_rules
 from tests.helpers.tier_specs import burn_alert, burn_policy, make_tier, spec_yaml
@@ -108,6 +111,31 @@ def _judge(t: Traffic) -> list[tuple[int, set[tuple[str, str]]]]:
 @given(traffic())
 def test_live_windows_agree_with_the_arithmetic(t: Traffic) -> None:
     _judge(t)
+
+
+def _evaluator(t: Traffic, step: int) -> set[tuple[str, str]]:
+    """`slo check`'s burn-rate alerts on the requests of the first `step` steps as records."""
+    records = [
+        RequestRecord(request_id=f"{k}-{outcome}-{i}", timestamp=ORIGIN_S + (k + 0.5) * STEP_S,
+                      tier="premium", outcome=outcome, e2e_s=0.01)
+        for k in range(step)
+        for outcome, count in (("ok", t.good[k]), ("server_error", t.bad[k]))
+        for i in range(count)
+    ]  # fmt: skip
+    result = evaluate(SPEC, records, now=ORIGIN_S + step * STEP_S).tiers[0].objectives[0]
+    names = {
+        f"{URGENCY[rule.severity]} {format_duration(rule.long_window_s or 0)}/"
+        f"{format_duration(rule.short_window_s or 0)} x{rule.factor:g}": _key(rule)
+        for rule in RULES
+    }
+    return {names[alert] for alert in result.alerts}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traffic())
+def test_slo_check_agrees_with_the_arithmetic(t: Traffic) -> None:
+    for step in CHECKS:
+        assert _evaluator(t, step) == _model(t, step), step
 
 
 def _group(index: int, t: Traffic, checks: list[tuple[int, set[tuple[str, str]]]]) -> Any:
