@@ -20,8 +20,8 @@ from urllib.parse import parse_qsl
 import numpy as np
 
 from middleware.live.windows import SLOTS_PER_WINDOW
-from slo.alert_rules import histogram_quantile
-from slo.arithmetic import attainment, budget_remaining, burn_rate, burn_rule_fires, burning
+from slo.alert_rules import alert_rules, histogram_quantile
+from slo.arithmetic import attainment, budget_remaining, burn_rate, burning
 from slo.promql import prom_duration
 from slo.sli import CATALOG, PHASES
 from slo.units import format_duration, parse_duration
@@ -268,6 +268,31 @@ def _fastest(rates: dict[str, float | None]) -> dict[str, Any] | None:
     return {"window": window, "rate": rate}
 
 
+def _fires_now(
+    live: LiveSLO,
+    windows: TierWindows,
+    objective: Objective,
+    totals: dict[float, np.ndarray],
+    policy_rule: Any,
+) -> bool:
+    """Whether the policy rule's alert on this objective fires on the windows' counts now, as
+    every judge decides it (`AlertRule.fires`: guards, dynamic thresholds)."""
+    for rule in alert_rules(live.spec):
+        if (
+            rule.kind == "burn_rate"
+            and rule.objective is objective
+            and (rule.long_window_s, rule.short_window_s)
+            == (policy_rule.long_window_s, policy_rule.short_window_s)
+            and all(window in totals for window in rule.counted_windows_s)
+        ):
+            counts = []
+            for window in rule.counted_windows_s:
+                events, good = windows.events_and_good(objective, totals[window])
+                counts.append((events - good, events))
+            return rule.fires(counts)
+    return False
+
+
 def _burn_table(
     live: LiveSLO,
     windows: TierWindows,
@@ -291,7 +316,7 @@ def _burn_table(
             labels.get("long_window") == long_window and labels.get("short_window") == short_window
             for labels in firing
         )
-        if fires or burn_rule_fires(counts, objective.target, rule.factor, policy.min_events):
+        if fires or _fires_now(live, windows, objective, totals, rule):
             state = "firing"
         elif any(burning(bad, events, objective.target, rule.factor) for bad, events in counts):
             state = "burning"

@@ -144,3 +144,33 @@ def test_observed_text_of_availability() -> None:
     availability = spec.tier("premium").objectives[1]
     status = {"attainment": 0.9876}
     assert observed_text(availability, status) == "availability 98.76% / 90%"
+
+
+def test_burn_table_honours_the_request_rate_guard() -> None:
+    """The same traffic as above under a spec asking every window for 1 request/s: the guard
+    keeps the page from firing, and the burn table says so (burning, not firing), as the live
+    alerts and the generated rules judge it."""
+    guarded = SLOSpec.from_yaml(
+        spec_yaml(
+            make_tier("standard", "p90 ttft <= 1s", priority=1, default=True),
+            make_tier("premium", "p90 ttft <= 200ms", priority=0),
+            min_events=1,
+            alert_policy={
+                **burn_policy(burn_alert("page", "10m", "1m", 2), thresholds=()),
+                "min_request_rate": 1.0,
+            },
+        )
+    )
+    clock = ScriptedClock()
+    live = LiveSLO(guarded, clock=clock)
+    for _ in range(10):
+        live.observe("premium", "ok", breakdown(0.1))
+        clock.advance_ms(6000)
+    clock.advance_ms(60_000)
+    for _ in range(10):
+        live.observe("premium", "ok", breakdown(0.5))
+        clock.advance_ms(1000)
+    premium = page(live)["tiers"][0]
+    (row,) = next(o for o in premium["objectives"] if "ttft" in o["objective"])["burn_table"]
+    assert row["state"] == "burning"  # 20 events in 10 min is under 1/s: the guard holds
+    assert live.firing_alerts() == []
