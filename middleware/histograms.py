@@ -15,7 +15,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from middleware import hotpath
+import middleware.hotpath as hotpath
 from middleware._hotpath_py import BucketCounts as BucketCounts
 
 # `bucket_counts(bounds, values) -> [(index, count), ...]` for every bucket the values fall

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-from middleware import _hotpath_py
+import middleware._hotpath_py as _hotpath_py
 
 PURE_PYTHON_VARIABLE = "LLM_SLO_PURE_PYTHON"
 # The functions each implementation provides, with the same signatures and behaviour.
@@ -31,7 +31,7 @@ HOT_FUNCTIONS = (
 def compiled() -> ModuleType | None:
     """The compiled module, or None where it was not built (no C compiler at install)."""
     try:
-        from middleware import _hotpath  # type: ignore[attr-defined]
+        import middleware._hotpath as _hotpath  # type: ignore[import-not-found]
     except ImportError:
         return None
     return _hotpath

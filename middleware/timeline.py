@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from middleware import hotpath
+import middleware.hotpath as hotpath
 from middleware.breakdown import MEASURED_FROM_MARKS, NS, Breakdown
 from middleware.clock import Clock
 from middleware.context import current_timeline, reset_current_timeline, set_current_timeline

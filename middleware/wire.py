@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from middleware import hotpath
+import middleware.hotpath as hotpath
 from middleware.upstream import UpstreamReport, apply_timings, apply_usage
 from middleware.wire_chunk import NOT_DECODED, Chunk, chunk_has_text, decode_chunk, decode_head
 

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from middleware import hotpath
+import middleware.hotpath as hotpath
 
 SLOTS_PER_WINDOW = 60
 # The current, partly filled slot plus a full window.
