@@ -148,7 +148,7 @@ def run_step(
         scheduled = (sent - 1) / drawn_span if drawn_span > 0 else rate
         report.lateness = lateness_of(result.late_s, result.sent_at, scheduled)
         if report.lateness.behind:
-            report.verdict = "client_behind"
+            report.verdict = _server_verdict(spec, report)
     return report
 
 
@@ -163,6 +163,23 @@ def _no_collector_pauses() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _server_verdict(spec: SLOSpec, report: StepReport) -> str:
+    """The verdict of a step whose client fell behind. The client's own timings are then
+    suspect (its stalls are in them) and the load was not the asked one. Where the server
+    timed every request itself (the middleware's Server-Timing), the step is judged on those
+    alone: a miss there is the server's, at the load the client did send ("fail"); otherwise,
+    or when it passes, the step says nothing ("client_behind")."""
+    server_only = [
+        {key: value for key, value in record.items() if not key.startswith("client_")}
+        for record in report.measured_records
+    ]
+    if not server_only or not all("ttft_s" in record for record in server_only):
+        return "client_behind"
+    tiers = judge_step(spec, server_only)
+    failed = any(tier.verdict == "fail" for tier in tiers.values())
+    return "fail" if failed else "client_behind"
 
 
 def _judge(
