@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import Any
@@ -215,12 +216,21 @@ class MetricSet:
         trace_id: str | None,
         itl_counts: BucketCounts | None,
     ) -> None:
-        exemplar = {"trace_id": trace_id} if trace_id and not self.multiprocess else None
         output_tokens = breakdown.output_tokens
         values = (*_latencies(breakdown), input_tokens, output_tokens)
-        for value, (child, takes_exemplar) in zip(values, bound.plan, strict=True):
-            if value is not None:
-                child.observe(value, exemplar if takes_exemplar else None)
+        if self.multiprocess:  # prometheus_client's children (no exemplars across workers)
+            for value, (child, _) in zip(values, bound.plan, strict=True):
+                if value is not None:
+                    child.observe(value)
+        else:  # our HistogramSeries, inlined: this runs for every request
+            for value, (series, takes_exemplar) in zip(values, bound.plan, strict=True):
+                if value is None:
+                    continue
+                if takes_exemplar and trace_id:
+                    series.observe(value, {"trace_id": trace_id})
+                else:
+                    series.counts[bisect_left(series.bounds, value)] += 1
+                    series.sum += value
         gaps = breakdown.itl_s
         if gaps:
             itl = bound.itl

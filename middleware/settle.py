@@ -90,17 +90,20 @@ class Reporter:
         status = 500 if raised and not exchange.started else exchange.status
         finished = Finished(exchange, tier, route, headers, outcome, status, ids, captured)
         timeline = exchange.timeline
-        produced_tokens = timeline.breakdown().output_tokens if status < 400 else 0
         if outcome != "ok" or timeline.engine_reported:
-            self.report(finished, None)  # no engine span comes for what no engine ran
-            return produced_tokens
+            produced = self.report(finished, None)  # no engine span comes: no engine ran
+            return produced if status < 400 else 0
         trace_key, upstream_id = join_keys or self.join_keys(timeline.request_id, headers, ids)
+        reported: list[int] = []  # the report's own count, when it goes out at once
         wait_s = self.span_join.settle(
-            trace_key, upstream_id, lambda span: self.report(finished, span)
+            trace_key, upstream_id, lambda span: reported.append(self.report(finished, span))
         )
         if wait_s is not None and self._expiry is None:
             self._expiry = asyncio.get_running_loop().call_later(wait_s, self._expire_waits)
-        return produced_tokens
+        if status >= 400:
+            return 0
+        # Waiting for its span: the count the wire gave (one breakdown, on this rare path).
+        return reported[0] if reported else timeline.breakdown().output_tokens
 
     def join_keys(
         self, request_id: str, headers: dict[str, str], ids: tuple[str, str] | None
@@ -122,8 +125,9 @@ class Reporter:
             loop = asyncio.get_running_loop()
             self._expiry = loop.call_later(left_s + 0.001, self._expire_waits)
 
-    def report(self, finished: Finished, span: SpanPhases | None) -> None:
-        """Report one finished request everywhere: span, metrics, live windows, record."""
+    def report(self, finished: Finished, span: SpanPhases | None) -> int:
+        """Report one finished request everywhere: span, metrics, live windows, record; the
+        output tokens its breakdown counts."""
         exchange = finished.exchange
         timeline = exchange.timeline
         if span is not None:
@@ -165,6 +169,7 @@ class Reporter:
                 produced,
             )
             self.store.add(fields)
+        return breakdown.output_tokens
 
     def _emit_span(self, finished: Finished, breakdown: Any) -> str | None:
         """The request's GenAI-convention telemetry: its `gen_ai.*` metrics and, when tracing
