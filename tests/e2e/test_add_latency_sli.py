@@ -89,7 +89,8 @@ def test_the_contributing_example_adds_a_latency_sli_in_three_files(tmp_path: Pa
             ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__")
         )
     catalog, record, measurement = example_blocks()
-    insert_after(copy / "slo" / "sli.py", "_SLIS: tuple[SLI, ...] = (\n", catalog, "    ")
+    entry = catalog.rstrip() + ",\n"  # an element of the tuple
+    insert_after(copy / "slo" / "sli.py", "_SLIS: tuple[SLI, ...] = (\n", entry, "    ")
     insert_after(copy / "slo" / "records.py", "    ttft_s: float | None = None\n", record, "    ")
     breakdown = copy / "middleware" / "breakdown.py"
     breakdown.write_text(breakdown.read_text() + "\n\n" + measurement)
