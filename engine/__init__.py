@@ -1,7 +1,8 @@
 """The bundled PyTorch inference engine; this module re-exports its public names.
 
-A Llama-style model, a paged KV cache, continuous batching with chunked prefill and tier-aware scheduling (fifo, priority, slo), streaming, and
-instrumentation hooks. It knows nothing of middleware or SLOs.
+A Llama-style model, a paged KV cache, continuous batching with chunked prefill and tier-aware
+scheduling (fifo, priority, slo), streaming, and instrumentation hooks. It knows nothing of
+middleware or SLOs.
 """
 
 from engine.config import CheckpointError, EngineConfig, ModelConfig

@@ -1,13 +1,13 @@
 """Continuous-batching scheduler: stall-free steps under a token budget, preemption by recompute.
 
 Each step (`schedule`) the scheduler (1) sheds the waiting requests the policy gives up on (the
-`slo` policy: those whose TTFT objective is out of reach), (2) reserves a cache slot for the next token of every decoding
-sequence, preempting the least important running sequence when blocks run out, and (3) fills
-the rest of the step's token budget (`max_num_batched_tokens`) with prefill chunks in the
-policy's order (engine/policies/): prompts still being prefilled continue, waiting ones are
-admitted while the batch size and the free blocks allow; a waiting request of a higher tier
-may preempt a running one of a lower tier. Decodes go first, so a long prompt spans several
-steps instead of stalling every running decode (Sarathi-Serve's stall-free batching).
+`slo` policy: those whose TTFT objective is out of reach), (2) reserves a cache slot for the next
+token of every decoding sequence, preempting the least important running sequence when blocks run
+out, and (3) fills the rest of the step's token budget (`max_num_batched_tokens`) with prefill
+chunks in the policy's order (engine/policies/): prompts still being prefilled continue, waiting
+ones are admitted while the batch size and the free blocks allow; a waiting request of a higher tier
+may preempt a running one of a lower tier. Decodes go first, so a long prompt spans several steps
+instead of stalling every running decode (Sarathi-Serve's stall-free batching).
 
 A preempted sequence gives back all its blocks and waits again; when it is admitted again its
 prompt and the tokens generated so far are prefilled anew (recompute), and its earlier output

@@ -310,7 +310,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
     message = {
-        404: f"no route {request.url.path}; routes: /v1/completions, /v1/chat/completions, /v1/models, /health",
+        404: f"no route {request.url.path}; routes: /v1/completions, /v1/chat/completions, "
+        "/v1/models, /health",
         405: f"method {request.method} is not allowed on {request.url.path}",
     }.get(exc.status_code, str(exc.detail))
     return error_response(ApiError(exc.status_code, message, kind=kind))

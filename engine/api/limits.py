@@ -44,7 +44,8 @@ class Deadline:
                 return await anext(stream)
         except TimeoutError:
             raise TimeoutError(
-                f"no token within the server's limit ({self._describe()}); retry later or with a shorter prompt"
+                f"no token within the server's limit ({self._describe()}); "
+                "retry later or with a shorter prompt"
             ) from None
 
     async def outputs(
@@ -61,7 +62,8 @@ class Deadline:
                 return
             except TimeoutError:
                 raise TimeoutError(
-                    f"the request ran past the server's limit of {self.limits.request_timeout_s:g} s; ask for fewer tokens"
+                    "the request ran past the server's limit of "
+                    f"{self.limits.request_timeout_s:g} s; ask for fewer tokens"
                 ) from None
             yield output
             if output.finished:

@@ -60,7 +60,8 @@ def internal_error(stream: RequestStream) -> ApiError:
     """A generic 500: the engine's exception stays in the server log, never in the body."""
     return ApiError(
         500,
-        f"internal error while generating (request id {stream.request_id}); retry, and report the id if it persists",
+        f"internal error while generating (request id {stream.request_id}); "
+        "retry, and report the id if it persists",
         kind="server_error",
         code="internal_error",
     )

@@ -69,7 +69,8 @@ async def read_json(request: Request, max_body_bytes: int) -> dict[str, Any]:
     if declared and declared.isdigit() and int(declared) > max_body_bytes:
         raise ApiError(
             413,
-            f"request body is {declared} bytes, above the limit of {max_body_bytes}; send a shorter prompt",
+            f"request body is {declared} bytes, above the limit of {max_body_bytes}; "
+            "send a shorter prompt",
             code="body_too_large",
         )
     chunks: list[bytes] = []
@@ -328,7 +329,8 @@ def _message_text(message: Any, index: int) -> dict[str, str]:
             ):
                 raise ApiError(
                     400,
-                    f'\'messages[{index}].content\' parts must be {{"type": "text", "text": ...}}; this server takes text only',
+                    f'\'messages[{index}].content\' parts must be {{"type": "text", "text": ...}}; '
+                    "this server takes text only",
                     param=f"messages[{index}].content",
                 )
             parts.append(part["text"])

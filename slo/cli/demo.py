@@ -31,20 +31,54 @@ DESCRIPTION = (
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="slo-demo", help="directory to write into (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--spec", help="SLO spec (default: the packaged example, copied to OUT/slo.yaml)")  # fmt: skip
-    parser.add_argument("--requests", type=int, default=60, help="requests in the benchmark (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--rate", type=float, default=5.0, help="Poisson arrivals, requests/s (default: %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--out", default="slo-demo", help="directory to write into (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--spec", help="SLO spec (default: the packaged example, copied to OUT/slo.yaml)"
+    )
+    parser.add_argument(
+        "--requests", type=int, default=60, help="requests in the benchmark (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=5.0,
+        help="Poisson arrivals, requests/s (default: %(default)s)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="benchmark seed (default: %(default)s)")
-    parser.add_argument("--duration-limit", type=float, default=60.0, metavar="S", help="stop the benchmark after S seconds (default: %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--duration-limit",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="stop the benchmark after S seconds (default: %(default)s)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--scenario", choices=("tour", "overload"), default="tour",
                         help="tour: the whole product on light traffic; overload: a batch "
                         "flood under fifo, then under slo scheduling, side by side "
                         "(default: %(default)s)")  # fmt: skip
-    parser.add_argument("--calm", type=float, default=4.0, metavar="S", help="overload: seconds of premium traffic alone (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--flood", type=float, default=15.0, metavar="S", help="overload: seconds of the batch flood (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--flood-clients", type=int, default=24, help="overload: batch clients (default: %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--calm",
+        type=float,
+        default=4.0,
+        metavar="S",
+        help="overload: seconds of premium traffic alone (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--flood",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="overload: seconds of the batch flood (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--flood-clients",
+        type=int,
+        default=24,
+        help="overload: batch clients (default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,9 +125,15 @@ def run(args: argparse.Namespace) -> int:
             f"benchmarking: {args.requests} chat requests, {args.rate:g} req/s, "
             f"tiers {DEMO_TIER_MIX}"
         )
-        options = BenchOptions(profile="chat", requests=args.requests, rate=args.rate,
-                               tier_mix=DEMO_TIER_MIX, seed=args.seed,
-                               duration_limit_s=args.duration_limit, progress=not args.quiet)  # fmt: skip
+        options = BenchOptions(
+            profile="chat",
+            requests=args.requests,
+            rate=args.rate,
+            tier_mix=DEMO_TIER_MIX,
+            seed=args.seed,
+            duration_limit_s=args.duration_limit,
+            progress=not args.quiet,
+        )
         result = execute(options, base_url, results)
         for path, description in ((out / "metrics.prom", "/metrics"), (out / "slo.json", "/slo")):
             path.write_bytes(httpx.get(base_url + description, timeout=10).content)

@@ -165,7 +165,10 @@ def render(acts: list[Act]) -> str:
     row("premium p95 TTFT", [f"{_p(a.premium_ttft_s, 0.95):.0f} ms" for a in acts])
     row("premium p99 ITL", [f"{_p(a.premium_itl_s, 0.99):.0f} ms" for a in acts])
     row("batch tokens/s", [f"{a.batch_tokens / a.flood_s:.0f}" if a.flood_s else "-" for a in acts])
-    row("shed (429) premium/batch", [f"{a.shed.get('premium', 0)}/{a.shed.get('batch', 0)}" for a in acts])  # fmt: skip
+    row(
+        "shed (429) premium/batch",
+        [f"{a.shed.get('premium', 0)}/{a.shed.get('batch', 0)}" for a in acts],
+    )
     row("batch failures", [
         str(sum(n for k, n in a.errors.items() if k not in ("200", "429"))) for a in acts
     ])  # fmt: skip
@@ -206,8 +209,11 @@ def run_overload(args: argparse.Namespace) -> int:
         store = out / f"overload-{policy}.db"
         store.unlink(missing_ok=True)
         flags = " ".join(extra) or "default flags"
-        print(f"slo demo: act {policy} ({flags}): premium alone {args.calm:g}s, then a batch "
-              f"flood ({args.flood_clients} clients) for {args.flood:g}s ...", flush=True)  # fmt: skip
+        print(
+            f"slo demo: act {policy} ({flags}): premium alone {args.calm:g}s, then a batch "
+            f"flood ({args.flood_clients} clients) for {args.flood:g}s ...",
+            flush=True,
+        )
         act = Act(policy, flags=flags)
         with embedded_server(
             spec=str(spec_path), store=f"sqlite:///{store}", extra_args=extra

@@ -1,4 +1,5 @@
-"""`slo serve`: the bundled engine (or a checkpoint) behind the OpenAI-compatible API and the middleware."""
+"""`slo serve`: the bundled engine (or a checkpoint) behind the OpenAI-compatible API and the
+middleware."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--max-waiting",
         type=int,
         default=256,
-        help="requests allowed to wait for a batch slot before new ones get 429 (default: %(default)s)",
+        help="requests allowed to wait for a batch slot before new ones get 429 "
+        "(default: %(default)s)",
     )
     add_engine_flags(parser)
     parser.add_argument(
@@ -68,7 +70,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="give up a request still waiting for its first token (queue wait + prefill) after this long",
+        help="give up a request still waiting for its first token (queue wait + prefill) "
+        "after this long",
     )
     parser.add_argument(
         "--no-middleware",
@@ -137,7 +140,10 @@ def run(args: argparse.Namespace) -> int:
     # Certificates, the token and the limits are checked before the engine spends its warm-up.
     context, token = read_access(args)
     if token is not None and args.no_middleware:
-        raise UsageError("--ops-token-file guards /metrics and /slo, which --no-middleware leaves out; drop one of the two")  # fmt: skip
+        raise UsageError(
+            "--ops-token-file guards /metrics and /slo, which --no-middleware leaves out; "
+            "drop one of the two"
+        )
     from engine.api import Limits, create_app
 
     engine = _load_engine(args)

@@ -1,4 +1,5 @@
-"""Run an ASGI app under uvicorn until SIGTERM, then flush: what `slo serve` and `slo proxy` share."""
+"""Run an ASGI app under uvicorn until SIGTERM, then flush: what `slo serve` and `slo proxy`
+share."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The bundled engine against llama.cpp (llama-cpp-python) on the SAME random weights, same run.
 
-    python -m pytest tests/benchmarks/test_engine_vs_llama_cpp.py -o addopts="" -s -p no:cacheprovider
+    python -m pytest tests/benchmarks/test_engine_vs_llama_cpp.py -o addopts="" -s \
+        -p no:cacheprovider
 
 A random Llama checkpoint is written by transformers, and the same weights as a float16 GGUF
 (tests/helpers/gguf_model.py, q/k permuted for llama.cpp's RoPE), so both engines compute the

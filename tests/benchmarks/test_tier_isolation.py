@@ -2,15 +2,14 @@
 
     python -m pytest tests/benchmarks/test_tier_isolation.py -o addopts="" -s -p no:cacheprovider
 
-The mixed-tier overload of the tier-isolation issue on bundled:tiny (engine.workloads.overload): premium
-requests (short prompts, 16 tokens, one every 200 ms) first alone, then beside a batch flood
-(24 closed-loop clients, ~900-token prompts, 64 tokens each), once per policy, same prefill
-token budget, rounds interleaved and each variant's rounds pooled (slo.isolation:
-percentiles over every round's requests). Reported: premium p95 TTFT and p99 ITL relative to premium
-alone, batch tokens/s relative to fifo, and goodput (requests per second that met every
-latency objective of their tier). Asserted, for `slo`: premium within 3x of alone, batch at
-least 80% of fifo's tokens/s, goodput above fifo's. Run it alone: on a shared 2-core machine
-another heavy process moves every figure.
+The mixed-tier overload of the tier-isolation issue on bundled:tiny (engine.workloads.overload):
+premium requests (short prompts, 16 tokens, one every 200 ms) first alone, then beside a batch flood
+(24 closed-loop clients, ~900-token prompts, 64 tokens each), once per policy, same prefill token
+budget, rounds interleaved and each variant's rounds pooled (slo.isolation: percentiles over every
+round's requests). Reported: premium p95 TTFT and p99 ITL relative to premium alone, batch tokens/s
+relative to fifo, and goodput (requests per second that met every latency objective of their tier).
+Asserted, for `slo`: premium within 3x of alone, batch at least 80% of fifo's tokens/s, goodput
+above fifo's. Run it alone: on a shared 2-core machine another heavy process moves every figure.
 """
 
 from __future__ import annotations

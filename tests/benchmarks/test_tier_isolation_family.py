@@ -1,6 +1,7 @@
 """Tier isolation on a family of loads, default flags: every draw judged, the worst reported.
 
-    python -m pytest tests/benchmarks/test_tier_isolation_family.py -o addopts="" -s -p no:cacheprovider
+    python -m pytest tests/benchmarks/test_tier_isolation_family.py -o addopts="" -s \
+        -p no:cacheprovider
 
 Draws from engine.workloads.family (seeded and printed: long-prompt floods, many short batch
 requests, mixed lengths, gamma-bursty premium arrivals, a third tier between on every other
@@ -43,8 +44,10 @@ PAGE = Path(__file__).parents[2] / "docs" / "benchmarks" / "tier-isolation-famil
 def tighter_spec(tmp: Path) -> Path:
     """The packaged example with tighter premium objectives (the rest unchanged)."""
     text = EXAMPLE.read_text()
-    for old, new in (("p95 ttft <= 200ms", "p95 ttft <= 100ms"), ("p95 tpot <= 50ms",
-                                                                    "p95 tpot <= 20ms")):  # fmt: skip
+    for old, new in (
+        ("p95 ttft <= 200ms", "p95 ttft <= 100ms"),
+        ("p95 tpot <= 50ms", "p95 tpot <= 20ms"),
+    ):
         assert old in text, f"{EXAMPLE}: '{old}' is gone; update this benchmark's tighter spec"
         text = text.replace(old, new)
     path = tmp / "tighter.yaml"

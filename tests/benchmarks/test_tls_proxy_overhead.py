@@ -2,7 +2,8 @@
 certificates, in the same run.
 
     uptime   # run alone, on a quiet machine
-    python -m pytest tests/benchmarks/test_tls_proxy_overhead.py -o addopts="" -s -p no:cacheprovider
+    python -m pytest tests/benchmarks/test_tls_proxy_overhead.py -o addopts="" -s \
+        -p no:cacheprovider
 
 The setting of tests/benchmarks/test_proxy_overhead.py (its loads, driver and figures), with
 every hop encrypted: the OpenAI-style upstream serves HTTPS (uvicorn, httptools), `slo proxy`
@@ -173,7 +174,11 @@ def _commands(tmp_path: Path, pki: Pki, ports: dict[str, int]) -> dict[str, list
         )
     )
     nginx_cmd = [nginx, "-e", str(tmp_path / "error.log"), "-p", str(tmp_path), "-c"]
-    return {"direct": upstream, "slo proxy": proxy, "nginx": [*nginx_cmd, str(tmp_path / "nginx.conf")]}  # fmt: skip
+    return {
+        "direct": upstream,
+        "slo proxy": proxy,
+        "nginx": [*nginx_cmd, str(tmp_path / "nginx.conf")],
+    }
 
 
 def test_tls_proxy_overhead(tmp_path: Path) -> None:

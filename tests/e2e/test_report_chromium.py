@@ -37,9 +37,10 @@ def render(page: Path, tmp_path: Path) -> tuple[Path, list[str]]:
     """Screenshot `page`; return the PNG and the URLs the page itself requested."""
     shot, netlog = tmp_path / f"{page.stem}.png", tmp_path / f"{page.stem}.netlog.json"
     command = [
-        binary("chromium", "chromium-browser", "google-chrome"), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
+        binary("chromium", "chromium-browser", "google-chrome"), "--headless", "--no-sandbox",
+        "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
         f"--window-size={WIDTH},{HEIGHT}", f"--screenshot={shot}", f"--log-net-log={netlog}",
         page.as_uri(),
     ]  # fmt: skip

@@ -1,4 +1,5 @@
-"""The in-process evaluator pushes what fires to a real HTTP receiver speaking Alertmanager's v2 API."""
+"""The in-process evaluator pushes what fires to a real HTTP receiver speaking Alertmanager's v2
+API."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible API over real HTTP: the official client, validation, overload, disconnects."""
+"""The OpenAI-compatible API over real HTTP: the official client, validation, overload,
+disconnects."""
 
 from __future__ import annotations
 

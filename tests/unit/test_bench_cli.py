@@ -53,7 +53,8 @@ def test_the_new_commands_import_nothing_heavy() -> None:
     # matplotlib only when a report is drawn; engine, middleware and generators never from slo/.
     code = (
         "import sys, importlib\n"
-        "for m in ('slo.cli.bench', 'slo.cli.bench.command', 'slo.cli.bench.server', 'slo.cli.report.command', 'slo.cli.demo'):\n"
+        "for m in ('slo.cli.bench', 'slo.cli.bench.command', 'slo.cli.bench.server', "
+        "'slo.cli.report.command', 'slo.cli.demo'):\n"
         "    importlib.import_module(m)\n"
         "from slo.cli import build_parser; build_parser()\n"
         "heavy = ('torch', 'engine', 'middleware', 'alerts', 'dashboards', 'matplotlib')\n"

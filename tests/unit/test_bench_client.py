@@ -76,8 +76,11 @@ def test_a_chat_stream_becomes_a_record_with_both_views() -> None:
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        return httpx.Response(200, content=body, headers={"x-request-id": "req-abc",
-                                                          "content-type": "text/event-stream"})  # fmt: skip
+        return httpx.Response(
+            200,
+            content=body,
+            headers={"x-request-id": "req-abc", "content-type": "text/event-stream"},
+        )
 
     result = run(handler, RequestSettings("m", "chat", seed=100))
     sent = json.loads(seen[0].content)

@@ -39,7 +39,8 @@ window: 1h
 tiers:
   - name: gold
     default: true
-    objectives: [p95 ttft <= 250ms, 99.5% of gaps itl <= 75ms, p50 e2e <= 1.5s, availability >= 99.95%]
+    objectives: [p95 ttft <= 250ms, 99.5% of gaps itl <= 75ms, p50 e2e <= 1.5s,
+      availability >= 99.95%]
 alert_policy:
   min_events: 5
   burn_rates:

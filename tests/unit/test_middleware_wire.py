@@ -71,8 +71,13 @@ async def call(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
-             "headers": headers or [(b"content-length", str(len(raw)).encode())], "state": {}}  # fmt: skip
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": headers or [(b"content-length", str(len(raw)).encode())],
+        "state": {},
+    }
     await app(scope, receive, send)
     return sent
 

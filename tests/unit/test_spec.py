@@ -42,7 +42,8 @@ def test_good_spec_loads_with_defaults_filled_in() -> None:
     assert premium.priority == 0 and spec.tier("standard").priority == 1
     names = [objective.name for objective in premium.objectives]
     assert names == [
-        "p95 ttft <= 200ms", "99% of requests e2e <= 30s", "availability >= 99.9%", "goodput >= 90%",
+        "p95 ttft <= 200ms", "99% of requests e2e <= 30s", "availability >= 99.9%",
+        "goodput >= 90%",
     ]  # fmt: skip
     assert premium.objectives[0].threshold_s == pytest.approx(0.2)
     assert premium.objectives[1].form == "ratio" and premium.objectives[1].target == 0.99
@@ -113,7 +114,8 @@ MALFORMED = {
     ),
     "no objectives": ("tiers:\n- name: a\n  objectives: []\n", 3, "a", r"has no objectives; add"),
     "no default among many": (
-        "tiers:\n- name: a\n  objectives: [p95 ttft <= 1s]\n- name: b\n  objectives: [p95 ttft <= 1s]\n",
+        "tiers:\n- name: a\n  objectives: [p95 ttft <= 1s]\n"
+        "- name: b\n  objectives: [p95 ttft <= 1s]\n",
         1, None, r"no tier has 'default: true'",
     ),
     "misspelled key": (
