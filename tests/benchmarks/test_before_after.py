@@ -263,7 +263,7 @@ def test_proxy_before_after(trees: dict[str, Path], tmp_path: Path) -> None:
         f"over {PROXY_ROUNDS} interleaved rounds. Earlier commit: `{BEFORE}`. Command: `python "
         "-m pytest tests/benchmarks/test_before_after.py -k proxy -o addopts=\"\" -s`.",
         table(["load", "goal", "measured", "limit", "met"], rows),
-        "```json\n" + json.dumps(report, indent=2) + "\n```",
+        "```text\n" + json.dumps(report, indent=2) + "\n```",
     ])  # fmt: skip
     write_section(PAGE, TITLE, "proxy", text)
     assert not misses, f"slower than before: {misses}"
