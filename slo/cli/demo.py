@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
     from slo.check.evaluate import evaluate
     from slo.check.summary import columns_of
-    from slo.cli.bench.command import BenchOptions, describe_stop, execute
+    from slo.cli.bench.command import describe_stop, execute
+    from slo.cli.bench.options import BenchOptions
     from slo.cli.bench.server import embedded_server
     from slo.cli.bench.summary import render_summary
     from slo.cli.generate import Targets, generate

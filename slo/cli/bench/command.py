@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from slo.capacity.arrivals import ArrivalKind, check_arrival
+from slo.cli.bench.options import FALLBACK_CONTEXT, BenchOptions, target
 from slo.cli.bench.profiles import PROFILES, get_profile, parse_tier_mix, plan_requests
 from slo.cli.bench.search_flags import add_search_flags
 from slo.cli.bench.workload_plan import add_workload_flags, workload_plan
@@ -27,7 +24,6 @@ DESCRIPTION = (
     "record per request: the client's TTFT, ITL, TPOT and e2e next to the server's own "
     "timings. `slo check --results` and `slo report` read the file."
 )
-FALLBACK_CONTEXT = 4096
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -162,57 +158,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_workload_flags(parser)
 
 
-@dataclass
-class BenchOptions:
-    profile: str = "chat"
-    requests: int = 100
-    rate: float | None = None
-    concurrency: int | None = None
-    tier_mix: str | None = None
-    tier_header: str = "x-llm-tier"
-    seed: int = 0
-    duration_limit_s: float = 600.0
-    model: str | None = None
-    max_model_len: int | None = None
-    chars_per_token: float = 1.0
-    stream: bool = True
-    ignore_eos: bool = True
-    request_timeout_s: float = 300.0
-    progress: bool = True
-    arrival: ArrivalKind = "poisson"
-    burstiness: float = 1.0
-
-    def check(self) -> None:
-        problems = [
-            (self.requests < 1, f"--requests must be >= 1, got {self.requests}"),
-            (self.rate is not None and not self.rate > 0, f"--rate must be > 0, got {self.rate}"),
-            (
-                self.concurrency is not None and self.concurrency < 1,
-                f"--concurrency must be >= 1, got {self.concurrency}",
-            ),
-            (
-                not self.duration_limit_s > 0,
-                f"--duration-limit must be > 0, got {self.duration_limit_s}",
-            ),
-            (
-                not self.chars_per_token > 0,
-                f"--chars-per-token must be > 0, got {self.chars_per_token}",
-            ),
-            (
-                not self.request_timeout_s > 0,
-                f"--request-timeout must be > 0, got {self.request_timeout_s}",
-            ),
-            (
-                self.max_model_len is not None and self.max_model_len < 1,
-                f"--max-model-len must be >= 1, got {self.max_model_len}",
-            ),
-        ]
-        for failed, message in problems:
-            if failed:
-                raise UsageError(message)
-        check_arrival(self.arrival, self.rate or 1.0, self.burstiness)
-
-
 def options_from_args(args: argparse.Namespace) -> BenchOptions:
     return BenchOptions(
         profile=args.profile, requests=args.requests, rate=args.rate,
@@ -275,29 +220,6 @@ def execute(
                      duration_limit_s=options.duration_limit_s, out=handle,
                      progress=options.progress)
         )  # fmt: skip
-
-
-@contextlib.contextmanager
-def target(
-    url: str | None,
-    embedded: bool,
-    model: str | None,
-    spec: str | None,
-    serve_args: tuple[str, ...] = (),
-) -> Iterator[str]:
-    if url is not None:
-        yield url
-        return
-    from slo.cli.bench.server import embedded_server
-
-    print(
-        f"slo bench: starting `slo serve --model {model or 'bundled:tiny'}` on 127.0.0.1 ...",
-        flush=True,
-    )
-    with embedded_server(
-        model=model or "bundled:tiny", spec=spec, extra_args=serve_args
-    ) as base_url:
-        yield base_url
 
 
 def run(args: argparse.Namespace) -> int:

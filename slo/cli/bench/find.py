@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from slo.cli.bench.command import FALLBACK_CONTEXT, BenchOptions, target
+from slo.cli.bench.options import FALLBACK_CONTEXT, BenchOptions, target
 from slo.cli.bench.profiles import get_profile, parse_tier_mix
 from slo.errors import UsageError
 from slo.spec import SLOSpec
