@@ -238,7 +238,9 @@ def test_records_prometheus_and_live_slo_agree(tmp_path: Path) -> None:
         )
         am_config = generated / "alertmanager/alertmanager.yml"
         am_config.write_text(render_alertmanager(spec, webhook_url, TEST_TIMING))
-        common = ("--spec", str(spec_path), "--store", store)
+        # Priority scheduling: the slow replica must serve its requests slowly (the budget burns),
+        # not shed them, which the spec-driven default does when a TTFT is out of reach.
+        common = ("--spec", str(spec_path), "--store", store, "--scheduling", "priority")
         with (
             replicas(tmp_path, common, (*common, *SLOW), env={"OMP_NUM_THREADS": "1"}) as urls,
             alertmanager(tmp_path, am_config) as am_address,
