@@ -4,7 +4,8 @@ for its definition), as a Prometheus collector computed at scrape time.
 It reads the llm_slo_* series already in the registry (queue depth per tier, finished
 requests, prefill time), so it needs no hook into the request path: the bundled engine fills
 those series through its hooks, `slo proxy` from the engine's /metrics, and the gauge is the
-same in both. Register it next to the middleware's metrics:
+same in both. `middleware.metrics.MetricSet` registers it next to the middleware's metrics
+(with several workers, on the registry that sums their files, so it reads every worker):
 
     registry.register(HeadroomCollector(spec, registry))
 
@@ -14,6 +15,7 @@ then reads as late, never as fine).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -21,7 +23,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from slo.headroom import GAUGE, WINDOW_S, TierSignal, headroom_ratio, signals
+from slo.headroom import WINDOW_S, TierSignal, headroom_ratio, signals
 from slo.sli import CATALOG
 from slo.spec import SLOSpec
 
@@ -38,35 +40,34 @@ class HeadroomCollector(Collector):
         self._clock = clock
         # (time, finished requests, {tier: (prefill sum, prefill count)}) per scrape, in window
         self._history: deque[tuple[float, float, dict[str, tuple[float, float]]]] = deque()
-        self._collecting = False
+        self._lock = threading.Lock()  # scrapes may come on several threads at once
+        self._inside = threading.local()  # this thread is reading the registry for us
 
     def describe(self) -> list[GaugeMetricFamily]:
         return [self._family()]  # no registry read at registration
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        if self._collecting:  # reading the registry collects it, this collector included
+        if getattr(self._inside, "reading", False):  # reading the registry collects us too
             return
-        self._collecting = True
+        self._inside.reading = True
         try:
-            yield self._measure()
+            family = self._measure()
         finally:
-            self._collecting = False
+            self._inside.reading = False
+        yield family
 
     def _family(self) -> GaugeMetricFamily:
-        return GaugeMetricFamily(
-            GAUGE,
-            "Predicted TTFT of a request arriving now (waiting ahead / drain rate + prefill) "
-            "over the tier's TTFT objective: 1 is at the objective; scale out below it.",
-            labels=["tier"],
-        )
+        sli = CATALOG["ttft_headroom"]
+        return GaugeMetricFamily(sli.metric, sli.description, labels=list(sli.labels))
 
     def _measure(self) -> GaugeMetricFamily:
         waiting, finished, prefill = self._read()
-        now = self._clock()
-        self._history.append((now, finished, prefill))
-        while len(self._history) > 2 and now - self._history[1][0] >= WINDOW_S:
-            self._history.popleft()
-        first_at, first_finished, first_prefill = self._history[0]
+        with self._lock:
+            now = self._clock()
+            self._history.append((now, finished, prefill))
+            while len(self._history) > 2 and now - self._history[1][0] >= WINDOW_S:
+                self._history.popleft()
+            first_at, first_finished, first_prefill = self._history[0]
         span = now - first_at
         drain = (finished - first_finished) / span if span > 0 else 0.0
         family = self._family()

@@ -18,6 +18,8 @@ histograms and multiprocess files (`observe` per value), flushed after every req
 
 The engine's series (its gauges, step counters, scheduler tier isolation, GPUs) are
 `middleware.engine_series.EngineSeries`, which a MetricSet owns and registers with its own.
+The per-tier SLO-headroom gauge (`middleware.headroom`) is computed from those series at
+scrape time; with several workers, from every worker's sum.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPEN
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from middleware.engine_series import EngineSeries
+from middleware.headroom import HeadroomCollector
 from middleware.histograms import BucketCounts, FlushOnCollect, bucket_counts
 from middleware.instruments import counter, histogram
 from middleware.prom_export import OwnHistogram
@@ -124,6 +127,11 @@ class MetricSet:
         )
         self.engine = EngineSeries(self.registry, spec, model, self.multiprocess)
         self.gauges = self.engine.gauges  # the live page reads the engine's state from them
+        # The SLO-headroom gauge, computed from the series above whenever the registry is
+        # read. With several workers, `/metrics` serves it from the registry that sums their
+        # files (`_aggregate`); the one here then sees this worker alone (in-process readers).
+        self.registry.register(HeadroomCollector(spec, self.registry))
+        self._aggregated: CollectorRegistry | None = None
         self.losses: dict[str, Any] = {}
         for name in (*LOSS_COUNTERS, *INTAKE_COUNTERS):
             self.losses[name] = counter(self.registry, name).labels(model=model)
@@ -296,10 +304,20 @@ class MetricSet:
         registry = self.registry
         self.flush()
         if self.multiprocess:
+            registry = self._aggregate()
+        if "application/openmetrics-text" in accept:
+            return generate_openmetrics(registry), OPENMETRICS_TYPE
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+
+    def _aggregate(self) -> CollectorRegistry:
+        """Every worker's series summed (prometheus_client's multiprocess files), and the
+        headroom gauge computed over those sums. Kept from scrape to scrape: the gauge's drain
+        rate needs the previous scrapes this worker served."""
+        if self._aggregated is None:
             from prometheus_client import multiprocess
 
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
-        if "application/openmetrics-text" in accept:
-            return generate_openmetrics(registry), OPENMETRICS_TYPE
-        return generate_latest(registry), CONTENT_TYPE_LATEST
+            registry.register(HeadroomCollector(self.spec, registry))
+            self._aggregated = registry
+        return self._aggregated

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from slo.sli import CATALOG
 from slo.spec import SLOSpec, Tier
 
-GAUGE = "llm_slo_ttft_headroom_ratio"
+GAUGE = CATALOG["ttft_headroom"].metric  # llm_slo_ttft_headroom_ratio
 WINDOW_S = 120.0
 DEFAULT_TARGET = 0.7
 

@@ -179,6 +179,10 @@ _SLIS: tuple[SLI, ...] = (
         COLD_START_BUCKETS, "Process start to ready: model load and warm-up.", None),
     _gauge("queue_depth", "llm_slo_queue_depth", "requests", ("tier", "model"),
            "Requests waiting for a batch slot, per tier."),
+    # Computed at scrape time from queue_depth, requests and prefill (slo.headroom).
+    _gauge("ttft_headroom", "llm_slo_ttft_headroom_ratio", "ratio", ("tier",),
+           "Predicted TTFT of a request arriving now (waiting ahead / drain rate + prefill) "
+           "over the tier's TTFT objective: 1 is at the objective; scale out below it."),
     _gauge("running", "llm_slo_running_requests", "requests", _ENGINE_LABELS,
            "Requests in the running batch."),
     _gauge("batch_size", "llm_slo_batch_size", "requests", _ENGINE_LABELS,
