@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -83,6 +84,7 @@ URGENCY_LABEL = "urgency"
 URGENCY: dict[Severity, str] = {"critical": "page", "warning": "ticket", "info": "info"}
 ABSENT_FOR_S = 600.0
 _DEFAULT_THRESHOLD_WINDOW_S = 300.0
+_BURN_RULES: dict[int, dict[int, list[AlertRule]]] = {}  # id(spec) -> id(objective) -> rules
 _ACRONYMS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 # The phase to blame: a latency alert carries the label `phase`, the phase (of those its SLI is
 # made of) whose mean grew most against its baseline, or UNATTRIBUTED when Prometheus has no
@@ -244,6 +246,20 @@ def alert_rules(spec: SLOSpec) -> list[AlertRule]:
         AlertRule(alert_name("absent"), "absent", "warning", for_s=ABSENT_FOR_S, min_events=0)
     )
     return rules
+
+
+def burn_rules(spec: SLOSpec, objective: Objective) -> tuple[AlertRule, ...]:
+    """The burn-rate alerts on `objective`, built once per spec (specs are immutable; the
+    entry goes with the spec): every judge asks this per objective, per call."""
+    by_objective = _BURN_RULES.get(id(spec))
+    if by_objective is None:
+        by_objective = {}
+        for rule in alert_rules(spec):
+            if rule.kind == "burn_rate" and rule.objective is not None:
+                by_objective.setdefault(id(rule.objective), []).append(rule)
+        _BURN_RULES[id(spec)] = by_objective
+        weakref.finalize(spec, _BURN_RULES.pop, id(spec), None)
+    return tuple(by_objective.get(id(objective), ()))
 
 
 def unreachable(spec: SLOSpec) -> list[str]:

@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 import numpy as np
 
 from middleware.live.windows import SLOTS_PER_WINDOW
-from slo.alert_rules import alert_rules, histogram_quantile
+from slo.alert_rules import burn_rules, histogram_quantile
 from slo.arithmetic import attainment, budget_remaining, burn_rate, burning
 from slo.promql import prom_duration
 from slo.sli import CATALOG, PHASES
@@ -277,14 +277,10 @@ def _fires_now(
 ) -> bool:
     """Whether the policy rule's alert on this objective fires on the windows' counts now, as
     every judge decides it (`AlertRule.fires`: guards, dynamic thresholds)."""
-    for rule in alert_rules(live.spec):
-        if (
-            rule.kind == "burn_rate"
-            and rule.objective is objective
-            and (rule.long_window_s, rule.short_window_s)
-            == (policy_rule.long_window_s, policy_rule.short_window_s)
-            and all(window in totals for window in rule.counted_windows_s)
-        ):
+    for rule in burn_rules(live.spec, objective):
+        windows_match = (rule.long_window_s, rule.short_window_s) == (
+            policy_rule.long_window_s, policy_rule.short_window_s)  # fmt: skip
+        if windows_match and all(window in totals for window in rule.counted_windows_s):
             counts = []
             for window in rule.counted_windows_s:
                 events, good = windows.events_and_good(objective, totals[window])

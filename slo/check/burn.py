@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slo import arithmetic
-from slo.alert_rules import URGENCY, AlertRule, alert_rules
+from slo.alert_rules import URGENCY, burn_rules
 from slo.spec import SLOSpec
 from slo.spec.objectives import Objective
 from slo.units import format_duration
@@ -44,7 +44,7 @@ def burn_rates(
     }
     known = {**counts, **({spec.window_s: total} if total is not None else {})}
     alerts: list[str] = []
-    for rule in _burn_rules(spec, objective):
+    for rule in burn_rules(spec, objective):
         if not all(window in known for window in rule.counted_windows_s):
             continue  # a dynamic rule without the SLO window's counts
         windows = [(known[w][1], known[w][0]) for w in rule.counted_windows_s]
@@ -54,12 +54,3 @@ def burn_rates(
                 f"{format_duration(rule.short_window_s or 0)} x{rule.factor:g}"
             )
     return tuple(burns[w] for w in sorted(burns)), tuple(alerts)
-
-
-def _burn_rules(spec: SLOSpec, objective: Objective) -> list[AlertRule]:
-    """The spec's burn-rate alerts on this objective (one per policy rule that can fire)."""
-    return [
-        rule
-        for rule in alert_rules(spec)
-        if rule.kind == "burn_rate" and rule.objective is objective
-    ]
