@@ -28,6 +28,10 @@ from slo.sli import outcome_for_status
 
 if TYPE_CHECKING:
     from middleware.wire import WireReader
+    from slo.cli.bench.lean_http import LeanClient, LeanResponse
+
+    # What sends: httpx, or the lean client for plain http:// (the same calls and errors).
+    Client = httpx.AsyncClient | LeanClient
 
 ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
@@ -127,7 +131,7 @@ def request_body(planned: PlannedRequest, settings: RequestSettings) -> dict[str
 
 
 async def measure(
-    client: httpx.AsyncClient, base_url: str, planned: PlannedRequest, settings: RequestSettings
+    client: Client, base_url: str, planned: PlannedRequest, settings: RequestSettings
 ) -> Measurement:
     route = ROUTES[settings.endpoint]
     headers = {settings.tier_header: planned.tier} if settings.tier_header else {}
@@ -156,7 +160,9 @@ async def measure(
     return result
 
 
-async def _read_stream(response: httpx.Response, result: Measurement, start: float) -> None:
+async def _read_stream(
+    response: httpx.Response | LeanResponse, result: Measurement, start: float
+) -> None:
     """Read an SSE stream with the middleware's wire parser (`middleware.wire`): one
     definition of a token event on both sides of the wire."""
     from middleware.wire import WireReader  # the front door imports middleware per command

@@ -10,21 +10,26 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import gc
 import json
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from slo.cli.bench.client import Measurement, RequestSettings, measure
+from slo.cli.bench.lean_http import LeanClient
 from slo.cli.bench.profiles import PlannedRequest
 from slo.errors import UsageError
+
+if TYPE_CHECKING:
+    from slo.cli.bench.client import Client
 
 
 @dataclass(frozen=True)
@@ -108,14 +113,47 @@ async def run_plan(
     import middleware.wire  # noqa: F401  (imported by the first reply: not on the schedule)
 
     run = _Run(plan, settings, out, stop_when, _progress_bar(progress))
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(
-        limits=limits, timeout=settings.timeout_s, transport=transport
-    ) as client:
-        with run.bar:
+    async with _client(base_url, settings.timeout_s, transport) as client:
+        with run.bar, _no_collection_pauses():
             await run.drive(client, base_url, concurrency, duration_limit_s)
     run.result.elapsed_s = time.perf_counter() - run.start
     return run.result
+
+
+@contextlib.contextmanager
+def _no_collection_pauses() -> Iterator[None]:
+    """No garbage-collection pause on the schedule. A full collection walks every object the
+    process holds (the middleware, the CLI, their libraries: ~100 ms here, seen as sends
+    that late). The run's own objects are mostly freed by reference counting; the cycles it
+    leaves (a cancelled request's exception and frames) wait for the collection after it."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()  # what exists now is left out of every later collection
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if enabled:
+            gc.enable()
+
+
+@contextlib.asynccontextmanager
+async def _client(
+    base_url: str, timeout_s: float, transport: httpx.AsyncBaseTransport | None
+) -> AsyncIterator[Client]:
+    """The lean client for plain http:// (it keeps a 200 req/s schedule on two cores; see
+    `slo.cli.bench.lean_http`), httpx for https:// and for an injected transport."""
+    if transport is None and base_url.startswith("http://"):
+        lean = LeanClient(base_url)
+        try:
+            yield lean
+        finally:
+            await lean.aclose()
+        return
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout_s, transport=transport) as client:
+        yield client
 
 
 def _progress_bar(progress: bool) -> Progress:
@@ -165,7 +203,7 @@ class _Run:
             self.stop.set()
 
     async def one(
-        self, client: httpx.AsyncClient, base_url: str, planned: PlannedRequest,
+        self, client: Client, base_url: str, planned: PlannedRequest,
         scheduled: float | None = None,
     ) -> None:  # fmt: skip
         if scheduled is not None:  # open loop: how late this send is, as it starts
@@ -177,7 +215,7 @@ class _Run:
         self.in_flight -= 1  # not reached when cancelled: what is left was cut off
         self.finished(measurement)
 
-    async def open_loop(self, client: httpx.AsyncClient, base_url: str) -> None:
+    async def open_loop(self, client: Client, base_url: str) -> None:
         for planned in self.plan:
             due = self.start + planned.offset_s
             await _until(due)
@@ -187,7 +225,7 @@ class _Run:
         while self.tasks:
             await asyncio.wait(set(self.tasks))
 
-    async def closed_loop(self, client: httpx.AsyncClient, base_url: str, width: int) -> None:
+    async def closed_loop(self, client: Client, base_url: str, width: int) -> None:
         pending: Iterator[PlannedRequest] = iter(self.plan)
 
         async def worker() -> None:
@@ -199,7 +237,7 @@ class _Run:
         await asyncio.gather(*workers)
 
     async def drive(
-        self, client: httpx.AsyncClient, base_url: str, concurrency: int | None, limit_s: float
+        self, client: Client, base_url: str, concurrency: int | None, limit_s: float
     ) -> None:
         """Run the loop until it ends, the stop condition, the limit or an interrupt."""
         try:
