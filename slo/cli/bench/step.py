@@ -11,11 +11,8 @@ can no longer pass (`slo.capacity.judge.ClearMiss`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import math
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,11 +130,10 @@ def run_step(
     # Time enough for the plan at the asked load and the last requests to finish.
     planned_s = plan[-1].offset_s if rate else len(plan) * 60.0 / max(load, 1)
     limit_s = planned_s * 2 + shape.request_timeout_s
-    with _no_collector_pauses():
-        result = asyncio.run(
-            run_plan(base_url, plan, settings, concurrency=None if rate else int(load),
-                     duration_limit_s=limit_s, out=None, progress=False, stop_when=stop_when)
-        )  # fmt: skip
+    result = asyncio.run(
+        run_plan(base_url, plan, settings, concurrency=None if rate else int(load),
+                 duration_limit_s=limit_s, out=None, progress=False, stop_when=stop_when)
+    )  # fmt: skip
     report = _judge(spec, index, load, mode, measured, miss)
     report.elapsed_s = result.elapsed_s
     if rate is not None:
@@ -150,19 +146,6 @@ def run_step(
         if report.lateness.behind:
             report.verdict = _server_verdict(spec, report)
     return report
-
-
-@contextlib.contextmanager
-def _no_collector_pauses() -> Iterator[None]:
-    """No garbage collection during a step: a full collection of a process this size stops
-    the event loop for tens of milliseconds, and every send due then goes out late. A step's
-    few hundred requests leave little garbage; it is collected between steps."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _server_verdict(spec: SLOSpec, report: StepReport) -> str:
