@@ -2,42 +2,24 @@
 SLO window (Sloth's plugin of the same name). Burn-rate alerts say the budget is going; this
 one says it is gone, and stays until the window forgets enough bad events.
 
-Per tier and objective Prometheus judges (`slo.alert_rules.budget_objectives`): the SLO
-window's error ratio at or above the error budget (`budget_remaining <= 0` of
-`slo.arithmetic`), with at least `min_events` events. Latency objectives carry the phase to
-blame, like every latency ticket.
+The definition is `slo.alert_budget`'s (name, labels, `for`, the comparison the live judge
+makes exactly); this module spells it in PromQL. Latency objectives carry the phase to blame,
+like every latency ticket.
 """
 
 from __future__ import annotations
 
 from alerts.phases import join_phase, phase_annotation
 from alerts.rule_types import Links, Rule
-from slo.alert_rules import (
-    AVAILABILITY,
-    URGENCY,
-    URGENCY_LABEL,
-    Severity,
-    budget_objectives,
-    error_budget,
-)
+from slo.alert_budget import ALERT_NAME, FOR_S, budget_labels
+from slo.alert_rules import budget_objectives, error_budget
 from slo.arithmetic import MIN_EVENTS_OPERATOR
-from slo.promql import number, record_error_ratio, record_events, selector
+from slo.promql import number, prom_duration, record_error_ratio, record_events, selector
 from slo.spec import SLOSpec, Tier
 from slo.spec.objectives import Objective
 from slo.units import format_duration
 
-ALERT_NAME = "LLMSLOErrorBudgetExhausted"
-SEVERITY: Severity = "warning"
-
-
-def budget_labels(tier: Tier, objective: Objective) -> dict[str, str]:
-    return {
-        "severity": SEVERITY,
-        URGENCY_LABEL: URGENCY[SEVERITY],
-        "tier": tier.name,
-        "sli": objective.sli or AVAILABILITY,
-        "objective": objective.name,
-    }
+__all__ = ["ALERT_NAME", "budget_alerts", "budget_labels"]
 
 
 def budget_expr(spec: SLOSpec, tier: Tier, objective: Objective) -> str:
@@ -80,7 +62,7 @@ def budget_alerts(spec: SLOSpec, tier: Tier, links: Links) -> list[Rule]:
         Rule(
             budget_expr(spec, tier, objective),
             alert=ALERT_NAME,
-            for_="5m",
+            for_=prom_duration(FOR_S),
             labels=budget_labels(tier, objective),
             annotations=budget_annotations(spec, tier, objective, links),
         )

@@ -25,7 +25,7 @@ import numpy as np
 from middleware.breakdown import measured_fields
 from middleware.clock import Clock, SystemClock
 from middleware.histograms import BucketCounts, bucket_counts
-from middleware.live.alerting import firing_rules, push_to_alertmanager
+from middleware.live.alerting import budget_firing, firing_rules, push_to_alertmanager
 from middleware.live.shared import PusherElection, SharedWindowSet, shared_dir, window_series
 from middleware.live.windows import SLOTS_PER_WINDOW, WindowSet
 from middleware.timeline import Breakdown
@@ -337,7 +337,10 @@ class LiveSLO:
     def firing_alerts(self, now_s: float | None = None) -> list[dict[str, Any]]:
         with self._alerts_lock:
             now = self.clock.wall_s() if now_s is None else now_s
-            return firing_rules(self.rules, self.tiers, now, self._pending)
+            policy_min_events = self.spec.alert_policy.min_events
+            return firing_rules(self.rules, self.tiers, now, self._pending) + budget_firing(
+                self.tiers, self.spec.window_s, policy_min_events, now, self._pending
+            )
 
     def _push_loop(self) -> None:
         while not self._stop.wait(self.evaluation_interval_s):

@@ -5,8 +5,9 @@ Prometheus, evaluated with the same semantics (see that module): events and bad 
 the same histogram buckets, the low-traffic guards (events, events per second) on every
 window, burn rate strictly above factor x budget on both windows, or above the dynamic
 threshold (`AlertRule.fires`, through `slo.arithmetic`, exact), threshold alerts through the
-same `histogram_quantile` over the policy's shortest window, held for `for`. The
-absent-metrics alert is Prometheus' alone.
+same `histogram_quantile` over the policy's shortest window, held for `for`; the
+error-budget-exhausted ticket on the SLO window's counts (`slo.alert_budget.exhausted`, exact),
+held for its `for`. The absent-metrics alert is Prometheus' alone.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from slo.alert_rules import AlertRule, histogram_quantile
+from slo import alert_budget
+from slo.alert_rules import AlertRule, budget_objectives, histogram_quantile
 
 if TYPE_CHECKING:
     from middleware.live import TierWindows
@@ -76,6 +78,31 @@ def firing_rules(
             firing.append(
                 {"alertname": rule.name, "labels": labels, "annotations": {"summary": summary}}
             )
+    return firing
+
+
+def budget_firing(
+    tiers: dict[str, TierWindows], window_s: float, min_events: int, now_s: float,
+    pending: dict[str, float],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Error-budget-exhausted alerts firing now, one per tier and objective Prometheus judges
+    (the same objectives, comparison, guard and `for` as the generated rule)."""
+    firing: list[dict[str, Any]] = []
+    for windows in tiers.values():
+        totals = windows.totals(window_s, now_s)
+        for objective in budget_objectives(windows.tier):
+            labels = {"alertname": alert_budget.ALERT_NAME,
+                      **alert_budget.budget_labels(windows.tier, objective)}  # fmt: skip
+            key = repr(sorted(labels.items()))
+            events, good = windows.events_and_good(objective, totals)
+            if not alert_budget.exhausted(good, events, objective, min_events):
+                pending.pop(key, None)
+                continue
+            if now_s - pending.setdefault(key, now_s) >= alert_budget.FOR_S:
+                summary = (f"{windows.tier.name}: {objective.name} has spent its whole error "
+                           f"budget ({events - good:g} bad of {events:g})")  # fmt: skip
+                firing.append({"alertname": alert_budget.ALERT_NAME, "labels": labels,
+                               "annotations": {"summary": summary}})  # fmt: skip
     return firing
 
 

@@ -92,8 +92,30 @@ def test_errors_burn_availability_and_windows_slide() -> None:
     assert ("LLMSLOAvailabilityBudgetBurn", "premium") in names(live)
     availability = live.status()["tiers"][0]["objectives"][1]
     assert availability["events"] == 100 and availability["good"] == 50
-    clock.advance_ms(11 * 60 * 1000)  # past the long window: the burn is history
+    clock.advance_ms(11 * 60 * 1000)  # past the long window: the burn is history ...
+    # ... but the SLO window (30d) still holds it: the whole budget is spent, and has been
+    # since the first look (11 minutes, more than the ticket's 5m `for`).
+    assert names(live) == {("LLMSLOErrorBudgetExhausted", "premium")}
+
+
+def test_budget_exhausted_fires_after_its_for_and_only_with_enough_events() -> None:
+    clock = ScriptedClock()
+    live = LiveSLO(SLOSpec.from_yaml(SPEC), clock=clock)
+    feed(live, clock, "premium", 9, 0.05, outcome="server_error")  # one fewer than min_events
     assert names(live) == set()
+    clock.advance_ms(6 * 60 * 1000)
+    assert names(live) == set()  # the guard: never pending, so never firing
+    feed(live, clock, "premium", 1, 0.05, outcome="server_error")
+    budget = ("LLMSLOErrorBudgetExhausted", "premium")
+    assert budget not in names(live)  # pending from now
+    clock.advance_ms(299 * 1000)
+    assert budget not in names(live)
+    clock.advance_ms(1000)
+    assert budget in names(live)
+    labels = next(a["labels"] for a in live.firing_alerts() if a["alertname"] == budget[0])
+    assert labels == {"alertname": budget[0], "severity": "warning", "urgency": "ticket",
+                      "tier": "premium", "sli": "availability",
+                      "objective": "availability >= 99%"}  # fmt: skip
 
 
 ITL_SPEC = spec_yaml(
