@@ -23,8 +23,10 @@ from middleware.auth import ApiKeyAuth, ApiKeyMiddleware
 from middleware.bridge import EngineBridge
 from middleware.capture import CaptureMiddleware, ContentCapture
 from middleware.clock import Clock, SystemClock
+from middleware.direct_body import direct_body, put_direct_body
 from middleware.endpoints import serve_metrics, serve_slo
 from middleware.exchange import Exchange
+from middleware.exchange_direct import measured_direct_body
 from middleware.intake import SpanJoin, serve_traces
 from middleware.intake.propagate import propagate_context
 from middleware.lifespan import Lifespan
@@ -282,6 +284,9 @@ class LatencyMiddleware:
         join_keys = self.reporter.join_keys(request_id, headers, ids)
         self.span_join.begin(*join_keys)  # its engine span may come before it ends
         exchange = await self._exchange(scope, receive, send, timeline)
+        below = direct_body(scope, send)  # the server writes stream pieces itself: measure them
+        if below is not None:
+            put_direct_body(scope, measured_direct_body(exchange, below))
         self.bridge.register(timeline)
         context_token = set_current_timeline(timeline)
         raised = False

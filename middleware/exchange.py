@@ -146,10 +146,9 @@ class Exchange:
                     message = {**message, "body": message.get("body", b"") + held}
                 settle_stream(timeline, self.wire)
                 if self.server_timing and self.status < 400:
+                    # With the stream's end: one write to the client, not two.
                     comment = timings_comment(timeline.breakdown())
-                    await self._send(
-                        {"type": "http.response.body", "body": comment, "more_body": True}
-                    )
+                    message = {**message, "body": message.get("body", b"") + comment}
         elif body:
             # A plain reply's first piece carries its text (one token event).
             timeline.chunk_sent(started, 0 if timeline.body_chunk_ns else 1)

@@ -26,6 +26,7 @@ import json
 import logging
 from urllib.parse import urlsplit
 
+from middleware.direct_body import direct_body
 from middleware.proxy.client import UpstreamConnection, UpstreamError, UpstreamPool
 from middleware.timeline import current_timeline
 from middleware.types import Message, Receive, Scope, Send
@@ -139,7 +140,7 @@ class ProxyApp:
             exchange.watch_client()
         try:
             connection = await self._connect(exchange, head, body)
-            await self._relay(exchange, connection, scope["method"], send)
+            await self._relay(exchange, connection, scope, send)
         except UpstreamError as error:
             if exchange.gone.happened:
                 return  # the client left: the middleware records it as cancelled
@@ -177,9 +178,11 @@ class ProxyApp:
 
     @staticmethod
     async def _relay(
-        exchange: _Exchange, connection: UpstreamConnection, method: str, send: Send
+        exchange: _Exchange, connection: UpstreamConnection, scope: Scope, send: Send
     ) -> None:
-        """The upstream's response to the client, piece by piece as it arrives."""
+        """The upstream's response to the client, piece by piece as it arrives: written
+        straight from the upstream connection's callback where the server offers it
+        (`middleware.direct_body`), else each piece sent by this task."""
         await send(
             {
                 "type": "http.response.start",
@@ -190,10 +193,13 @@ class ProxyApp:
             }
         )
         exchange.started = True
-        if method == "HEAD":  # no body follows, whatever content-length says;
+        if scope["method"] == "HEAD":  # no body follows, whatever content-length says;
             connection.abort()  # the parser would wait for one: not reused
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
+        offer = direct_body(scope, send)
+        if offer is not None:
+            connection.sink = offer.offer
         read = connection.read
         while (piece := await read()) is not None:
             await send({"type": "http.response.body", "body": piece, "more_body": True})

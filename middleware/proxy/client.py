@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl as ssl_module
+from collections.abc import Callable
 from typing import Any
 
 import httptools
@@ -64,6 +65,10 @@ class UpstreamConnection(asyncio.Protocol):
         self._received_any = False
         self._last_data_at = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        # Where body pieces go as they arrive, past the task (`middleware.direct_body`): the
+        # client's socket, when the server offers it; returns False when it cannot take one.
+        self.sink: Callable[[bytes], bool] | None = None
+        self._holding = False  # `read` handed out a piece the proxy has not sent yet
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -111,6 +116,10 @@ class UpstreamConnection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        sink = self.sink
+        # Straight to the client unless pieces wait for the task (their order comes first).
+        if sink is not None and not self._events and not self._holding and sink(body):
+            return
         self._events.append(body)
         self._buffered += len(body)
         if self._buffered > _HIGH_WATER and not self._paused and self.transport is not None:
@@ -146,6 +155,7 @@ class UpstreamConnection(asyncio.Protocol):
     async def read(self) -> bytes | None:
         """The next body piece as it arrived, or None at the end (raises UpstreamError)."""
         events = self._events
+        self._holding = False  # the piece handed out before was sent
         while not events:
             if self._error is not None:
                 raise self._error
@@ -159,6 +169,7 @@ class UpstreamConnection(asyncio.Protocol):
         if event is _END:
             self._finish()
             return None
+        self._holding = True
         return event  # type: ignore[no-any-return]
 
     def abort(self) -> None:
@@ -206,6 +217,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def _finish(self) -> None:
         self._active = False
+        self.sink = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

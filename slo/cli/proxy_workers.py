@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn  # this module is imported only to run workers
 
+from slo.cli.serving import DIRECT_BODY_PROTOCOL
 from slo.errors import UsageError
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ def run_workers(args: argparse.Namespace, listing: tuple[str, list[str]], worker
         port=args.port,
         log_level=args.log_level,
         timeout_graceful_shutdown=args.shutdown_timeout,
-        http="httptools",  # as one worker: the C parser, the upstream's Server and Date headers
+        http=DIRECT_BODY_PROTOCOL,  # as one worker: httptools, stream pieces written directly
         server_header=False,
         date_header=False,
         proxy_headers=False,  # X-Forwarded-For only from --trusted-proxies (middleware.ip_limits)

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING
 
 from slo.errors import UsageError
 
+# The proxy's uvicorn protocol: httptools, with streamed body pieces written directly.
+DIRECT_BODY_PROTOCOL = "slo.cli.proxy_direct:DirectBodyProtocol"
+
 if TYPE_CHECKING:
     from middleware.types import ASGIApp
 
@@ -101,7 +104,8 @@ def run_until_stopped(
     """Serve `app`; on the way out (SIGTERM included) call `close` to flush every record.
 
     `pass_through_headers` (the proxy): the C parser (and uvloop where installed) keeps the cost
-    per chunk low, and the upstream's own Server and Date headers pass through instead of ours.
+    per chunk low, stream pieces are written to the client as they arrive (slo.cli.proxy_direct),
+    and the upstream's own Server and Date headers pass through instead of ours.
     `ssl_context` (slo.cli.tls.server_context): serve HTTPS with it. `server_header`: the Server
     header's value ('' for none).
     """
@@ -122,7 +126,7 @@ def run_until_stopped(
             log_level=log_level,
             # typed int by uvicorn, but it is an asyncio.wait_for timeout: seconds as a float
             timeout_graceful_shutdown=shutdown_timeout_s,  # type: ignore[arg-type]
-            http="httptools" if pass_through_headers else "auto",
+            http=DIRECT_BODY_PROTOCOL if pass_through_headers else "auto",
             server_header=False,  # uvicorn's own names it: ours, or none, instead
             headers=[("server", server_header)]
             if server_header and not pass_through_headers

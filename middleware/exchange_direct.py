@@ -1,0 +1,51 @@
+"""The measured request's side of a direct body write (`middleware.direct_body`).
+
+When the server below offers direct writes for the request's `send`, the exchange offers the
+app above its own: valid for `exchange.send`, ready only while the answer is an SSE stream (a
+plain reply's body is kept for its usage, through `send`) and the server's offer is ready, and
+writing a piece marks and reads it exactly as `Exchange.send` marks and reads a stream chunk
+in the middle of the stream, then hands it to the server's `write`. The stream's start and its
+last message still go through `send`, where the stream is settled.
+"""
+
+from __future__ import annotations
+
+from middleware.direct_body import DirectBody
+from middleware.exchange import Exchange
+
+
+def measured_direct_body(exchange: Exchange, below: DirectBody) -> DirectBody:
+    """An offer for the app above, valid for `exchange.send`, that measures every piece."""
+    timeline, wire, now_ns = exchange.timeline, exchange.wire, exchange.now_ns
+    ready_below, write_below = below.ready, below.write
+    chunk_sent = timeline.chunk_sent
+
+    def ready() -> bool:
+        return exchange.is_stream and ready_below()
+
+    if exchange.strip_usage:
+        feed = wire.feed
+
+        def write(body: bytes) -> None:
+            started = now_ns()
+            carried, sent = feed(body)
+            chunk_sent(started, carried)
+            write_below(sent)
+            if not carried and wire.done and not exchange.delivered:
+                exchange.delivered = True
+                timeline.last_byte_sent(now_ns())
+
+        return DirectBody(exchange.send, ready, write)
+
+    token_events_in = wire.token_events_in
+
+    def write_as_is(body: bytes) -> None:
+        started = now_ns()
+        carried = token_events_in(body)
+        chunk_sent(started, carried)
+        write_below(body)
+        if not carried and wire.done and not exchange.delivered:
+            exchange.delivered = True
+            timeline.last_byte_sent(now_ns())
+
+    return DirectBody(exchange.send, ready, write_as_is)

@@ -1,0 +1,46 @@
+"""uvicorn's httptools protocol, offering each response's streamed body pieces a direct write.
+
+`slo proxy` serves on this protocol (`http="slo.cli.proxy_direct:DirectBodyProtocol"`): per
+request it puts a `middleware.direct_body.DirectBody` in `scope["extensions"]`, valid for
+the request's own `send`, whose `write` frames a piece as uvicorn's `send` does (one HTTP/1.1
+chunk) and hands it to the transport. uvicorn's response state (started, chunked, complete,
+keep-alive) stays uvicorn's: the start and the end of every response still go through
+`send`, and `ready` says no whenever `send` would do more than that one write (not started,
+not chunked, finished, client gone, or the client's socket pushing back, when `send` would
+wait for it to drain).
+"""
+
+from __future__ import annotations
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from middleware.direct_body import DirectBody, put_direct_body
+
+
+class DirectBodyProtocol(HttpToolsProtocol):
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        # uvicorn made a new cycle for this request (not on an upgrade, which returns early)
+        if cycle is not None and cycle.scope is self.scope:
+            put_direct_body(self.scope, _offer(cycle))
+
+
+def _offer(cycle: RequestResponseCycle) -> DirectBody:
+    flow = cycle.flow
+    write_to_client = cycle.transport.write
+
+    def ready() -> bool:
+        return (
+            cycle.chunked_encoding is True
+            and cycle.response_started
+            and not cycle.response_complete
+            and not flow.write_paused
+            and not cycle.disconnected
+        )
+
+    def write(body: bytes) -> None:
+        if body:
+            write_to_client(b"%x\r\n%s\r\n" % (len(body), body))
+
+    return DirectBody(cycle.send, ready, write)
