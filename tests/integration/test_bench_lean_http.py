@@ -112,13 +112,14 @@ def test_an_error_reply_is_the_same_outcome_through_either_client(url: str) -> N
 def test_connections_are_reused(url: str) -> None:
     async def run() -> None:
         lean = LeanClient(url)
-        for _ in range(3):
+        for _ in range(5):
             await measure(lean, url, PLANNED, RequestSettings("m", "chat"))
         await lean.aclose()
 
     ports.clear()
     asyncio.run(run())
-    assert len(ports) == 3 and len(set(ports)) == 1, ports
+    # one at a time: the connection in use and, at most, the spare opened beside it
+    assert len(ports) == 5 and len(set(ports)) <= 2, ports
 
 
 def test_a_slow_reply_times_out_as_httpx_does(url: str) -> None:
@@ -134,7 +135,11 @@ async def _closing_server(reply: bytes) -> AsyncIterator[str]:
     served: list[int] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:  # a spare connection the client closed unused
+            writer.close()
+            return
         length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
         await reader.readexactly(length)
         served.append(1)
@@ -146,6 +151,7 @@ async def _closing_server(reply: bytes) -> AsyncIterator[str]:
     port = server.sockets[0].getsockname()[1]
     async with server:
         yield f"http://127.0.0.1:{port}"
+        await asyncio.sleep(0.1)  # the handlers see the client's closes and close their side
 
 
 def test_a_connection_closed_while_idle_is_replaced_and_the_request_sent_again() -> None:
@@ -169,9 +175,13 @@ def test_broken_replies_and_refusals_are_server_errors() -> None:
 
     async def run() -> list[Any]:
         async with _closing_server(b"SMTP ready\r\n\r\n") as base:
-            broken = await measure(LeanClient(base), base, PLANNED, settings)
+            client = LeanClient(base)
+            broken = await measure(client, base, PLANNED, settings)
+            await client.aclose()
         refused_at = f"http://127.0.0.1:{free_port()}"
-        refused = await measure(LeanClient(refused_at), refused_at, PLANNED, settings)
+        client = LeanClient(refused_at)
+        refused = await measure(client, refused_at, PLANNED, settings)
+        await client.aclose()
         return [broken, refused]
 
     broken, refused = asyncio.run(run())

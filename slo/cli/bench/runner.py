@@ -147,6 +147,8 @@ async def _client(
     if transport is None and base_url.startswith("http://"):
         lean = LeanClient(base_url)
         try:
+            with contextlib.suppress(httpx.ConnectError):  # the first send says why
+                await lean.open()
             yield lean
         finally:
             await lean.aclose()
