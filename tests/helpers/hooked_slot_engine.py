@@ -19,16 +19,13 @@ import itertools
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from middleware.types import Receive, Scope, Send
 from tests.helpers.slot_server import _chunk, _json  # the same SSE chunks and JSON replies
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 @dataclass

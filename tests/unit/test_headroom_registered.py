@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts.autoscaling import render_autoscaling
 from middleware import LatencyMiddleware
 from middleware.metrics import MetricSet
+from middleware.types import Receive, Scope, Send
 from slo.headroom import GAUGE, WINDOW_S
 from slo.sli import CATALOG
 from slo.spec import SLOSpec
@@ -66,10 +67,14 @@ async def _get(app: Any, path: str) -> bytes:
     return b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 
 
+async def _no_app(scope: Scope, receive: Receive, send: Send) -> None:
+    raise AssertionError("only /metrics is asked")
+
+
 def test_the_middlewares_metrics_endpoint_serves_the_gauge_per_tier(tmp_path: Path) -> None:
     spec_path = tmp_path / "slo.yaml"
     spec_path.write_text(SPEC)
-    app = LatencyMiddleware(None, spec=spec_path, store=None, model="m",
+    app = LatencyMiddleware(_no_app, spec=spec_path, store=None, model="m",
                             registry=CollectorRegistry())  # fmt: skip
     try:
         assert _ratios(asyncio.run(_get(app, "/metrics")).decode()) == {
@@ -94,6 +99,7 @@ def test_with_several_workers_the_gauge_reads_every_workers_queue(tmp_path: Path
     worker = textwrap.dedent(f"""
         import sys
         from middleware.metrics import MetricSet
+from middleware.types import Receive, Scope, Send
         from slo.spec import SLOSpec
         metrics = MetricSet(SLOSpec.from_yaml({SPEC!r}), "m")
         metrics.gauges["queue_depth"].labels(tier="premium", model="m").set(int(sys.argv[1]))
