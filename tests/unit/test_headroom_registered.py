@@ -99,7 +99,6 @@ def test_with_several_workers_the_gauge_reads_every_workers_queue(tmp_path: Path
     worker = textwrap.dedent(f"""
         import sys
         from middleware.metrics import MetricSet
-from middleware.types import Receive, Scope, Send
         from slo.spec import SLOSpec
         metrics = MetricSet(SLOSpec.from_yaml({SPEC!r}), "m")
         metrics.gauges["queue_depth"].labels(tier="premium", model="m").set(int(sys.argv[1]))
