@@ -4,7 +4,7 @@ target before premium's TTFT objective breaks under a rising load, and falls bac
 The server is the real LatencyMiddleware over a scripted engine with a known capacity (K
 slots of prefill + decode; tests/helpers/hooked_slot_engine.py) in its own uvicorn process;
 the load is `slo bench`'s open-loop runner, its rate rising past the capacity then dropping
-to half of it; a scraper reads `/metrics` every quarter second meanwhile.
+to a third of it; a scraper reads `/metrics` every quarter second meanwhile.
 
 The first SLO miss: the first premium request (in send order) at which the p90 TTFT of the
 last 20 premium requests is over the objective, the server's own TTFT: the earliest instant
@@ -114,8 +114,8 @@ def _first_miss(records: list[dict]) -> float | None:
 def test_headroom_signal_leads_the_first_slo_miss_and_falls_back(tmp_path: Path) -> None:
     spec_path = tmp_path / "slo.yaml"
     spec_path.write_text(SPEC)
-    # 10 -> 27 req/s over 17 s (past the 20 req/s capacity at 10 s), then 10 req/s for 12 s
-    offsets = ramp(10.0, 1.0, 17.0, 10.0, 12.0)
+    # 10 -> 27 req/s over 17 s (past the 20 req/s capacity at 10 s), then 6 req/s for 12 s
+    offsets = ramp(10.0, 1.0, 17.0, 6.0, 12.0)
     with hooked_engine_process(spec_path, SLOTS, PREFILL_S, DECODE_S) as url:
         result, seen = asyncio.run(_drive(url, _plan(offsets)))
     start = result.started_at
@@ -132,7 +132,7 @@ def test_headroom_signal_leads_the_first_slo_miss_and_falls_back(tmp_path: Path)
     # Quiet while the load is well under capacity: no signal without a queue.
     calm_until = start + next(t for t, rate in offsets if rate >= 0.75 * CAPACITY_RPS)
     assert all(ratio < DEFAULT_TARGET for at, ratio in seen if at < calm_until), timeline
-    # Back under the target once the load drops to half the capacity, and it stays there.
+    # Back under the target once the load drops to a third of the capacity, and it stays.
     dropped = start + 17.0
     after = [(at, ratio) for at, ratio in seen if at > dropped]
     recovered = next(i for i, (_, ratio) in enumerate(after) if ratio < DEFAULT_TARGET)
