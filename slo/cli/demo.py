@@ -55,16 +55,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="stop the benchmark after S seconds (default: %(default)s)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.add_argument("--scenario", choices=("tour", "overload"), default="tour",
+    parser.add_argument("--scenario", choices=("tour", "overload", "regression"),
+                        default="tour",
                         help="tour: the whole product on light traffic; overload: a batch "
-                        "flood under fifo, then under slo scheduling, side by side "
+                        "flood under fifo, then under slo scheduling, side by side; "
+                        "regression: prefill 2x slower, and what the alerts say about it "
                         "(default: %(default)s)")  # fmt: skip
     parser.add_argument(
         "--calm",
         type=float,
         default=4.0,
         metavar="S",
-        help="overload: seconds of premium traffic alone (default: %(default)s)",
+        help="overload: seconds of premium traffic alone; regression: seconds of calibration "
+        "and of healthy traffic (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--slow",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="regression: seconds with prefill 2x slower (default: %(default)s)",
     )
     parser.add_argument(
         "--flood",
@@ -86,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
         from slo.cli.demo_overload import run_overload
 
         return run_overload(args)
+    if args.scenario == "regression":
+        from slo.cli.demo_regression import run_regression
+
+        return run_regression(args)
     import httpx
 
     from slo.check.evaluate import evaluate
