@@ -26,6 +26,8 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
+import yaml
+
 from alerts.policy_tests import counter_values
 from alerts.rule_types import REQUESTS
 from alerts.rules import Links, render_rules
@@ -159,7 +161,8 @@ def run_scenario(spec: SLOSpec, profile: Profile, tier: str | None = None) -> li
     tier = tier or spec.tiers[0].name
     rules = render_rules(spec, Links())
     end = f"{HEALTHY_MIN + SLOW_MIN}m"
-    names = sorted(set(re.findall(r"^\s*- alert: (\w+)", rules, re.M)))
+    groups = yaml.safe_load(rules)["groups"]
+    names = sorted({r["alert"] for g in groups for r in g["rules"] if "alert" in r})
     group = {
         "name": f"{tier}: prefill slower after {HEALTHY_MIN} minutes",
         "interval": "1m",
