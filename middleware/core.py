@@ -186,7 +186,7 @@ class LatencyMiddleware:
         """Engine request spans (OTLP at `traces_path`) joined to the records: see
         middleware.intake.join for when a report waits for its span, and how long."""
         self.traces_path = traces_path
-        self.span_join = SpanJoin(wait_s, expect=engine_spans)
+        self.span_join = SpanJoin(wait_s, expect=engine_spans, intake=traces_path is not None)
         # Send the app (the engine, or `slo proxy`'s upstream) a traceparent of our request
         # span and an X-Request-Id; by default when our spans are exported (else the parent
         # would name a span no backend has), and always behind `slo proxy`.
@@ -282,7 +282,8 @@ class LatencyMiddleware:
         state["tier"] = tier.name
         ids = propagate_context(scope, headers, request_id) if self.propagate_trace else None
         join_keys = self.reporter.join_keys(request_id, headers, ids)
-        self.span_join.begin(*join_keys)  # its engine span may come before it ends
+        if join_keys is not None:  # an engine span can find it, and may come before it ends
+            self.span_join.begin(*join_keys)
         exchange = await self._exchange(scope, receive, send, timeline)
         below = direct_body(scope, send)  # the server writes stream pieces itself: measure them
         if below is not None:
@@ -298,7 +299,8 @@ class LatencyMiddleware:
         finally:
             reset_current_timeline(context_token)
             self.bridge.unregister(timeline)
-            self.span_join.end(*join_keys)
+            if join_keys is not None:
+                self.span_join.end(*join_keys)
             try:
                 exchange.settle()
                 output_tokens = self.reporter.finish(

@@ -78,7 +78,8 @@ class Reporter:
         join_keys: tuple[str, str | None] | None = None,
     ) -> int:
         """Settle one request: reported now, or once the engine's span comes (a bounded
-        wait); the output tokens it produced."""
+        wait; `join_keys` as `join_keys` gave them, None where no span can come); the output
+        tokens it produced."""
         self.requests_seen += 1
         outcome = classify_outcome(
             exchange.status,
@@ -90,10 +91,11 @@ class Reporter:
         status = 500 if raised and not exchange.started else exchange.status
         finished = Finished(exchange, tier, route, headers, outcome, status, ids, captured)
         timeline = exchange.timeline
-        if outcome != "ok" or timeline.engine_reported:
-            produced = self.report(finished, None)  # no engine span comes: no engine ran
+        if outcome != "ok" or timeline.engine_reported or join_keys is None:
+            # No engine span comes (no engine ran), or none could find this request.
+            produced = self.report(finished, None)
             return produced if status < 400 else 0
-        trace_key, upstream_id = join_keys or self.join_keys(timeline.request_id, headers, ids)
+        trace_key, upstream_id = join_keys
         reported: list[int] = []  # the report's own count, when it goes out at once
         wait_s = self.span_join.settle(
             trace_key, upstream_id, lambda span: reported.append(self.report(finished, span))
@@ -107,13 +109,21 @@ class Reporter:
 
     def join_keys(
         self, request_id: str, headers: dict[str, str], ids: tuple[str, str] | None
-    ) -> tuple[str, str | None]:
+    ) -> tuple[str, str | None] | None:
         """The keys the engine's span finds this request by: its trace id (or, with none, a
-        key of its own), and the request id the engine was sent."""
+        key of its own), and the request id the engine was sent. None when no engine span
+        can find it: no span reaches this process (no intake, no relay), or the request has
+        neither a trace id nor a request id the engine knows (nothing to join on; the
+        request skips the join's bookkeeping, the common case with tracing off)."""
+        join = self.span_join
+        if not join.intake and join.relay is None:
+            return None
         trace_id = ids[0] if ids is not None else self.tracer.trace_id_from_header(headers)
         upstream_id = headers.get("x-request-id") or (
             upstream_request_id(request_id) if self.propagate_trace else None
         )
+        if trace_id is None and not upstream_id:
+            return None
         return trace_id or f"request:{request_id}", upstream_id
 
     def _expire_waits(self) -> None:

@@ -174,7 +174,10 @@ class RequestTracer:
 
     @staticmethod
     def trace_id_from_header(headers: Mapping[str, str]) -> str | None:
-        parts = headers.get("traceparent", "").split("-")
+        header = headers.get("traceparent")
+        if header is None:  # most requests: no split, no list
+            return None
+        parts = header.split("-")
         if len(parts) == 4 and len(parts[1]) == 32:
             return parts[1]
         return None
@@ -215,12 +218,10 @@ class RequestTracer:
                 self._ids.preset(None, None)
         context = trace.set_span_in_context(server)
         for phase_name, begin, finish in phase_intervals(timeline, breakdown):
-            span = tracer.start_span(
-                phase_name,
-                context=context,
-                start_time=wall(begin),
-                attributes={"llm_slo.phase": phase_name},
-            )
+            span = tracer.start_span(phase_name, context=context, start_time=wall(begin))
+            # Set on the started span, not passed to start_span: the SDK runs a passed mapping
+            # through its generic checks (ABC isinstance calls), a tenth of the span's cost.
+            span.set_attribute("llm_slo.phase", phase_name)
             span.end(end_time=wall(finish))
         # Error status where the server failed (HTTP semantics for SERVER spans: a 4xx is the
         # client's); `error.type` names every failure, the client's too.

@@ -22,7 +22,14 @@ from typing import Any
 
 import middleware.hotpath as hotpath
 from middleware.upstream import UpstreamReport, apply_timings, apply_usage
-from middleware.wire_chunk import NOT_DECODED, Chunk, chunk_has_text, decode_chunk, decode_head
+from middleware.wire_chunk import (
+    NOT_DECODED,
+    Chunk,
+    chunk_has_text,
+    decode_body,
+    decode_chunk,
+    decode_head,
+)
 
 __all__ = ["WireReader", "chunk_has_text"]
 
@@ -179,13 +186,15 @@ class WireReader:
             return True, False
         return False, not chunk.choices and chunk.usage is not None
 
-    def read_body(self, body: bytes) -> bool:
+    def read_body(self, body: bytes | bytearray) -> bool:
         """A plain (not streamed) JSON body: counts from usage/timings; whether it has text."""
-        self._read_head(body)
         try:
-            chunk = decode_chunk(body)
+            chunk = decode_body(body)  # the head's fields too: one decode of the body
         except NOT_DECODED:
+            self._read_head(body)  # its id and model may still be read
             return False
+        self._head_pending = False
+        self.response_id, self.response_model = chunk.id, chunk.model
         return self._chunk(chunk)[0]
 
     @property

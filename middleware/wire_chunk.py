@@ -52,8 +52,16 @@ class Head(msgspec.Struct, gc=False):
     model: Any = None
 
 
+class Body(Chunk, gc=False):
+    """A plain (not streamed) JSON answer: a chunk's fields and the head's, in one decode."""
+
+    id: Any = None
+    model: Any = None
+
+
 decode_chunk = msgspec.json.Decoder(Chunk).decode
 decode_head = msgspec.json.Decoder(Head).decode
+decode_body = msgspec.json.Decoder(Body).decode
 NOT_DECODED = msgspec.DecodeError
 
 

@@ -88,7 +88,7 @@ def settle_stream(timeline: RequestTimeline, wire: WireReader) -> None:
 def settle_body(timeline: RequestTimeline, wire: WireReader, body: bytearray | None) -> None:
     """A plain response is sent: its JSON body's usage, timings and whether it holds text."""
     if body:
-        has_text = wire.read_body(bytes(body))
+        has_text = wire.read_body(body)
         if wire.events and not has_text:
             timeline.token_chunk_ns.clear()  # an OpenAI body without text: no token
         _take_counts(timeline, wire)

@@ -80,6 +80,7 @@ class SpanJoin:
         max_held: int = 10_000,
         expect: Literal["auto", "always", "never"] = "auto",
         now: Callable[[], float] = time.monotonic,
+        intake: bool = True,
     ) -> None:
         if expect not in EXPECT_MODES:
             raise ValueError(f"expect={expect!r}: use one of {', '.join(EXPECT_MODES)}")
@@ -104,6 +105,9 @@ class SpanJoin:
         self._in_flight_requests: dict[str, int] = {}  # their request ids
         # With several workers: spans of another worker's requests go there, not unmatched.
         self.relay: Relay | None = None
+        # Spans reach this process at an intake (`POST /v1/traces`); with none and no relay,
+        # no span can come and requests skip the join (`Reporter.join_keys`).
+        self.intake = intake
 
     @property
     def waiting(self) -> int:
