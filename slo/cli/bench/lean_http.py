@@ -12,7 +12,8 @@ It has the shape of the part of `httpx.AsyncClient` that `slo.cli.bench.client.m
 uses (`stream("POST", url, json=..., headers=..., timeout=...)` yielding a response with
 `status_code`, `headers.get`, `aread`, `aiter_bytes`), and raises httpx's exceptions, so the
 measurement is the same code whichever client sends. https:// and injected transports stay
-on httpx.
+on httpx. Its timeout bounds the whole request, as `--request-timeout` says (httpx's bounds
+each read).
 """
 
 from __future__ import annotations
