@@ -166,7 +166,7 @@ class SpanJoin:
     def settle(self, trace_id: str, request_id: str | None, report: Report) -> float | None:
         """Report one finished request now, or hold it for its span: the seconds it may wait
         (call `expire` then), or None when it was reported."""
-        span = self._take_held(trace_id, request_id)
+        span = self._take_held(trace_id, request_id) if self._held else None
         if span is not None:
             self._joined_now(trace_id)
             _safely(report, span)

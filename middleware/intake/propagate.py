@@ -69,7 +69,9 @@ def propagate_context(scope: Scope, headers: dict[str, str], request_id: str) ->
     trace_id = parts[1].lower() if valid else tag.hex() + _random_hex(16 - len(tag))
     flags = parts[3][:2] if valid and len(parts[3]) >= 2 else "01"
     span_id = _random_hex(8)
-    raw = [(key, value) for key, value in scope.get("headers", ()) if key.lower() != b"traceparent"]
+    raw = list(scope.get("headers", ()))
+    if "traceparent" in headers:  # the client's, replaced by ours
+        raw = [(key, value) for key, value in raw if key.lower() != b"traceparent"]
     raw.append((b"traceparent", f"00-{trace_id}-{span_id}-{flags}".encode()))
     if "x-request-id" not in headers:
         raw.append((b"x-request-id", upstream_request_id(request_id).encode()))

@@ -122,8 +122,9 @@ class GenAIMetrics:
                 bound.tpot.add(tpot)
             bound.input_tokens.add(input_tokens)
             bound.output_tokens.add(output_tokens)
-            bound.usage[0].add(input_tokens)
-            bound.usage[1].add(output_tokens)
+            usage_in, usage_out = bound.usage  # counters: CounterCell.add, inlined
+            usage_in.value += input_tokens
+            usage_out.value += output_tokens
         # Never under our lock: the SDK's collection and prometheus_client take their own.
         if self.direct or self.prometheus.multiprocess:
             tokens = (input_tokens, output_tokens)

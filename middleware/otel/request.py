@@ -127,33 +127,47 @@ class GenAIRequest:
         return f"{self.operation} {label}"
 
     def span_attributes(self, input_tokens: int, output_tokens: int) -> dict[str, Any]:
-        """The conventions' attributes of the request span (`gen_ai.*`, error, server)."""
+        """The conventions' attributes of the request span (`gen_ai.*`, error, server).
+
+        Built for every sampled request: plain tests and stores, no dicts or generators made
+        on the way."""
         attributes: dict[str, Any] = {c.OPERATION: self.operation, c.PROVIDER: self.provider}
-        optional = {
-            c.REQUEST_MODEL: self.request_model,
-            c.RESPONSE_MODEL: self.response_model,
-            c.RESPONSE_ID: self.response_id,
-            c.ERROR_TYPE: self.error_type,
-            c.SERVER_ADDRESS: self.server_address,
-            c.SERVER_PORT: self.server_port if self.server_address is not None else None,
-        }
-        attributes.update((key, value) for key, value in optional.items() if value is not None)
+        if self.request_model is not None:
+            attributes[c.REQUEST_MODEL] = self.request_model
+        if self.response_model is not None:
+            attributes[c.RESPONSE_MODEL] = self.response_model
+        if self.response_id is not None:
+            attributes[c.RESPONSE_ID] = self.response_id
+        if self.error_type is not None:
+            attributes[c.ERROR_TYPE] = self.error_type
+        if self.server_address is not None:
+            attributes[c.SERVER_ADDRESS] = self.server_address
+            if self.server_port is not None:
+                attributes[c.SERVER_PORT] = self.server_port
         if self.finish_reasons:
             attributes[c.FINISH_REASONS] = self.finish_reasons
         attributes[c.INPUT_TOKENS] = input_tokens
         attributes[c.OUTPUT_TOKENS] = output_tokens
-        body = self.body
-        max_tokens = _int(body.max_tokens)
-        sampling = {
-            c.MAX_TOKENS: _int(body.max_completion_tokens) if max_tokens is None else max_tokens,
-            c.TEMPERATURE: _number(body.temperature),
-            c.TOP_P: _number(body.top_p),
-            c.SEED: _int(body.seed),
-        }
-        attributes.update((key, value) for key, value in sampling.items() if value is not None)
-        choices = _int(body.n)
-        if choices is not None and choices != 1:  # conditionally required: given and != 1
-            attributes[c.CHOICE_COUNT] = choices
+        if self.body is not EMPTY_BODY:
+            _sampling_attributes(self.body, attributes)
         if self.stream:  # conditionally required: if and only if the request is streaming
             attributes[c.STREAM] = True
         return attributes
+
+
+def _sampling_attributes(body: RequestBody, attributes: dict[str, Any]) -> None:
+    """The sampling fields the request gave, as the conventions name them."""
+    max_tokens = _int(body.max_tokens)
+    if max_tokens is None:
+        max_tokens = _int(body.max_completion_tokens)
+    if max_tokens is not None:
+        attributes[c.MAX_TOKENS] = max_tokens
+    for key, value in ((c.TEMPERATURE, _number(body.temperature)), (c.TOP_P, _number(body.top_p))):
+        if value is not None:
+            attributes[key] = value
+    seed = _int(body.seed)
+    if seed is not None:
+        attributes[c.SEED] = seed
+    choices = _int(body.n)
+    if choices is not None and choices != 1:  # conditionally required: given and != 1
+        attributes[c.CHOICE_COUNT] = choices
