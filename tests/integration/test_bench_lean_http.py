@@ -122,6 +122,21 @@ def test_connections_are_reused(url: str) -> None:
     assert len(ports) == 5 and len(set(ports)) <= 2, ports
 
 
+def test_a_host_name_reaches_a_server_on_whichever_address_answers(url: str) -> None:
+    """`localhost` may resolve to ::1 first; the server listens on 127.0.0.1 only."""
+    base = "http://localhost:" + url.rsplit(":", 1)[1]
+
+    async def run() -> Any:
+        lean = LeanClient(base)
+        try:
+            return await measure(lean, base, PLANNED, RequestSettings("m", "chat"))
+        finally:
+            await lean.aclose()
+
+    result = asyncio.run(run())
+    assert (result.status, result.outcome, result.error) == (200, "ok", None)
+
+
 def test_a_slow_reply_times_out_as_httpx_does(url: str) -> None:
     settings = RequestSettings("m", "chat", timeout_s=0.3)
     (lean,) = _both(url, settings, tier="slow")[:1]

@@ -97,17 +97,31 @@ class LeanClient:
             await self._open_spare()
 
     async def _connect(self) -> Connection:
-        """A new connection. The name is resolved on the first only: asyncio resolves a
-        name in a thread (a millisecond or more on a busy machine), an address at once."""
+        """A new connection. The name is resolved on the first only, and the address that
+        answered is kept: asyncio resolves a name in a thread (a millisecond or more on a busy
+        machine), an address at once. Each address the name has is tried, as httpx does
+        (`localhost` may be ::1 first for a server on 127.0.0.1 only)."""
+        if self._address is not None:
+            try:
+                return await asyncio.open_connection(self._address, self._port)
+            except OSError as error:
+                raise httpx.ConnectError(f"{self._host}:{self._port}: {error}") from None
         try:
-            if self._address is None:
-                found = await asyncio.get_running_loop().getaddrinfo(
-                    self._host, self._port, type=socket.SOCK_STREAM
-                )
-                self._address = str(found[0][4][0])
-            return await asyncio.open_connection(self._address, self._port)
+            found = await asyncio.get_running_loop().getaddrinfo(
+                self._host, self._port, type=socket.SOCK_STREAM
+            )
         except OSError as error:
-            raise httpx.ConnectError(f"{self._host}:{self._port}: {error}") from None
+            raise httpx.ConnectError(f"{self._host}: cannot resolve ({error})") from None
+        failures = []
+        for address in dict.fromkeys(str(entry[4][0]) for entry in found):
+            try:
+                connection = await asyncio.open_connection(address, self._port)
+            except OSError as error:
+                failures.append(f"{address}: {error.strerror or error}")
+                continue
+            self._address = address
+            return connection
+        raise httpx.ConnectError(f"{self._host}:{self._port}: {'; '.join(failures)}")
 
     def _request(self, url: str, body: Any, headers: dict[str, str]) -> bytes:
         path = urlsplit(url)
