@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 
@@ -45,6 +45,7 @@ class Fleet:
     replicas: int
     scrape_s: int
     end_s: int  # the last sample's time (unix seconds)
+    window: tuple[int, int] | None = None  # write only [since, until) (`chunk`)
 
     @property
     def start_s(self) -> int:
@@ -53,6 +54,18 @@ class Fleet:
     def times(self, step_s: int, since_s: int | None = None) -> range:
         return range(max(self.start_s, since_s or self.start_s), self.end_s + 1, step_s)
 
+    def chunk(self, since_s: int, until_s: int) -> Fleet:
+        """The same fleet's history, only its samples in [since_s, until_s): counters keep
+        counting from the fleet's start, so chunks written one after another join up."""
+        return replace(self, window=(since_s, until_s))
+
+    def in_chunk(self, times: range) -> range:
+        if self.window is None:
+            return times
+        since, until = self.window
+        first = times.start + max(0, -(-(since - times.start) // times.step)) * times.step
+        return range(first, min(times.stop, until), times.step)
+
 
 def _share_below(bound: float, median: float) -> float:
     return 0.5 * (1 + math.erf(math.log(bound / median) / (0.5 * math.sqrt(2))))
@@ -60,7 +73,7 @@ def _share_below(bound: float, median: float) -> float:
 
 def _counter(fleet: Fleet, name: str, labels: str, per_s: float) -> Iterator[str]:
     start = fleet.start_s
-    for t in fleet.times(fleet.scrape_s):
+    for t in fleet.in_chunk(fleet.times(fleet.scrape_s)):
         yield f"{name}{{{labels}}} {per_s * (t - start):.6g} {t}\n"
 
 
@@ -118,7 +131,7 @@ def _recorded(fleet: Fleet) -> Iterator[tuple[str, Iterator[str]]]:
     groups.append((phases, since["phases"]))
     for records, start in groups:
         for name, members in records.items():
-            times = fleet.times(RECORD_STEP_S, start)
+            times = fleet.in_chunk(fleet.times(RECORD_STEP_S, start))
             yield (
                 name,
                 (
@@ -130,7 +143,7 @@ def _recorded(fleet: Fleet) -> Iterator[tuple[str, Iterator[str]]]:
 
 
 def write_openmetrics(fleet: Fleet, path: Path) -> int:
-    """Write the whole history; returns the number of samples."""
+    """Write the history (a chunk's, for a chunk); returns the number of samples."""
     samples = 0
     with path.open("w") as out:
         for name, lines in chain(_raw(fleet), _recorded(fleet)):  # lazily: lines bind to name
