@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from middleware.direct_body import direct_body
@@ -47,26 +48,56 @@ _HOP_BY_HOP = frozenset(
     }
 )
 _NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
-_STATUS = {kind: (502, "server_error") for kind in ("unreachable", "broken", "untrusted", "tls")}
-# What the client is told (never the upstream's address or the socket's words) and the fix.
-_SAID = {
-    "unreachable": (
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """How the client is told of one kind of upstream failure (`UpstreamError.kind`): never
+    the upstream's address or the socket's words, but what happened and the fix."""
+
+    status: int
+    type: str  # the OpenAI error type
+    code: str
+    said: str
+    fix: str
+
+
+_FAILURES = {
+    "unreachable": _Failure(
+        502,
+        "server_error",
+        "upstream_unreachable",
         "cannot be reached",
         "check that the engine is running and listening there, or fix --upstream",
     ),
-    "timeout": (
+    "timeout": _Failure(
+        504,
+        "timeout",
+        "upstream_timeout",
         "did not answer in time",
         "raise --read-timeout if the engine is just slow, or check that it is healthy",
     ),
-    "untrusted": (
+    "untrusted": _Failure(
+        502,
+        "server_error",
+        "upstream_error",
         "has a TLS certificate that cannot be verified",
         "give its CA with --upstream-ca-certs",
     ),
-    "tls": (
+    "tls": _Failure(
+        502,
+        "server_error",
+        "upstream_error",
         "failed the TLS handshake",
         "check --upstream-certfile/--upstream-keyfile and the upstream's TLS settings",
     ),
-    "broken": ("sent a broken response", "check that the engine is healthy"),
+    "broken": _Failure(
+        502,
+        "server_error",
+        "upstream_error",
+        "sent a broken response",
+        "check that the engine is healthy",
+    ),
 }
 
 logger = logging.getLogger("slo.proxy")
@@ -281,29 +312,25 @@ class ProxyApp:
         started: bool,
         connection: UpstreamConnection | None,
     ) -> None:
-        status, kind = _STATUS.get(error.kind, (504, "timeout"))
+        failure = _FAILURES.get(error.kind, _FAILURES["broken"])
         state = scope.setdefault("state", {})
-        state["outcome"] = "timeout" if status == 504 else "server_error"
-        code = {"unreachable": "upstream_unreachable", "timeout": "upstream_timeout"}.get(
-            error.kind, "upstream_error"
-        )
+        state["outcome"] = "timeout" if failure.status == 504 else "server_error"
         # The client learns what kind of failure and what to do; the upstream's address and
         # the socket's or TLS library's words stay in the proxy's log (they map the network).
         logger.warning("slo proxy: upstream %s: %s", self.upstream_url, error.message)
-        said, fix = _SAID.get(error.kind, _SAID["broken"])
         payload = {
             "error": {
-                "message": f"slo proxy: the upstream {said}; {fix}",
-                "type": kind,
+                "message": f"slo proxy: the upstream {failure.said}; {failure.fix}",
+                "type": failure.type,
                 "param": None,
-                "code": code,
+                "code": failure.code,
             }
         }
         if not started:
             await send(
                 {
                     "type": "http.response.start",
-                    "status": status,
+                    "status": failure.status,
                     "headers": [(b"content-type", b"application/json")],
                 }
             )

@@ -97,6 +97,6 @@ tiers:
     ), text
 
 
-@pytest.mark.parametrize("name", ["slo.yaml", "overload.yaml", "openslo.yaml"])
+@pytest.mark.parametrize("name", ["slo.yaml", "overload.yaml", "openslo.yaml", "regression.yaml"])
 def test_every_objective_of_the_packaged_specs_can_be_alerted_on(name: str) -> None:
     assert unreachable(SLOSpec.load(EXAMPLES / name)) == []
