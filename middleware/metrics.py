@@ -235,7 +235,7 @@ class MetricSet:
                 if value is None:
                     continue
                 if takes_exemplar and trace_id:
-                    series.observe(value, {"trace_id": trace_id})
+                    series.observe(value, trace_id)
                 else:
                     series.counts[bisect_left(series.bounds, value)] += 1
                     series.sum += value

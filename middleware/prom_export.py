@@ -27,6 +27,10 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
+# A bucket's last exemplar as observed: (its labels, or a trace id alone; value; unix time).
+# It becomes an `Exemplar` only when a scrape reads it: most are replaced before that.
+RawExemplar = tuple[dict[str, str] | str, float, float]
+
 
 class HistogramSeries:
     """One label set: non-cumulative bucket counts (`counts[i]` for values <= bounds[i], the
@@ -38,15 +42,23 @@ class HistogramSeries:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)
         self.sum = 0.0
-        self.exemplars: list[Exemplar | None] = [None] * (len(bounds) + 1)
+        self.exemplars: list[RawExemplar | None] = [None] * (len(bounds) + 1)
 
-    def observe(self, value: float, exemplar: dict[str, str] | None = None) -> None:
-        """One value (the caller serializes calls, as the middleware's lock does)."""
+    def observe(self, value: float, exemplar: dict[str, str] | str | None = None) -> None:
+        """One value (the caller serializes calls, as the middleware's lock does); `exemplar`:
+        its labels, or a trace id (the label `trace_id`)."""
         index = bisect_left(self.bounds, value)
         self.counts[index] += 1
         self.sum += value
         if exemplar:
-            self.exemplars[index] = Exemplar(exemplar, value, time.time())
+            self.exemplars[index] = (exemplar, value, time.time())
+
+
+def _exemplar(raw: RawExemplar | None) -> Exemplar | None:
+    if raw is None:
+        return None
+    labels, value, timestamp = raw
+    return Exemplar({"trace_id": labels} if isinstance(labels, str) else labels, value, timestamp)
 
 
 class OwnHistogram:
@@ -95,7 +107,7 @@ class OwnHistogram:
     def collect(self) -> Iterator[HistogramMetricFamily]:
         with self._lock:
             rows = [
-                (key, list(series.counts), series.sum, list(series.exemplars))
+                (key, list(series.counts), series.sum, [_exemplar(e) for e in series.exemplars])
                 for key, series in list(self._series.items())
             ]
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)

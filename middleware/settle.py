@@ -153,7 +153,10 @@ class Reporter:
         # Latency histograms (and the live windows on the same buckets) count ok requests only,
         # as `slo check` and the generated rules do; the record keeps what was produced.
         observed = breakdown if produced and outcome == "ok" else None
-        trace_id = self._emit_span(finished, breakdown)
+        ids, tracer = finished.ids, self.tracer
+        trace_id = ids[0] if ids is not None else tracer.trace_id_from_header(finished.headers)
+        if tracer.wants_requests:  # spans or gen_ai metrics: the request's GenAI view
+            trace_id = self._emit_span(finished, breakdown, trace_id)
         # The gaps are counted on the itl buckets once, for the histogram and the live windows
         # (both bucket on the catalog's itl bounds plus the spec's thresholds).
         itl_counts = (
@@ -181,13 +184,11 @@ class Reporter:
             self.store.add(fields)
         return breakdown.output_tokens
 
-    def _emit_span(self, finished: Finished, breakdown: Any) -> str | None:
+    def _emit_span(self, finished: Finished, breakdown: Any, trace_id: str | None) -> str | None:
         """The request's GenAI-convention telemetry: its `gen_ai.*` metrics and, when tracing
-        is on, its span (named `{operation} {model}`); the request's trace id."""
+        is on, its span (named `{operation} {model}`); the request's trace id (`trace_id`,
+        the one it came with or was given, unless the span was given another)."""
         ids, headers, tracer = finished.ids, finished.headers, self.tracer
-        trace_id = ids[0] if ids is not None else tracer.trace_id_from_header(headers)
-        if not tracer.wants_requests:
-            return trace_id
         exchange = finished.exchange
         timeline = exchange.timeline
         request = tracer.genai_request(finished.route, finished.outcome, exchange)

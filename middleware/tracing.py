@@ -43,21 +43,29 @@ class DropCounter:
             self.dropped += count
 
 
-def counting_batch_processor(exporter: Any, drops: DropCounter) -> Any:
+def counting_batch_processor(
+    exporter: Any, drops: DropCounter, queue_size: int = SPAN_QUEUE_SIZE
+) -> Any:
     """A BatchSpanProcessor with a large queue that counts the spans it has to drop."""
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     class CountingBatchSpanProcessor(BatchSpanProcessor):
-        def on_end(self, span: Any) -> None:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # Looked up once, not per span: the SDK keeps one queue for the processor's life
+            # (after a fork it clears that queue, it does not replace it).
             inner = getattr(self, "_batch_processor", None)
-            queue = getattr(inner, "_queue", None)
-            limit = getattr(inner, "_max_queue_size", None)
+            self._counted_queue = getattr(inner, "_queue", None)
+            self._queue_limit = getattr(inner, "_max_queue_size", None)
+
+        def on_end(self, span: Any) -> None:
+            queue, limit = self._counted_queue, self._queue_limit
             if queue is not None and limit is not None and len(queue) >= limit:
                 drops.add()
-            super().on_end(span)
+            BatchSpanProcessor.on_end(self, span)
 
     return CountingBatchSpanProcessor(
-        exporter, max_queue_size=SPAN_QUEUE_SIZE, max_export_batch_size=2048
+        exporter, max_queue_size=queue_size, max_export_batch_size=min(2048, queue_size)
     )
 
 
@@ -200,9 +208,7 @@ class RequestTracer:
         if ids is not None and self._ids is not None:
             self._ids.preset(int(ids[0], 16), int(ids[1], 16))
 
-        def wall(ns: int) -> int:
-            return ns + epoch_offset_ns
-
+        offset = epoch_offset_ns  # perf_counter ns + offset = unix ns (spans take wall time)
         start = timeline.start_ns
         end = start + round(breakdown.e2e_s * 1e9)
         try:
@@ -210,7 +216,7 @@ class RequestTracer:
                 name,
                 context=parent,
                 kind=trace.SpanKind.SERVER,
-                start_time=wall(start),
+                start_time=start + offset,
                 attributes=attributes,
             )
         finally:
@@ -218,16 +224,16 @@ class RequestTracer:
                 self._ids.preset(None, None)
         context = trace.set_span_in_context(server)
         for phase_name, begin, finish in phase_intervals(timeline, breakdown):
-            span = tracer.start_span(phase_name, context=context, start_time=wall(begin))
+            span = tracer.start_span(phase_name, context=context, start_time=begin + offset)
             # Set on the started span, not passed to start_span: the SDK runs a passed mapping
             # through its generic checks (ABC isinstance calls), a tenth of the span's cost.
             span.set_attribute("llm_slo.phase", phase_name)
-            span.end(end_time=wall(finish))
+            span.end(end_time=finish + offset)
         # Error status where the server failed (HTTP semantics for SERVER spans: a 4xx is the
         # client's); `error.type` names every failure, the client's too.
         if attributes.get("http.response.status_code", 200) >= 500:
             server.set_status(trace.Status(trace.StatusCode.ERROR, attributes.get("error.type")))
-        server.end(end_time=wall(end))
+        server.end(end_time=end + offset)
         return format(server.get_span_context().trace_id, "032x")
 
 
