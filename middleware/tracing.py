@@ -244,6 +244,7 @@ class _PresetIds:
         self.inner = inner
         self._trace_id: int | None = None
         self._span_id: int | None = None
+        self._random = bool(getattr(inner, "is_trace_id_random", lambda: True)())
 
     def preset(self, trace_id: int | None, span_id: int | None) -> None:
         self._trace_id, self._span_id = trace_id, span_id
@@ -257,7 +258,7 @@ class _PresetIds:
         return self.inner.generate_trace_id() if trace_id is None else trace_id
 
     def is_trace_id_random(self) -> bool:
-        return bool(getattr(self.inner, "is_trace_id_random", lambda: True)())
+        return self._random  # asked for every root span: the inner generator's answer, once
 
 
 def phase_intervals(timeline: RequestTimeline, breakdown: Breakdown) -> list[tuple[str, int, int]]:
