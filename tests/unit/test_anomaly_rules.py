@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from alerts.anomalies import ALERT_NAME, anomaly_alerts, anomaly_records, signal_expr
@@ -31,11 +33,19 @@ def _spec(anomalies: str = "") -> SLOSpec:
 
 
 def _signals(spec: SLOSpec, tier: int) -> list[str]:
-    return [
-        r.labels["anomaly"]
-        for r in anomaly_records(spec, spec.tiers[tier])
-        if r.record == ANOMALY_SIGNAL_RECORD
-    ]
+    """The signals recorded: a rule's `anomaly` label, or the phases the one rule of every
+    phase mean selects (its `phase=~` matcher)."""
+    found = []
+    for rule in anomaly_records(spec, spec.tiers[tier]):
+        if rule.record != ANOMALY_SIGNAL_RECORD:
+            continue
+        if "anomaly" in rule.labels:
+            found.append(rule.labels["anomaly"])
+        else:
+            phases = re.search(r'phase=~"([^"]*)"', rule.expr)
+            assert phases and '"${1}_mean"' in rule.expr, rule.expr
+            found += [f"{phase}_mean" for phase in phases.group(1).split("|")]
+    return found
 
 
 def test_every_tier_watches_every_signal_by_default() -> None:
