@@ -91,12 +91,17 @@ def with_phase(rule: AlertRule, expr: str) -> str:
 
 
 def join_phase(tier: str, sli: str, expr: str) -> str:
-    """`expr` (whose series carry `tier`) with the phase blamed for `sli` as a label."""
+    """`expr` (whose series carry `tier`) with the phase blamed for `sli` as a label.
+
+    The right side is the blamed record, or `phase="unknown"` for the tier when there is none,
+    so `expr` (a whole alert condition, quantiles over raw buckets for a threshold alert) is
+    evaluated once, not once per branch."""
     blamed = selector(BLAMED_PHASE_RECORD, tier=tier, sli=sli)
-    unknown = f'label_replace(\n{expr}\n, {quote(PHASE_LABEL)}, {quote(UNATTRIBUTED)}, "", "")'
+    unknown = f'label_replace(vector(0), "tier", {quote(tier)}, "", "")'
+    unknown = f'label_replace({unknown}, {quote(PHASE_LABEL)}, {quote(UNATTRIBUTED)}, "", "")'
     return (
-        f"(\n{expr}\n)\n+ on (tier) group_left ({PHASE_LABEL})\n(0 * {blamed})\n"
-        f"or on (tier)\n{unknown}"
+        f"(\n{expr}\n)\n+ on (tier) group_left ({PHASE_LABEL})\n"
+        f"(\n(0 * {blamed})\nor on (tier)\n{unknown}\n)"
     )
 
 
