@@ -300,7 +300,8 @@ def test_server_timing_header_and_final_sse_comment() -> None:
     app = LatencyMiddleware(scripted_engine_app(clock, tokens=3), store=None, clock=clock)
     sent = asyncio.run(call(app, clock))
     bodies = [m.get("body", b"") for m in sent if m["type"] == "http.response.body"]
-    comment = bodies[-2]
+    comment = bodies[-1]  # with the stream's end, in one write
+    assert sent[-1]["type"] == "http.response.body" and not sent[-1].get("more_body", False)
     assert comment.startswith(b": llm-slo-timings {") and comment.endswith(b"\n\n")
     timings = json.loads(comment[len(b": llm-slo-timings ") :])
     assert timings["prefill_s"] == 0.02 and timings["output_tokens"] == 3
