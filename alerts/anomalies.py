@@ -25,6 +25,7 @@ must also be above 1%: a band around 0 is not news at 0.5%.
 from __future__ import annotations
 
 from alerts.phases import join_phase, phase_annotation
+from alerts.quantiles import quantile_expr
 from alerts.rule_types import GOOD_OUTCOME, REQUESTS, Links, Rule
 from slo.alert_rules import PHASE_LABEL, URGENCY, URGENCY_LABEL
 from slo.promql import (
@@ -41,7 +42,7 @@ from slo.promql import (
     prom_duration,
     selector,
 )
-from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, PHASES
+from slo.sli import OUTCOMES_EXCLUDED_FROM_AVAILABILITY, PHASES
 from slo.spec import SLOSpec, Tier
 from slo.spec.anomaly_policy import ANOMALY_SIGNALS, LATENCY_SIGNALS, AnomalyPolicy
 from slo.units import format_duration
@@ -53,13 +54,13 @@ WARM_UP_POINTS = 130  # of 144 ten-minute points in a day
 ERROR_RATIO_FLOOR = 0.01
 TWO_SIDED = ("request_rate",)
 _WEEK_S = 7 * 86400
+SIGNAL_WINDOW_S = 300.0  # a signal is its value over the last 5 minutes
 
 
 def signal_expr(tier: str, signal: str) -> str:
     """PromQL of one signal over the last 5 minutes."""
     if signal in LATENCY_SIGNALS:
-        bucket = selector(CATALOG[signal.removesuffix("_p95")].metric + "_bucket", tier=tier)
-        return f"histogram_quantile(0.95, sum by (le) (rate({bucket}[5m])))"
+        return quantile_expr(0.95, tier, signal.removesuffix("_p95"), SIGNAL_WINDOW_S)
     if signal == "request_rate":
         return f"sum(rate({selector(REQUESTS, tier=tier)}[5m]))"
     if signal == "error_ratio":
@@ -80,6 +81,12 @@ def phase_signals_expr(tier: str, phases: list[str]) -> str:
     means = selector(PHASE_MEAN_RECORD, matcher(PHASE_LABEL, "=~", any_of(phases)), tier=tier)
     named = f'label_replace({means}, "{ANOMALY_LABEL}", "${{1}}_mean", "{PHASE_LABEL}", "(.*)")'
     return f"sum without ({PHASE_LABEL}) ({named})"
+
+
+def signal_quantiles(spec: SLOSpec, tier: Tier) -> set[tuple[str, float]]:
+    """The (SLI, window) bucket rates the tier's latency signals read (`alerts.quantiles`)."""
+    latency = [s for s in watched(spec, tier) if s in LATENCY_SIGNALS]
+    return {(s.removesuffix("_p95"), SIGNAL_WINDOW_S) for s in latency}
 
 
 def _band_rules(tier: str, policy: AnomalyPolicy) -> list[Rule]:

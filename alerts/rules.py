@@ -5,16 +5,18 @@ and the SLO window: the error ratio (bad events over events, event-weighted acro
 routes and replicas) and the event count the low-traffic guard reads, plus two constants
 (error budget, latency threshold) that dashboards divide by; windows longer than 6h add
 recorded hourly tiles. Alerts read those records, except threshold alerts, which take
-`histogram_quantile` over the raw buckets of a 5m window.
+`histogram_quantile` over the bucket rates of a 5m window, recorded once per tier and SLI
+(`alerts.quantiles`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from alerts.anomalies import anomaly_alerts, anomaly_records
+from alerts.anomalies import anomaly_alerts, anomaly_records, signal_quantiles
 from alerts.budget_alert import budget_alerts
 from alerts.phases import phase_annotation, phase_records, phase_text, with_phase
+from alerts.quantiles import bucket_rate_records, quantile_expr, threshold_quantiles
 from alerts.records import error_ratio_expr, events_expr, is_derived, objective_records
 from alerts.rule_types import GOOD_OUTCOME, REQUESTS, Group, Links, Rule
 from alerts.templating import render
@@ -72,12 +74,12 @@ def condition_expr(rule: AlertRule) -> str:
         return _burn_expr(rule)
     metric = CATALOG[rule.sli or ""].metric
     window = prom_duration(rule.window_s or 0.0)
-    buckets = selector(metric + "_bucket", tier=rule.tier or "")
     count = selector(metric + "_count", tier=rule.tier or "")
-    quantile = number((rule.percentile or 0) / 100)
+    quantile = quantile_expr(
+        (rule.percentile or 0) / 100, rule.tier or "", rule.sli or "", rule.window_s or 0.0
+    )
     return (
-        f"histogram_quantile({quantile}, sum by (tier, le) (rate({buckets}[{window}])))"
-        f" > {number(rule.threshold_s or 0)}\n"
+        f"{quantile} > {number(rule.threshold_s or 0)}\n"
         f"and on () sum(increase({count}[{window}])) {MIN_EVENTS_OPERATOR} {rule.min_events}"
     )
 
@@ -202,6 +204,8 @@ def rule_groups(
             if rule.tier == tier.name
         ]
         records = objective_records(tier, alert_windows, tiles=tiles, derive=derive)
+        quantiles = threshold_quantiles(rules, tier.name) | signal_quantiles(spec, tier)
+        records += bucket_rate_records(tier.name, quantiles)
         records += phase_records(tier)
         records += anomaly_records(spec, tier)
         tier_alerts += anomaly_alerts(spec, tier, links)
