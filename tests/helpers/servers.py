@@ -17,13 +17,16 @@ from tests.helpers.polling import wait_until_ready
 
 
 @contextlib.contextmanager
-def uvicorn_thread(app: Any, health_path: str = "/health") -> Iterator[str]:
-    """Serve an ASGI app with a real uvicorn on a free loopback port; yields the base URL."""
+def uvicorn_thread(app: Any, health_path: str = "/health", **options: Any) -> Iterator[str]:
+    """Serve an ASGI app with a real uvicorn on a free loopback port; yields the base URL.
+    `options`: more uvicorn.Config settings (e.g. `http=` a protocol class)."""
     import uvicorn
 
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **options
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

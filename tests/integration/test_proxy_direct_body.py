@@ -9,7 +9,6 @@ import contextlib
 import json
 import socket
 import sqlite3
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,14 +17,11 @@ from pathlib import Path
 import httptools
 import httpx
 import pytest
-import uvicorn
 
 from middleware import LatencyMiddleware
 from middleware.direct_body import EXTENSION
 from middleware.proxy import ProxyApp
-from slo.cli.bench.server import free_port
 from slo.cli.proxy_direct import DirectBodyProtocol
-from tests.helpers.polling import wait_until_ready
 from tests.helpers.proxy_upstream import OpenAIUpstream
 from tests.helpers.servers import uvicorn_thread
 
@@ -62,25 +58,8 @@ def _counting_protocol(counts: Counter[str]) -> type[DirectBodyProtocol]:
 @contextlib.contextmanager
 def proxy(upstream_url: str, db: Path, counts: Counter[str]) -> Iterator[str]:
     app = LatencyMiddleware(ProxyApp(upstream_url), store=f"sqlite:///{db}", model="m")
-    port = free_port()
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        http=_counting_protocol(counts),
-        lifespan="on",
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_ready(base_url + "/metrics")
+    with uvicorn_thread(app, "/metrics", http=_counting_protocol(counts)) as base_url:
         yield base_url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def records(db: Path) -> list[dict[str, object]]:
