@@ -34,6 +34,7 @@ class CapacityOptions:
     mode: str  # "rate" or "concurrency"
     resolution: float = 0.05
     max_steps: int = 12
+    confirm: int = 1
     tail_events: int = 10
     min_requests: int = 20
     warmup_share: float = 0.2
@@ -46,6 +47,7 @@ class CapacityOptions:
         problems = [
             (not 0 < self.resolution < 1, f"--resolution must be in (0, 1), got {self.resolution}"),
             (self.max_steps < 2, f"--max-steps must be >= 2, got {self.max_steps}"),
+            (self.confirm < 0, f"--confirm must be >= 0, got {self.confirm}"),
             (self.tail_events < 1, f"--tail-events must be >= 1, got {self.tail_events}"),
             (
                 not 0 <= self.warmup_share < 1,
@@ -82,10 +84,11 @@ def search(
     def run(load: float) -> StepReport:
         if steps and steps[-1].verdict != "pass":
             time.sleep(options.cooldown_s)  # what the last step left in the server drains
+        again = any(step.load == load for step in steps)
         report = run_step(spec, shape, base_url, settings, len(steps) + 1, load, options.mode)
         steps.append(report)
         _keep(report, options.out_dir)
-        print(_step_line(report), flush=True)
+        print(_step_line(report, again), flush=True)
         return report
 
     def probe(load: float) -> bool:
@@ -97,7 +100,7 @@ def search(
     outcome = find_max(
         probe,
         SearchSettings(start=start, resolution=options.resolution, max_steps=options.max_steps,
-                       integer=options.mode == "concurrency"),
+                       integer=options.mode == "concurrency", confirmations=options.confirm),
     )  # fmt: skip
     document = {
         "version": capacity_file.VERSION,
@@ -106,6 +109,7 @@ def search(
         capacity_file.load_key(options.mode): outcome.best,
         "lowest_failing": outcome.lowest_failing,
         "resolution": options.resolution,
+        "confirmations": options.confirm,
         "stopped": outcome.stopped,
         "warnings": [
             f"step {s.index} at {s.load:g}: the client fell behind its schedule; that step "
@@ -206,8 +210,10 @@ def _keep(report: StepReport, out_dir: Path | None) -> None:
     report.records_file = name
 
 
-def _step_line(report: StepReport) -> str:
+def _step_line(report: StepReport, again: bool = False) -> str:
     unit = "req/s" if report.mode == "rate" else "in flight"
+    if again:
+        unit += " (again, a fresh draw)"
     worst = [f"{name}: {tier.binding['objective']}" for name, tier in report.tiers.items()
              if tier.binding is not None]  # fmt: skip
     text = (
@@ -219,6 +225,9 @@ def _step_line(report: StepReport) -> str:
         text += " (failed " + "; ".join(worst) + ")"
     if report.stopped_early:
         text += ", stopped early"
+    for name, backlog in report.backlog.items():
+        if not backlog.kept_up:
+            text += f"\n  {name}: {backlog.describe()}"
     if report.lateness is not None and report.lateness.behind:
         text += "\n  " + report.lateness.describe()
     return text

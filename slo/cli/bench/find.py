@@ -27,7 +27,7 @@ def run_search(args: argparse.Namespace, options: BenchOptions, spec: SLOSpec) -
             f"--out {out_dir}: with --find-max-* give a directory, e.g. --out capacity"
         )
     capacity = CapacityOptions(
-        mode=mode, resolution=args.resolution, max_steps=args.max_steps,
+        mode=mode, resolution=args.resolution, max_steps=args.max_steps, confirm=args.confirm,
         tail_events=args.tail_events, warmup_share=args.warmup, start=args.start,
         probe_concurrency=args.probe_concurrency, out_dir=out_dir, cooldown_s=args.cooldown,
     )  # fmt: skip

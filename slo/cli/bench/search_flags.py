@@ -38,6 +38,16 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
         "--max-steps", type=int, default=12, help="at most this many steps (default: %(default)s)"
     )
     search.add_argument(
+        "--confirm",
+        type=int,
+        default=1,
+        metavar="N",
+        help=(
+            "run the answer N more times, on fresh draws, before calling it the max; a failed "
+            "run sends the search below it (default: %(default)s)"
+        ),
+    )
+    search.add_argument(
         "--tail-events",
         type=int,
         default=10,

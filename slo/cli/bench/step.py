@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slo.capacity.arrivals import ArrivalKind, Lateness, lateness_of
+from slo.capacity.backlog import Backlog, backlog_of, judge_backlogs
 from slo.capacity.judge import ClearMiss, TierStep, judge_step
 from slo.check.summary import columns_of, good_requests
 from slo.cli.bench.client import RequestSettings
@@ -64,6 +65,8 @@ class StepReport:
     output_tokens_per_s: float | None = None
     mean_output_tokens: float | None = None
     lateness: Lateness | None = None
+    # Open loop, per tier: did the server keep up with the arrivals (slo.capacity.backlog)
+    backlog: dict[str, Backlog] = field(default_factory=dict)
     stopped_early: str | None = None
     records_file: str | None = None
 
@@ -83,6 +86,7 @@ class StepReport:
             "mean_output_tokens": self.mean_output_tokens,
             "stopped_early": self.stopped_early,
             "lateness": self.lateness.to_dict() if self.lateness else None,
+            "backlog": {name: backlog.to_dict() for name, backlog in self.backlog.items()},
             "records": self.records_file,
             "tiers": {name: tier.to_dict() for name, tier in self.tiers.items()},
         }  # fmt: skip
@@ -116,11 +120,17 @@ def run_step(
     miss = ClearMiss(spec, Counter(p.tier for p in measured_plan))
     finished = 0
     measured: list[dict[str, Any]] = []
+    sends: dict[str, list[float]] = {}
+    finishes: dict[str, list[float]] = {}
 
     def stop_when(record: dict[str, Any], planned: PlannedRequest) -> bool:
         # Open loop: warm-up is what was planned first; closed loop: what finished first.
         nonlocal finished
         finished += 1
+        sent = record["timestamp"]
+        took = record.get("client_e2e_s", record["e2e_s"])
+        sends.setdefault(planned.tier, []).append(sent)
+        finishes.setdefault(planned.tier, []).append(sent + took)
         position = planned.index if rate is not None else finished - 1
         if position < warmup:
             return False
@@ -143,9 +153,27 @@ def run_step(
         drawn_span = plan[sent - 1].offset_s if sent > 1 else 0.0
         scheduled = (sent - 1) / drawn_span if drawn_span > 0 else rate
         report.lateness = lateness_of(result.late_s, result.sent_at, scheduled)
+        if measured and miss.missed is None:
+            _judge_backlog(report, sends, finishes)
         if report.lateness.behind:
             report.verdict = _server_verdict(spec, report)
     return report
+
+
+def _judge_backlog(
+    report: StepReport, sends: dict[str, list[float]], finishes: dict[str, list[float]]
+) -> None:
+    """Each tier's backlog over the measured window (its first to last send); a tier whose
+    server fell behind fails the step (`slo.capacity.backlog`)."""
+    window = (min(r["timestamp"] for r in report.measured_records),
+              max(r["timestamp"] for r in report.measured_records))  # fmt: skip
+    for tier, sent in sends.items():
+        backlog = backlog_of(sent, finishes[tier], window)
+        if backlog is not None:
+            report.backlog[tier] = backlog
+    judge_backlogs(report.tiers, report.backlog)
+    if any(tier.verdict == "fail" for tier in report.tiers.values()):
+        report.verdict = "fail"
 
 
 def _server_verdict(spec: SLOSpec, report: StepReport) -> str:
