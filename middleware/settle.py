@@ -91,8 +91,14 @@ class Reporter:
         status = 500 if raised and not exchange.started else exchange.status
         finished = Finished(exchange, tier, route, headers, outcome, status, ids, captured)
         timeline = exchange.timeline
-        if outcome != "ok" or timeline.engine_reported or join_keys is None:
-            # No engine span comes (no engine ran), or none could find this request.
+        if (
+            outcome != "ok"
+            or timeline.engine_reported
+            or join_keys is None
+            or not self.span_join.may_wait()
+        ):
+            # No engine span comes (no engine ran), none could find this request, or none is
+            # held or waited for: `settle` would report it at once.
             produced = self.report(finished, None)
             return produced if status < 400 else 0
         trace_key, upstream_id = join_keys

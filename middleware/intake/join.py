@@ -125,9 +125,14 @@ class SpanJoin:
 
     def end(self, trace_id: str, request_id: str | None) -> None:
         """That request ended (it is settled next: reported, or waiting)."""
-        _decrement(self._in_flight, trace_id)
+        # Counts of requests under a key (usually one): the key goes with the last.
+        left = self._in_flight.pop(trace_id, 1) - 1
+        if left > 0:
+            self._in_flight[trace_id] = left
         if request_id:
-            _decrement(self._in_flight_requests, request_id)
+            left = self._in_flight_requests.pop(request_id, 1) - 1
+            if left > 0:
+                self._in_flight_requests[request_id] = left
 
     def wanted(self, trace_id: str, request_id: str | None) -> bool:
         """Whether an engine span under these keys can join a request of ours (in flight,
@@ -156,6 +161,11 @@ class SpanJoin:
     def note_spans_seen(self) -> None:
         """Another worker received engine spans: reports here wait for theirs too."""
         self._last_span_at = self.now()
+
+    def may_wait(self) -> bool:
+        """Whether `settle` might hold a report (an early span is held, or spans are expected
+        and waited for); when not, it reports at once, and the caller may report directly."""
+        return bool(self._held) or (self.wait_s != 0 and self.expects_spans())
 
     def expects_spans(self) -> bool:
         if self.expect != "auto":
@@ -278,14 +288,6 @@ class SpanJoin:
         self._joined[trace_id] = None
         while len(self._joined) > self.max_held:
             self._joined.popitem(last=False)
-
-
-def _decrement(counts: dict[str, int], key: str) -> None:
-    left = counts.get(key, 0) - 1
-    if left > 0:
-        counts[key] = left
-    else:
-        counts.pop(key, None)
 
 
 def request_keys(request_id: str | None) -> tuple[str, ...]:

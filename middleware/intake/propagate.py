@@ -19,60 +19,62 @@ import random
 
 from middleware.types import Scope
 
-_owner_tag = b""  # this worker's tag, in front of the ids it mints; none with one worker
+_owner_tag = ""  # this worker's tag (hex), in front of the ids it mints; none with one worker
+# The request id asked last and its upstream id: each request asks twice in a row.
+_last_request_id = ""
+_last_minted = ""
+# The UUID variant's hex digit for each hex digit of the hash: the RFC 4122 bits (10xx).
+_VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
 
 def set_owner_tag(tag_hex: str) -> None:
     """Put this worker's tag (8 hex digits; '' for none) in front of every id minted from now
     on."""
-    global _owner_tag
+    global _owner_tag, _last_request_id
     tag = bytes.fromhex(tag_hex)
     if tag and len(tag) != 4:
         raise ValueError(f"worker tag {tag_hex!r}: use 8 hex digits")
-    _owner_tag = tag
-
-
-# (request id, worker tag, its upstream id): asked twice in a row for each request.
-_last_minted = ("", b"", "")
+    _owner_tag = tag.hex()
+    _last_request_id = ""  # minted under the old tag
 
 
 def upstream_request_id(request_id: str) -> str:
     """The `X-Request-Id` sent upstream for our request `request_id`: a version-4 UUID made
-    from it (the same one every time, so the join finds the engine's span by it). Formatted
-    by hand, as `str(uuid.UUID(bytes=..., version=4))` writes it, at a tenth of its cost."""
-    global _last_minted
+    from it (the same one every time, so the join finds the engine's span by it). Written
+    from the hash's hex digits, as `str(uuid.UUID(bytes=..., version=4))` writes it, at a
+    tenth of its cost."""
+    global _last_request_id, _last_minted
+    if request_id == _last_request_id:
+        return _last_minted
+    text = hashlib.md5(request_id.encode(), usedforsecurity=False).hexdigest()
     tag = _owner_tag
-    if _last_minted[0] == request_id and _last_minted[1] == tag:
-        return _last_minted[2]
-    digest = hashlib.md5(request_id.encode(), usedforsecurity=False).digest()
-    raw = bytearray(tag + digest[len(tag) :])
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
-    text = raw.hex()
-    minted = f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
-    _last_minted = (request_id, tag, minted)
+    if tag:
+        text = tag + text[len(tag) :]
+    variant = _VARIANT_DIGIT[text[16]]  # and version 4: the 13th digit
+    minted = f"{text[:8]}-{text[8:12]}-4{text[13:16]}-{variant}{text[17:20]}-{text[20:]}"
+    _last_request_id, _last_minted = request_id, minted
     return minted
-
-
-def _random_hex(size: int) -> str:
-    """`size` random bytes in hex, never all zero (an invalid W3C id); OpenTelemetry's own id
-    generator draws from `random` too."""
-    return f"{random.getrandbits(8 * size) or 1:0{2 * size}x}"
 
 
 def propagate_context(scope: Scope, headers: dict[str, str], request_id: str) -> tuple[str, str]:
     """Rewrite the request's `traceparent` (and add `x-request-id` if missing) in `scope`;
-    (trace id, span id) in hex. `headers` are the client's, left as they came."""
-    parts = headers.get("traceparent", "").split("-")
-    valid = len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16
-    tag = _owner_tag
-    trace_id = parts[1].lower() if valid else tag.hex() + _random_hex(16 - len(tag))
-    flags = parts[3][:2] if valid and len(parts[3]) >= 2 else "01"
-    span_id = _random_hex(8)
+    (trace id, span id) in hex. `headers` are the client's, left as they came.
+
+    Ids are never all zero (invalid in W3C); drawn from `random`, as OpenTelemetry's own id
+    generator draws them."""
     raw = list(scope.get("headers", ()))
-    if "traceparent" in headers:  # the client's, replaced by ours
+    trace_id = flags = None
+    if "traceparent" in headers:  # the client's: its trace goes on, under our span
+        parts = headers["traceparent"].split("-")
+        if len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16:
+            trace_id = parts[1].lower()
+            flags = parts[3][:2] if len(parts[3]) >= 2 else None
         raw = [(key, value) for key, value in raw if key.lower() != b"traceparent"]
-    raw.append((b"traceparent", f"00-{trace_id}-{span_id}-{flags}".encode()))
+    if trace_id is None:
+        tag = _owner_tag
+        trace_id = f"{tag}{random.getrandbits(128 - 4 * len(tag)) or 1:0{32 - len(tag)}x}"
+    span_id = f"{random.getrandbits(64) or 1:016x}"
+    raw.append((b"traceparent", f"00-{trace_id}-{span_id}-{flags or '01'}".encode()))
     if "x-request-id" not in headers:
         raw.append((b"x-request-id", upstream_request_id(request_id).encode()))
     scope["headers"] = raw

@@ -24,7 +24,6 @@ class HistogramCell:
         "attributes",
         "baselines",
         "bounds",
-        "count",
         "counts",
         "high",
         "instrument",
@@ -37,8 +36,7 @@ class HistogramCell:
         self.instrument = instrument
         self.attributes = attributes
         self.bounds = instrument.boundaries
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.count = 0
+        self.counts = [0] * (len(self.bounds) + 1)  # their sum is the count
         self.total = 0.0
         self.low = math.inf
         self.high = -math.inf
@@ -49,7 +47,6 @@ class HistogramCell:
     def add(self, value: float) -> None:
         """One value (the caller holds the table's lock)."""
         self.counts[bisect_left(self.bounds, value)] += 1
-        self.count += 1
         self.total += value
         if value < self.low:
             self.low = value
@@ -57,7 +54,8 @@ class HistogramCell:
             self.high = value
 
     def snapshot(self) -> tuple[list[int], int, float, float, float]:
-        return list(self.counts), self.count, self.total, self.low, self.high
+        counts = list(self.counts)
+        return counts, sum(counts), self.total, self.low, self.high
 
 
 class CounterCell:

@@ -96,6 +96,9 @@ class GenAIMetrics:
             views = () if self.direct else c.INSTRUMENTS
             meter_provider = sdk.build_provider(readers, self.table, self.lock, views)
         self.meter_provider = meter_provider
+        # Each value also goes, one call at a time, to the SDK's instruments or to
+        # prometheus_client's multiprocess files.
+        self._record_each = self.direct or self.prometheus.multiprocess
         meter = sdk.get_meter(meter_provider)
         self.instruments = sdk.create_instruments(meter, c.INSTRUMENTS)
         if not self.direct:
@@ -126,7 +129,7 @@ class GenAIMetrics:
             usage_in.value += input_tokens
             usage_out.value += output_tokens
         # Never under our lock: the SDK's collection and prometheus_client take their own.
-        if self.direct or self.prometheus.multiprocess:
+        if self._record_each:
             tokens = (input_tokens, output_tokens)
             values = (breakdown.e2e_s, ttft, tpot, *tokens, *tokens)
             if self.prometheus.multiprocess:

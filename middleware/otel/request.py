@@ -50,12 +50,7 @@ def operation_for_route(route: str) -> str:
     return c.CHAT if "chat" in route else c.TEXT_COMPLETION
 
 
-def _int(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if type(value) in (int, float) else None
+_NUMBER_TYPES = (int, float)  # a bool is neither here: `type`, not `isinstance`
 
 
 def _name(value: Any) -> str | None:
@@ -97,6 +92,7 @@ class GenAIRequest:
     ) -> GenAIRequest:
         request_model = _name(body.model)
         response = _name(response_model)
+        request_label = labels.label(request_model)
         host, port = (
             server if isinstance(server, tuple | list) and len(server) == 2 else (None, None)
         )
@@ -104,9 +100,10 @@ class GenAIRequest:
             operation=operation_for_route(route),
             provider=provider,
             request_model=request_model,
-            request_label=labels.label(request_model),
+            request_label=request_label,
             response_model=response,
-            response_label=labels.label(response),
+            # Most answers name the model asked for: its label is known.
+            response_label=request_label if response == request_model else labels.label(response),
             response_id=_name(response_id),
             finish_reasons=finish_reasons,
             error_type=None if outcome == "ok" else outcome,
@@ -156,18 +153,21 @@ class GenAIRequest:
 
 
 def _sampling_attributes(body: RequestBody, attributes: dict[str, Any]) -> None:
-    """The sampling fields the request gave, as the conventions name them."""
-    max_tokens = _int(body.max_tokens)
-    if max_tokens is None:
-        max_tokens = _int(body.max_completion_tokens)
-    if max_tokens is not None:
+    """The sampling fields the request gave, as the conventions name them: integers (not
+    bools) as they came, numbers as floats."""
+    max_tokens = body.max_tokens
+    if type(max_tokens) is not int:
+        max_tokens = body.max_completion_tokens
+    if type(max_tokens) is int:
         attributes[c.MAX_TOKENS] = max_tokens
-    for key, value in ((c.TEMPERATURE, _number(body.temperature)), (c.TOP_P, _number(body.top_p))):
-        if value is not None:
-            attributes[key] = value
-    seed = _int(body.seed)
-    if seed is not None:
+    temperature, top_p = body.temperature, body.top_p
+    if type(temperature) in _NUMBER_TYPES:
+        attributes[c.TEMPERATURE] = float(temperature)
+    if type(top_p) in _NUMBER_TYPES:
+        attributes[c.TOP_P] = float(top_p)
+    seed = body.seed
+    if type(seed) is int:
         attributes[c.SEED] = seed
-    choices = _int(body.n)
-    if choices is not None and choices != 1:  # conditionally required: given and != 1
+    choices = body.n
+    if type(choices) is int and choices != 1:  # conditionally required: given and != 1
         attributes[c.CHOICE_COUNT] = choices
