@@ -42,7 +42,7 @@ class SearchSettings:
     max_steps: int = 12
     integer: bool = False
     floor: float = 1e-3  # below this load (or 1 in integer mode) halving gives up
-    confirmations: int = 1  # runs of the answer beyond its first, all to pass
+    confirmations: int = 2  # runs of the answer beyond its first, all to pass
 
 
 def find_max(probe: Probe, settings: SearchSettings) -> SearchOutcome:

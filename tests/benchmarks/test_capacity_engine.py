@@ -4,7 +4,7 @@ the spec, and a run at 1.2x that rate does not.
 
 The confirmation runs are steps as the search's own (warm-up, a measured window of at least
 --min-window seconds, every per-request objective per tier, the backlog check), on fresh
-seeds. The found rate passed twice in the search (its answer is confirmed on a fresh draw);
+seeds. The found rate passed three times in the search (its answer is confirmed on fresh draws);
 it is run REPEATS more times and judged by the spec's evaluator
 (`slo.capacity.judge.judge_step`, i.e. `slo.check.evaluate`) over every measured request of
 those runs together: a longer window at that rate, as an SLO window is. The 1.2x run must

@@ -34,7 +34,7 @@ class CapacityOptions:
     mode: str  # "rate" or "concurrency"
     resolution: float = 0.05
     max_steps: int = 12
-    confirm: int = 1
+    confirm: int = 2
     tail_events: int = 10
     min_requests: int = 20
     warmup_share: float = 0.2

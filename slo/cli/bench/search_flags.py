@@ -40,7 +40,7 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
     search.add_argument(
         "--confirm",
         type=int,
-        default=1,
+        default=2,
         metavar="N",
         help=(
             "run the answer N more times, on fresh draws, before calling it the max; a failed "
