@@ -137,6 +137,14 @@ class LatencyMiddleware:
         self._id_prefix = os.urandom(6).hex()
         self._ids = itertools.count(1)
         self.reporter = self._reporter()
+        # The LLM routes no endpoint of ours answers: a request there is measured at once.
+        self._measured_paths = self.llm_routes - {
+            metrics_path,
+            slo_path,
+            slo_path + ".html",
+            traces_path,
+            MODELS_PATH,
+        }
 
     def _reporter(self) -> Reporter:
         """What settles each finished request: span, metrics, live windows, record."""
@@ -246,6 +254,9 @@ class LatencyMiddleware:
             return
         self.lifespan.saw_request()
         path = scope.get("path", "")
+        if path in self._measured_paths:  # most requests
+            await self._measure(scope, receive, send, path)
+            return
         if path == self.metrics_path:
             self.metrics.observe_losses(self.store, self.span_drops, self.span_join.counts)
             if self.gpu_stats is not None:

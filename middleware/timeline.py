@@ -332,7 +332,10 @@ class RequestTimeline:
         no one reported is "queue_prefill" (the engine's queue and prefill, not split).
         """
         decode = 0
-        engine_start, other, reach = self._proxy_segments(receive_end, first_byte)
+        if self.upstream_start_ns is None:  # not behind a proxy (most requests): no segments
+            engine_start, other, reach = receive_end, 0, 0
+        else:
+            engine_start, other, reach = self._proxy_segments(receive_end, first_byte)
         rest = first_byte - engine_start
         report = self.upstream
         if report is None:

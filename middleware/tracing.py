@@ -55,12 +55,14 @@ def counting_batch_processor(
             # Looked up once, not per span: the SDK keeps one queue for the processor's life
             # (after a fork it clears that queue, it does not replace it).
             inner = getattr(self, "_batch_processor", None)
-            self._counted_queue = getattr(inner, "_queue", None)
-            self._queue_limit = getattr(inner, "_max_queue_size", None)
+            limit = getattr(inner, "_max_queue_size", None)
+            self._queue_limit: int = limit if limit is not None else 0
+            # None where the SDK keeps no such queue (or no limit): nothing is counted.
+            self._counted_queue = getattr(inner, "_queue", None) if limit is not None else None
 
         def on_end(self, span: Any) -> None:
-            queue, limit = self._counted_queue, self._queue_limit
-            if queue is not None and limit is not None and len(queue) >= limit:
+            queue = self._counted_queue
+            if queue is not None and len(queue) >= self._queue_limit:
                 drops.add()
             BatchSpanProcessor.on_end(self, span)
 
@@ -249,8 +251,11 @@ class _PresetIds:
         self._trace_id, self._span_id = trace_id, span_id
 
     def generate_span_id(self) -> int:
-        span_id, self._span_id = self._span_id, None
-        return self.inner.generate_span_id() if span_id is None else span_id
+        span_id = self._span_id
+        if span_id is None:  # every span after the request's own
+            return self.inner.generate_span_id()
+        self._span_id = None
+        return span_id
 
     def generate_trace_id(self) -> int:
         trace_id, self._trace_id = self._trace_id, None

@@ -165,7 +165,11 @@ class SpanJoin:
     def may_wait(self) -> bool:
         """Whether `settle` might hold a report (an early span is held, or spans are expected
         and waited for); when not, it reports at once, and the caller may report directly."""
-        return bool(self._held) or (self.wait_s != 0 and self.expects_spans())
+        if self._held:
+            return True
+        if self.wait_s == 0 or (self.expect == "auto" and self._last_span_at is None):
+            return False  # no wait, or no engine ever sent a span (`expects_spans`, at once)
+        return self.expects_spans()
 
     def expects_spans(self) -> bool:
         if self.expect != "auto":
