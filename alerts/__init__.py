@@ -28,14 +28,15 @@ def write_alerts(
     links: Links | None = None,
     webhook_url: str = DEFAULT_WEBHOOK_URL,
     timing: Timing | None = None,
-    budget_interval: str | None = "1m",
+    slow_interval: str | None = "1m",
     http_config: dict[str, Any] | None = None,
 ) -> list[Path]:
     """Write rules, their tests, the Alertmanager config and runbooks under `out`;
+    `slow_interval` is the slow rule groups' (None: Prometheus' evaluation interval);
     `http_config` (authorization, TLS) goes under every Alertmanager webhook."""
     links = links or Links()
     files = {
-        RULES_FILE: render_rules(spec, links, budget_interval),
+        RULES_FILE: render_rules(spec, links, slow_interval),
         RULES_TEST_FILE: render_rules_test(spec, links, rules_file=Path(RULES_FILE).name),
         ALERTMANAGER_FILE: render_alertmanager(spec, webhook_url, timing, http_config),
     }

@@ -6,17 +6,22 @@ label `anomaly`). Its band is built from that recorded series only, never from r
 
 - centre: with a week of history, GitLab's seasonal prediction (the same hour last week,
   shifted by how much today's level differs from last week's day):
-  `avg_over_time(s[1h:10m] offset 1w-30m) + avg_over_time(s[1d:10m]) - avg_over_time(s[1d:10m]
-  offset 1w)`; before that, the mean of the last day (grafana/promql-anomaly-detection's
-  adaptive band);
+  `avg_over_time(s[1h:10m] offset 1w-30m) + m - m offset 1w`, where `m` is the day's mean
+  `avg_over_time(s[1d:10m])`, recorded (`llm_slo_tier:anomaly_signal:avg1d`) so that the
+  centre reads it now and a week later instead of stepping through both days again; before
+  that, `m` alone (grafana/promql-anomaly-detection's adaptive band);
 - half-width: `sigmas` standard deviations of what the centre fails to explain (the
   residual against last week, or the last day's spread), and at least `min_band` of the
   centre, so a flat signal's tiny noise never makes a band of zero width;
-- warm-up: no band before the signal has ~22h of history (130 of 144 ten-minute points), and
-  no seasonal centre before the same holds for the day a week ago.
+- warm-up: `m` is recorded only once the signal has ~22h of history (130 of 144 ten-minute
+  points): no band before, and no seasonal centre before `m` was recorded a week ago.
 
-Subqueries step by 10 minutes: a day of history is 144 samples per series and a week-old
-day another 144, whatever the scrape interval or the fleet's size. The alert fires when the
+Subqueries step by 10 minutes: a day of history is 144 samples per series, whatever the
+scrape interval or the fleet's size; four of them per tier (the day's mean, its count, its
+spread, the residual against last week) and the seasonal hour's six. The signals, bands and
+alerts live in the tier's slow group (`alerts.rules`, every minute): a band moves by 10-minute
+steps, and a 5-minute signal checked every minute still raises the alert within its `for`
+and a minute. The alert fires when the
 signal leaves the band (latency, error ratio and phase means: above; request rate: either
 side) for `for`, with at least `min_requests` requests in the last 5 minutes; an error ratio
 must also be above 1%: a band around 0 is not news at 0.5%.
@@ -55,6 +60,7 @@ ERROR_RATIO_FLOOR = 0.01
 TWO_SIDED = ("request_rate",)
 _WEEK_S = 7 * 86400
 SIGNAL_WINDOW_S = 300.0  # a signal is its value over the last 5 minutes
+ANOMALY_MEAN_RECORD = "llm_slo_tier:anomaly_signal:avg1d"  # read here and by the benchmark
 
 
 def signal_expr(tier: str, signal: str) -> str:
@@ -92,23 +98,27 @@ def signal_quantiles(spec: SLOSpec, tier: Tier) -> set[tuple[str, float]]:
 def _band_rules(tier: str, policy: AnomalyPolicy) -> list[Rule]:
     own = {"tier": tier}
     s = selector(ANOMALY_SIGNAL_RECORD, tier=tier)
-    day, hour = f"[1d:{STEP}]", f"[1h:{STEP}]"
-    recent = f"avg_over_time({s}{day})"
+    day = f"[1d:{STEP}]"
+    # The day's mean, only once the day is (nearly) whole: recorded, so the centre, the width
+    # and next week's seasonal centre read it rather than step through the day again.
+    mean = f"avg_over_time({s}{day})\nand count_over_time({s}{day}) >= {WARM_UP_POINTS}"
+    m = selector(ANOMALY_MEAN_RECORD, tier=tier)
+    # Last week counts only once a whole day of it existed (its mean was recorded): a partial
+    # day's mean is biased.
+    last_week = f"{m} offset 1w"
     seasonal = (
-        f"avg_over_time({s}{hour} offset {prom_duration(_WEEK_S - 1800)})\n"
-        f"+ {recent}\n- avg_over_time({s}{day} offset 1w)"
+        f"avg_over_time({s}[1h:{STEP}] offset {prom_duration(_WEEK_S - 1800)})\n"
+        f"+ {m}\n- {last_week}"
     )
-    # Last week counts only once a whole day of it exists: a partial day's mean is biased.
-    last_week = f"count_over_time({s}{day} offset 1w) >= {WARM_UP_POINTS}"
-    seasonal = f"(\n{seasonal}\n)\nand {last_week}"
+    center = f"(\n{seasonal}\n)\nor\n{m}"
     residual = f"stddev_over_time(({s} - {s} offset 1w){day})\nand {last_week}"
-    center = f"(\n{seasonal}\nor\n{recent}\n)\nand count_over_time({s}{day}) >= {WARM_UP_POINTS}"
     c = selector(ANOMALY_CENTER_RECORD, tier=tier)
     spread = f"{number(policy.sigmas)} * ({residual} or stddev_over_time({s}{day}))"
     floor = f"{number(policy.min_band)} * abs({c})"
     width = f"(\n{spread}\n> {floor}\n)\nor\n{floor}"
     w = selector(ANOMALY_WIDTH_RECORD, tier=tier)
     return [
+        Rule(mean, record=ANOMALY_MEAN_RECORD, labels=own),
         Rule(center, record=ANOMALY_CENTER_RECORD, labels=own),
         Rule(width, record=ANOMALY_WIDTH_RECORD, labels=own),
         Rule(f"{c} + {w}", record=ANOMALY_UPPER_RECORD, labels=own),

@@ -30,7 +30,7 @@ from typing import Any
 
 from alerts.phase_tests import phase_groups
 from alerts.policy_tests import availability_series, policy_cases
-from alerts.rules import GOOD_OUTCOME, REQUESTS, Links, shown_annotations
+from alerts.rules import GOOD_OUTCOME, REQUESTS, Links, group_order, shown_annotations
 from alerts.templating import render
 from slo.alert_rules import AVAILABILITY, AlertRule, alert_rules, windows_s
 from slo.promql import le_value, prom_duration
@@ -251,6 +251,7 @@ def render_rules_test(spec: SLOSpec, links: Links, rules_file: str = "rules.yml"
         "rules_test.yml.j2",
         rules_file=rules_file,
         evaluation_interval=prom_duration(rule_evaluation_s(spec)),
+        group_eval_order=group_order(spec),
         groups=test_groups(spec, links),
         source=spec.source,
     )

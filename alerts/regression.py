@@ -30,7 +30,7 @@ import yaml
 
 from alerts.policy_tests import counter_values
 from alerts.rule_types import REQUESTS
-from alerts.rules import Links, render_rules
+from alerts.rules import Links, group_order, render_rules
 from alerts.templating import render
 from slo.errors import UsageError
 from slo.promql import le_value
@@ -180,6 +180,7 @@ def run_scenario(spec: SLOSpec, profile: Profile, tier: str | None = None) -> li
             rules_file="rules.yml",
             groups=[group],
             evaluation_interval=EVALUATION_INTERVAL,
+            group_eval_order=group_order(spec),
             source="alerts.regression",
         )
         Path(scratch, "test.yml").write_text(test, "utf-8")

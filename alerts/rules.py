@@ -4,9 +4,9 @@ Recording rules (`alerts.records`), per tier and objective, for every window of 
 and the SLO window: the error ratio (bad events over events, event-weighted across models,
 routes and replicas) and the event count the low-traffic guard reads, plus two constants
 (error budget, latency threshold) that dashboards divide by; windows longer than 6h add
-recorded hourly tiles. Alerts read those records, except threshold alerts, which take
-`histogram_quantile` over the bucket rates of a 5m window, recorded once per tier and SLI
-(`alerts.quantiles`).
+recorded hourly tiles. Alerts read those records; threshold alerts take `histogram_quantile`
+over the bucket rates of a 5m window, recorded once per tier and SLI (`alerts.quantiles`).
+Each tier has a fast group and a slow one (`rule_groups`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ from alerts.anomalies import anomaly_alerts, anomaly_records, signal_quantiles
 from alerts.budget_alert import budget_alerts
 from alerts.phases import phase_annotation, phase_records, phase_text, with_phase
 from alerts.quantiles import bucket_rate_records, quantile_expr, threshold_quantiles
-from alerts.records import error_ratio_expr, events_expr, is_derived, objective_records
+from alerts.records import (
+    TILE_S,
+    error_ratio_expr,
+    events_expr,
+    is_derived,
+    objective_records,
+)
 from alerts.rule_types import GOOD_OUTCOME, REQUESTS, Group, Links, Rule
 from alerts.templating import render
 from slo.alert_rules import (
@@ -35,7 +41,6 @@ from slo.promql import (
     record_events,
     selector,
 )
-from slo.sli import CATALOG
 from slo.spec import SLOSpec
 from slo.units import format_duration
 
@@ -49,6 +54,8 @@ __all__ = [
     "alert_expr",
     "error_ratio_expr",
     "events_expr",
+    "group_order",
+    "is_slow",
     "render_rules",
     "rule_groups",
     "shown_annotations",
@@ -72,15 +79,15 @@ def condition_expr(rule: AlertRule) -> str:
         return f"absent({REQUESTS})"
     if rule.kind == "burn_rate":
         return _burn_expr(rule)
-    metric = CATALOG[rule.sli or ""].metric
-    window = prom_duration(rule.window_s or 0.0)
-    count = selector(metric + "_count", tier=rule.tier or "")
     quantile = quantile_expr(
         (rule.percentile or 0) / 100, rule.tier or "", rule.sli or "", rule.window_s or 0.0
     )
+    # The guard reads the objective's event count over the window, recorded earlier in the
+    # group: the `sum(increase(<sli>_count[5m]))` it would compute, summed once per tier.
+    events = _series(record_events(rule.window_s or 0.0), rule)
     return (
         f"{quantile} > {number(rule.threshold_s or 0)}\n"
-        f"and on () sum(increase({count}[{window}])) {MIN_EVENTS_OPERATOR} {rule.min_events}"
+        f"and on () sum({events}) {MIN_EVENTS_OPERATOR} {rule.min_events}"
     )
 
 
@@ -178,71 +185,92 @@ def _static_annotations(rule: AlertRule, spec: SLOSpec, links: Links) -> dict[st
     }
 
 
+def is_slow(rule: AlertRule) -> bool:
+    """Whether an alert belongs to its tier's slow group: a percentile threshold (a warning
+    or info, never a page) or a burn rate whose long window is a sum of hourly tiles (it
+    moves once an hour; its short window is 2h or more)."""
+    if rule.kind == "threshold":
+        return True
+    return rule.kind == "burn_rate" and is_derived(rule.long_window_s or 0.0)
+
+
+def _fast_windows(spec: SLOSpec, fast: list[AlertRule]) -> set[float]:
+    """The windows the fast group's alerts read (the threshold window: dashboards' 5m)."""
+    windows = {threshold_window_s(spec)}
+    for rule in fast:
+        windows.update(rule.counted_windows_s if rule.kind == "burn_rate" else ())
+    return windows
+
+
+def _alert(rule: AlertRule, spec: SLOSpec, links: Links) -> Rule:
+    return Rule(
+        alert_expr(rule),
+        alert=rule.name,
+        for_=prom_duration(rule.for_s) if rule.for_s else None,
+        labels=rule.labels,
+        annotations=alert_annotations(rule, spec, links),
+    )
+
+
 def rule_groups(
-    spec: SLOSpec, links: Links, budget_interval: str | None = "1m", derive: bool = True
+    spec: SLOSpec, links: Links, slow_interval: str | None = "1m", derive: bool = True
 ) -> list[Group]:
-    """One group per tier (records first, then alerts: evaluated in order, never stale) and a
-    slower group per tier for the SLO-window records, which only dashboards read."""
-    alerted = {*spec.alert_policy.windows_s, threshold_window_s(spec)}
-    if any(burn.dynamic for burn in spec.alert_policy.burn_rates):
-        alerted.add(spec.window_s)  # dynamic thresholds read it in the same evaluation
-    alert_windows = tuple(w for w in windows_s(spec) if w in alerted)
-    budget_windows = tuple(w for w in windows_s(spec) if w not in alert_windows)
+    """Two groups per tier, each its records first, then the alerts that read them (a group
+    evaluates in order, so they read this evaluation's values).
+
+    - `llm-slo-<tier>`, every evaluation interval: what pages read (the windows of the fast
+      burn rates, phase means and the phase to blame), and the pages;
+    - `llm-slo-<tier>-slow`, every `slow_interval`: what changes slowly or only tickets and
+      dashboards read (constants, the ticket-only windows, sums of hourly tiles, the SLO
+      window, bucket rates, the anomaly signals and bands) and the alerts on them (tickets
+      whose long window is a sum of tiles, percentile thresholds, anomalies, the exhausted
+      budget). It reads the fast group's records, never
+      the reverse: at 1m, what it reads is at most one fast evaluation old.
+
+    `group_order` lists them as promtool must evaluate them (fast before slow)."""
     rules = alert_rules(spec)
     tiles = derive and any(is_derived(window) for window in windows_s(spec))
     groups: list[Group] = []
     for tier in spec.tiers:
-        tier_alerts = [
-            Rule(
-                alert_expr(rule),
-                alert=rule.name,
-                for_=prom_duration(rule.for_s) if rule.for_s else None,
-                labels=rule.labels,
-                annotations=alert_annotations(rule, spec, links),
-            )
-            for rule in rules
-            if rule.tier == tier.name
-        ]
-        records = objective_records(tier, alert_windows, tiles=tiles, derive=derive)
-        quantiles = threshold_quantiles(rules, tier.name) | signal_quantiles(spec, tier)
-        records += bucket_rate_records(tier.name, quantiles)
-        records += phase_records(tier)
-        records += anomaly_records(spec, tier)
-        tier_alerts += anomaly_alerts(spec, tier, links)
-        # The exhausted-budget ticket reads the SLO window's records: in their group, after them.
-        exhausted = budget_alerts(spec, tier, links)
-        if not budget_windows:
-            tier_alerts += exhausted
-        groups.append(Group(f"llm-slo-{tier.name}", records + tier_alerts))
-        if budget_windows:
-            budget = objective_records(tier, budget_windows, constants=False, derive=derive)
-            budget += exhausted
-            groups.append(Group(f"llm-slo-{tier.name}-budget", budget, budget_interval))
-    absent = [r for r in rules if r.tier is None]
-    groups.append(
-        Group(
-            "llm-slo-meta",
-            [
-                Rule(
-                    alert_expr(r),
-                    alert=r.name,
-                    for_=prom_duration(r.for_s),
-                    labels=r.labels,
-                    annotations=alert_annotations(r, spec, links),
-                )
-                for r in absent
-            ],
+        own = [rule for rule in rules if rule.tier == tier.name]
+        fast = [rule for rule in own if not is_slow(rule)]
+        fast_windows = _fast_windows(spec, fast)
+        slow_windows = tuple(w for w in windows_s(spec) if w not in fast_windows)
+        fast_tiles = tiles and (TILE_S in fast_windows or any(map(is_derived, fast_windows)))
+        records = objective_records(
+            tier, tuple(sorted(fast_windows)), constants=False, tiles=fast_tiles, derive=derive
         )
-    )
+        records += phase_records(tier)
+        groups.append(
+            Group(f"llm-slo-{tier.name}", records + [_alert(r, spec, links) for r in fast])
+        )
+        slow = objective_records(tier, slow_windows, tiles=tiles and not fast_tiles, derive=derive)
+        quantiles = threshold_quantiles(rules, tier.name) | signal_quantiles(spec, tier)
+        slow += bucket_rate_records(tier.name, quantiles)
+        slow += anomaly_records(spec, tier)
+        slow += [_alert(rule, spec, links) for rule in own if is_slow(rule)]
+        slow += anomaly_alerts(spec, tier, links)
+        slow += budget_alerts(spec, tier, links)
+        if slow:
+            groups.append(Group(f"llm-slo-{tier.name}-slow", slow, slow_interval))
+    absent = [_alert(rule, spec, links) for rule in rules if rule.tier is None]
+    groups.append(Group("llm-slo-meta", absent))
     return groups
 
 
+def group_order(spec: SLOSpec) -> list[str]:
+    """The groups in the order promtool must evaluate them at each step (its
+    `group_eval_order`: without it, promtool takes the groups in random order, and a slow
+    group could read the fast group's records of the step before)."""
+    return [group.name for group in rule_groups(spec, Links())]
+
+
 def render_rules(
-    spec: SLOSpec, links: Links, budget_interval: str | None = "1m", derive: bool = True
+    spec: SLOSpec, links: Links, slow_interval: str | None = "1m", derive: bool = True
 ) -> str:
     """The rule file; `derive=False` is the peer that reads raw series over long windows."""
     groups: list[dict[str, Any]] = [
         {"name": g.name, "interval": g.interval, "rules": g.rules}
-        for g in rule_groups(spec, links, budget_interval, derive)
+        for g in rule_groups(spec, links, slow_interval, derive)
     ]
     return render("rules.yml.j2", groups=groups, source=spec.source)

@@ -4,9 +4,10 @@
 Every replica of every tier is scraped every `scrape_s`: the requests counter (ok and
 server_error), the TTFT, TPOT and e2e histograms (every bucket of the spec, count, sum), and
 each phase's sum and count, at a steady 2 requests/s per replica and tier. Recorded series
-that the rules read over days (the hourly tiles, the anomaly signals, the phase means and
-shares) are written too, once a minute, as if Prometheus had been evaluating the rules all
-along: a benchmark that starts with them empty would measure a cost no fleet has.
+that the rules read over days (the hourly tiles, the anomaly signals and their daily means,
+the phase means and shares) are written too, once a minute, as if Prometheus had been
+evaluating the rules all along: a benchmark that starts with them empty would measure a cost
+no fleet has.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 
+from alerts.anomalies import ANOMALY_MEAN_RECORD
 from alerts.records import TILE_S
 from slo.alert_rules import AVAILABILITY, budget_objectives
 from slo.promql import (
@@ -113,7 +115,10 @@ def _recorded(fleet: Fleet) -> Iterator[tuple[str, Iterator[str]]]:
     """The recorded series the rules read over days, once a minute."""
     per_hour = PER_REPLICA_PER_S * fleet.replicas * TILE_S
     tiles: dict[str, list[tuple[str, float]]] = {record_events(TILE_S): [], record_bad(TILE_S): []}
-    anomalies: list[tuple[str, float]] = []
+    anomalies: dict[str, list[tuple[str, float]]] = {
+        ANOMALY_SIGNAL_RECORD: [],
+        ANOMALY_MEAN_RECORD: [],
+    }
     phases: dict[str, list[tuple[str, float]]] = {PHASE_MEAN_RECORD: [], PHASE_SHARE_RECORD: []}
     for tier in fleet.spec.tiers:
         for objective in budget_objectives(tier):
@@ -122,12 +127,13 @@ def _recorded(fleet: Fleet) -> Iterator[tuple[str, Iterator[str]]]:
             tiles[record_events(TILE_S)].append((labels, per_hour))
             tiles[record_bad(TILE_S)].append((labels, per_hour * BAD_SHARE))
         for signal in ANOMALY_SIGNALS:
-            anomalies.append((f'tier="{tier.name}", anomaly="{signal}"', 0.1))
+            for record in anomalies:
+                anomalies[record].append((f'tier="{tier.name}", anomaly="{signal}"', 0.1))
         for phase in PHASES:
             phases[PHASE_MEAN_RECORD].append((f'tier="{tier.name}", phase="{phase}"', 0.05))
             phases[PHASE_SHARE_RECORD].append((f'tier="{tier.name}", phase="{phase}"', 0.1))
     since = {"tiles": None, "anomalies": fleet.end_s - 8 * 86400, "phases": fleet.end_s - 86400}
-    groups = [(tiles, since["tiles"]), ({ANOMALY_SIGNAL_RECORD: anomalies}, since["anomalies"])]
+    groups = [(tiles, since["tiles"]), (anomalies, since["anomalies"])]
     groups.append((phases, since["phases"]))
     for records, start in groups:
         for name, members in records.items():

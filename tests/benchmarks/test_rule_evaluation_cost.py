@@ -5,7 +5,9 @@ tiers (backfilled with `promtool tsdb create-blocks-from openmetrics`, `rule_cos
 evaluates the generated rule set every 15 s. Measured, per rule set:
 
 - per cycle: the sum over the rule groups of `prometheus_rule_group_last_duration_seconds`,
-  the median over several cycles;
+  the median over several cycles, two ways: every group once, and per 15 s evaluation cycle,
+  where a slow group (`interval: 1m`) counts for the share of cycles it runs in (15 s / 1m);
+  the goal is on the second, what Prometheus spends per cycle on average;
 - per rule: the samples its expression loads (`totalQueryableSamples` of an instant query
   with `stats=all`), the most of any rule.
 
@@ -13,7 +15,7 @@ Peer, in the same run on the same data: the same spec's rules with every window 
 raw series (`render_rules(..., derive=False)`: `increase(...[30d])` and the like), as they
 were before long windows were summed from hourly tiles.
 
-Goals (asserted): the generated rules under 50 ms per cycle, no rule above 1M samples, and
+Goals (asserted): the generated rules under 50 ms per 15 s cycle, no rule above 1M samples, and
 fewer samples for the heaviest rule than the peer's. Run alone, by hand (a quiet machine;
 generating and backfilling 30 days takes a while):
 
@@ -104,16 +106,19 @@ def _measure(tmp: Path, data: Path, rules: str) -> dict[str, Any]:
             120,
             "two evaluations of every group",
         )
-        cycles, per_group = [], []
+        share = _cycle_shares(url)
+        cycles, once, per_group = [], [], []
         for _ in range(CYCLES):
             per_group.append(_metric(url, "prometheus_rule_group_last_duration_seconds"))
-            cycles.append(sum(per_group[-1].values()))
+            once.append(sum(per_group[-1].values()))
+            cycles.append(sum(d * share[g.rsplit(";", 1)[-1]] for g, d in per_group[-1].items()))
             time.sleep(float(EVALUATION.removesuffix("s")))
         failures = sum(_metric(url, "prometheus_rule_evaluation_failures_total").values())
         samples, heaviest = _rule_samples(url)
         slowest = _slowest_rules(url)
     return {
         "cycle_s": statistics.median(cycles),
+        "once_s": statistics.median(once),
         "samples": samples,
         "heaviest": heaviest,
         "failures": failures,
@@ -123,6 +128,13 @@ def _measure(tmp: Path, data: Path, rules: str) -> dict[str, Any]:
         },
         "slowest": slowest,
     }
+
+
+def _cycle_shares(url: str) -> dict[str, float]:
+    """{group: the share of 15 s cycles it is evaluated in} (1 for the global interval)."""
+    groups = httpx.get(f"{url}/api/v1/rules", timeout=10).json()["data"]["groups"]
+    every_s = float(EVALUATION.removesuffix("s"))
+    return {g["name"]: min(1.0, every_s / float(g["interval"])) for g in groups}
 
 
 def _slowest_rules(url: str, top: int = 5) -> list[tuple[float, str]]:
@@ -174,7 +186,14 @@ def test_rule_evaluation_cost(tmp_path: Path) -> None:
     ours = _measure(tmp_path / "ours", data, render_rules(spec, Links()))
     peer = _measure(tmp_path / "peer", data, render_rules(spec, Links(), derive=False))
     rows = [
-        [name, f"{m['cycle_s'] * 1000:.1f}", f"{m['samples']:,}", m["heaviest"], m["failures"]]
+        [
+            name,
+            f"{m['cycle_s'] * 1000:.1f}",
+            f"{m['once_s'] * 1000:.1f}",
+            f"{m['samples']:,}",
+            m["heaviest"],
+            m["failures"],
+        ]
         for name, m in (("generated (hourly tiles)", ours), ("peer: raw windows", peer))
     ]
     text = "\n\n".join(
@@ -182,12 +201,14 @@ def test_rule_evaluation_cost(tmp_path: Path) -> None:
             stamp(load_at_start),
             f"History: {DAYS:g} days of {SCRAPE_S} s scrapes from {REPLICAS} replicas of each "
             f"of {len(spec.tiers)} tiers, {written:,} samples; rules evaluated every "
-            f"{EVALUATION}. Goals: under {GOAL_CYCLE_S * 1000:.0f} ms per cycle, no rule above "
+            f"{EVALUATION}. Goals: under {GOAL_CYCLE_S * 1000:.0f} ms per {EVALUATION} cycle (a "
+            "slower group counts for the share of cycles it runs in), no rule above "
             f"{GOAL_SAMPLES:,} samples.",
             table(
                 [
                     "rules",
-                    "ms per cycle (median)",
+                    "ms per 15 s cycle (median)",
+                    "ms, every group once",
                     "most samples, one rule",
                     "that rule",
                     "evaluation failures",

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from alerts.rules import Links, render_rules
+from alerts.rules import Links, group_order, render_rules
 from alerts.templating import render
 from slo.promql import prom_duration
 from slo.spec import SLOSpec
@@ -29,6 +29,7 @@ def promtool_test_rules(
         "rules_test.yml.j2",
         rules_file="rules.yml",
         evaluation_interval=prom_duration(step_s),
+        group_eval_order=group_order(spec),
         groups=groups,
         source=source,
     )

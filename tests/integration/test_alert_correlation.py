@@ -100,7 +100,7 @@ def test_correlated_pages_arrive_as_one_notification(tmp_path: Path) -> None:
     # group_wait holds the group long enough for both pages of one evaluation to join it.
     timing = Timing("10s", "2m", "1h", "1h", "5m")
     with json_receiver("/alerts") as (webhook, received), slow_replica() as target:
-        write_alerts(SPEC, tmp_path, Links(), webhook, timing, budget_interval=None)
+        write_alerts(SPEC, tmp_path, Links(), webhook, timing, slow_interval=None)
         with (
             alertmanager(tmp_path, tmp_path / "alertmanager/alertmanager.yml") as am,
             prometheus(tmp_path, [target], [str(tmp_path / "prometheus/rules.yml")], am),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from alerts.rules import Links, render_rules
+from alerts.rules import Links, group_order, render_rules
 from alerts.templating import render
 from alerts.week_tests import week_groups
 from slo.spec import SLOSpec
@@ -36,6 +36,7 @@ def test_week_of_diurnal_traffic(tmp_path: Path) -> None:
         "rules_test.yml.j2",
         rules_file="rules.yml",
         evaluation_interval="5m",
+        group_eval_order=group_order(SPEC),
         groups=week_groups(SPEC),
         source="test_alert_week",
     )

@@ -115,7 +115,7 @@ def test_generated_stack_end_to_end(tmp_path: Path) -> None:
         ) as slow,  # fmt: skip
     ):
         timing = Timing("1s", "1s", "1m", "1m", "1m")
-        write_alerts(spec, tmp_path, Links(), webhook_url, timing, budget_interval=None)
+        write_alerts(spec, tmp_path, Links(), webhook_url, timing, slow_interval=None)
         targets = [url.removeprefix("http://") for url in (replica_a, replica_b, slow)]
         with (
             alertmanager(tmp_path, tmp_path / "alertmanager/alertmanager.yml") as am_address,

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from alerts.rules import REQUESTS, Links, render_rules
+from alerts.rules import REQUESTS, Links, group_order, render_rules
 from alerts.templating import render
 from slo.promql import le_value, prom_duration, record_bad, record_events, selector
 from slo.sli import CATALOG, LATENCY_SLIS, buckets_for
@@ -109,6 +109,7 @@ def test_full_rule_set_over_eight_days_of_minutes(tmp_path: Path) -> None:
         "rules_test.yml.j2",
         rules_file="rules.yml",
         evaluation_interval="1h",
+        group_eval_order=group_order(spec),
         groups=[group],
         source="test_rules_scale",
     )

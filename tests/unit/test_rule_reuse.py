@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from alerts.quantiles import LEVEL
-from alerts.rules import Links, rule_groups
+from alerts.rules import Links, group_order, rule_groups
 from slo.spec import SLOSpec
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -53,3 +53,28 @@ def test_each_raw_range_is_summed_once_per_group(groups: list) -> None:
         )
         repeated = {r: n for r, n in ranges.items() if n > 1 and "_count{" not in r}
         assert not repeated, f"{group.name}: {repeated}"
+
+
+def test_fast_groups_never_read_what_only_a_slow_group_records(groups: list) -> None:
+    """A fast group reading a slow group's record would read it a minute late (and in
+    promtool, which evaluates the fast group first, one step late)."""
+    slow = {r.record for g in groups if g.interval for r in g.rules if r.record}
+    fast = {r.record for g in groups if not g.interval for r in g.rules if r.record}
+    for group in groups:
+        if group.interval:
+            continue
+        for rule in group.rules:
+            read = set(_NAME.findall(rule.expr)) & (slow - fast)
+            assert not read, f"{group.name}: {rule.record or rule.alert} reads {read}"
+
+
+def test_pages_are_evaluated_every_cycle_and_promtool_runs_fast_groups_first(groups: list) -> None:
+    for group in groups:
+        severities = {r.labels.get("severity") for r in group.rules if r.alert}
+        assert not (group.interval and "critical" in severities), group.name
+    order = group_order(SLOSpec.default())
+    assert order == [group.name for group in groups]
+    for group in groups:
+        if group.interval:
+            fast = group.name.removesuffix("-slow")
+            assert order.index(fast) < order.index(group.name)
