@@ -12,7 +12,7 @@ from middleware.capture import CaptureBuffer, ContentCapture
 from middleware.exchange import Exchange
 from middleware.histograms import bucket_counts
 from middleware.intake import SpanJoin, apply_engine_span
-from middleware.intake.propagate import upstream_request_id
+from middleware.intake.propagate import HandedIds, upstream_request_id
 from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
 from middleware.reporting import classify_outcome, record_fields, span_attributes
@@ -31,8 +31,8 @@ class Finished:
     headers: dict[str, str]
     outcome: str
     status: int
-    # (trace id, span id) of our request span, already handed to the app in `traceparent`.
-    ids: tuple[str, str] | None
+    # The ids of our request span, already handed to the app in `traceparent`.
+    ids: HandedIds | None
     captured: CaptureBuffer | None = None  # the bodies, when content capture is on
 
 
@@ -73,7 +73,7 @@ class Reporter:
         headers: dict[str, str],
         hint: str | None,
         raised: bool,
-        ids: tuple[str, str] | None,
+        ids: HandedIds | None,
         captured: CaptureBuffer | None = None,
         join_keys: tuple[str, str | None] | None = None,
     ) -> int:
@@ -114,7 +114,7 @@ class Reporter:
         return reported[0] if reported else timeline.breakdown().output_tokens
 
     def join_keys(
-        self, request_id: str, headers: dict[str, str], ids: tuple[str, str] | None
+        self, request_id: str, headers: dict[str, str], ids: HandedIds | None
     ) -> tuple[str, str | None] | None:
         """The keys the engine's span finds this request by: its trace id (or, with none, a
         key of its own), and the request id the engine was sent. None when no engine span

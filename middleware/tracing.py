@@ -20,6 +20,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 
 from middleware.exchange import Exchange
+from middleware.intake.propagate import HandedIds
 from middleware.otel.conventions import FALLBACK_PROVIDER, SCHEMA_URL
 from middleware.otel.metrics import GenAIMetrics
 from middleware.otel.models import ModelLabels
@@ -200,15 +201,16 @@ class RequestTracer:
         parent: Context | None,
         name: str,
         epoch_offset_ns: int,
-        ids: tuple[str, str] | None = None,
+        ids: HandedIds | None = None,
     ) -> str | None:
-        """Emit the request's spans; returns the trace id (hex). `ids` (trace id, span id in
-        hex) are the server span's when they were already handed on."""
+        """Emit the request's spans; returns the trace id (hex). `ids` are the server span's
+        when they were already handed on."""
         tracer = self.tracer
         if tracer is None:
             return None
         if ids is not None and self._ids is not None:
-            self._ids.preset(int(ids[0], 16), int(ids[1], 16))
+            trace_number = ids[2]
+            self._ids.preset(int(ids[0], 16) if trace_number is None else trace_number, ids[3])
 
         offset = epoch_offset_ns  # perf_counter ns + offset = unix ns (spans take wall time)
         start = timeline.start_ns

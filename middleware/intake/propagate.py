@@ -27,6 +27,7 @@ _owner_tag = ""  # this worker's tag (hex), in front of the ids it mints; none w
 # The random part of a minted trace id: its bits, and its format (the tag's digits left out).
 _trace_bits = 128
 _trace_format = "032x"
+_tag_number = 0  # the tag in its place in a trace id's number
 # The request id asked last and its upstream id: each request asks twice in a row.
 _last_request_id = ""
 _last_minted = ""
@@ -37,13 +38,14 @@ _VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcd
 def set_owner_tag(tag_hex: str) -> None:
     """Put this worker's tag (8 hex digits; '' for none) in front of every id minted from now
     on."""
-    global _owner_tag, _trace_bits, _trace_format, _last_request_id
+    global _owner_tag, _trace_bits, _trace_format, _tag_number, _last_request_id
     tag = bytes.fromhex(tag_hex)
     if tag and len(tag) != 4:
         raise ValueError(f"worker tag {tag_hex!r}: use 8 hex digits")
     _owner_tag = tag.hex()
     _trace_bits = 8 * (16 - len(tag))
     _trace_format = f"0{2 * (16 - len(tag))}x"
+    _tag_number = int.from_bytes(tag, "big") << _trace_bits  # 0 without a tag
     _last_request_id = ""  # minted under the old tag
 
 
@@ -65,14 +67,19 @@ def upstream_request_id(request_id: str) -> str:
     return minted
 
 
-def propagate_context(scope: Scope, headers: dict[str, str], request_id: str) -> tuple[str, str]:
+# (trace id, span id) in hex, then as numbers, the trace id's only where we drew it (the
+# client's is read when its span is made): the span takes them without parsing them back.
+HandedIds = tuple[str, str, int | None, int]
+
+
+def propagate_context(scope: Scope, headers: dict[str, str], request_id: str) -> HandedIds:
     """Rewrite the request's `traceparent` (and add `x-request-id` if missing) in `scope`;
-    (trace id, span id) in hex. `headers` are the client's, left as they came.
+    the ids it names (`HandedIds`). `headers` are the client's, left as they came.
 
     Ids are never all zero (invalid in W3C); drawn from `random`, as OpenTelemetry's own id
     generator draws them."""
     raw = scope.get("headers", ())
-    trace_id = flags = None
+    trace_id = flags = trace_number = None
     if "traceparent" in headers:  # the client's: its trace goes on, under our span
         parts = headers["traceparent"].split("-")
         if len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16:
@@ -80,12 +87,15 @@ def propagate_context(scope: Scope, headers: dict[str, str], request_id: str) ->
             flags = parts[3][:2] if len(parts[3]) >= 2 else None
         raw = [(key, value) for key, value in raw if key.lower() != b"traceparent"]
     if trace_id is None:
-        trace_id = f"{_owner_tag}{getrandbits(_trace_bits) or 1:{_trace_format}}"
-    span_id = f"{getrandbits(64) or 1:016x}"
+        drawn = getrandbits(_trace_bits) or 1
+        trace_id = f"{_owner_tag}{drawn:{_trace_format}}"
+        trace_number = _tag_number | drawn
+    span_number = getrandbits(64) or 1
+    span_id = f"{span_number:016x}"
     traceparent = (b"traceparent", f"00-{trace_id}-{span_id}-{flags or '01'}".encode())
     if "x-request-id" in headers:
         scope["headers"] = [*raw, traceparent]
     else:
         upstream_id = upstream_request_id(request_id).encode()
         scope["headers"] = [*raw, traceparent, (b"x-request-id", upstream_id)]
-    return trace_id, span_id
+    return trace_id, span_id, trace_number, span_number

@@ -37,7 +37,10 @@ def test_minted_traceparent_ids_are_well_formed_and_distinct() -> None:
     seen = set()
     for index in range(200):
         scope = {"headers": [(b"traceparent", b"garbage")]}
-        trace_id, span_id = propagate.propagate_context(scope, {}, f"req-{index}")
+        trace_id, span_id, trace_number, span_number = propagate.propagate_context(
+            scope, {}, f"req-{index}"
+        )
+        assert (trace_number, span_number) == (int(trace_id, 16), int(span_id, 16))
         assert re.fullmatch(r"[0-9a-f]{32}", trace_id) and trace_id != "0" * 32
         assert re.fullmatch(r"[0-9a-f]{16}", span_id) and span_id != "0" * 16
         sent = dict(scope["headers"])
@@ -45,3 +48,16 @@ def test_minted_traceparent_ids_are_well_formed_and_distinct() -> None:
         assert sent[b"x-request-id"] == propagate.upstream_request_id(f"req-{index}").encode()
         seen.add(trace_id)
     assert len(seen) == 200
+
+
+@pytest.mark.parametrize("tag", ["", "0a0b0c0d", "ffffffff"])
+def test_handed_numbers_are_the_hex_ids_and_the_client_trace_is_read_later(tag: str) -> None:
+    propagate.set_owner_tag(tag)
+    trace_id, span_id, trace_number, span_number = propagate.propagate_context(
+        {"headers": []}, {}, "req-1"
+    )
+    assert trace_id.startswith(tag) and trace_number == int(trace_id, 16)
+    assert span_number == int(span_id, 16)
+    client = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    handed = propagate.propagate_context({"headers": []}, {"traceparent": client}, "req-2")
+    assert handed[0] == "ab" * 16 and handed[2] is None  # the client's: parsed by the span
