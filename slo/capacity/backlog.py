@@ -27,6 +27,7 @@ no objective of the spec failed further past its bound.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -103,5 +104,6 @@ def judge_backlogs(tiers: dict[str, TierStep], backlogs: dict[str, Backlog]) -> 
             "severity": round(backlog.growth / max(backlog.allowed_growth, 1e-9), 6),
             "backlog": backlog.to_dict(),
         }  # fmt: skip
-        tiers[name] = TierStep(tier.tier, tier.requests, "fail", [*tier.objectives, objective],
-                               tier.percentiles_s)  # fmt: skip
+        tiers[name] = dataclasses.replace(
+            tier, verdict="fail", objectives=[*tier.objectives, objective]
+        )

@@ -127,10 +127,8 @@ def run_step(
         # Open loop: warm-up is what was planned first; closed loop: what finished first.
         nonlocal finished
         finished += 1
-        sent = record["timestamp"]
-        took = record.get("client_e2e_s", record["e2e_s"])
-        sends.setdefault(planned.tier, []).append(sent)
-        finishes.setdefault(planned.tier, []).append(sent + took)
+        sends.setdefault(planned.tier, []).append(record["timestamp"])
+        finishes.setdefault(planned.tier, []).append(_finished_at(record))
         position = planned.index if rate is not None else finished - 1
         if position < warmup:
             return False
@@ -232,7 +230,7 @@ def _rates(spec: SLOSpec, report: StepReport) -> None:
     if not records:
         return
     starts = [r["timestamp"] for r in records]
-    ends = [r["timestamp"] + r.get("client_e2e_s", r["e2e_s"]) for r in records]
+    ends = [_finished_at(r) for r in records]
     span = max(ends) - min(starts)
     if span <= 0:
         return
@@ -243,3 +241,8 @@ def _rates(spec: SLOSpec, report: StepReport) -> None:
     report.throughput_rps = round(len(ok) / span, 4)
     report.output_tokens_per_s = round(tokens / span, 3)
     report.mean_output_tokens = round(tokens / len(ok), 3) if ok else None
+
+
+def _finished_at(record: dict[str, Any]) -> float:
+    """When the request finished, on the client's clock (its send time plus its e2e)."""
+    return float(record["timestamp"] + record.get("client_e2e_s", record["e2e_s"]))
