@@ -77,6 +77,13 @@ def _open_store(store: RecordStore | str | None) -> RecordStore | None:
     return RecordStore(store)
 
 
+def _load_auth(auth: ApiKeyAuth | str | Path | None, spec: SLOSpec) -> ApiKeyAuth | None:
+    """The API keys: as given, or read from a keys file checked against the spec's tiers."""
+    if isinstance(auth, str | Path):
+        return ApiKeyAuth.load(auth, {tier.name for tier in spec.tiers})
+    return auth
+
+
 class LatencyMiddleware:
     def __init__(
         self,
@@ -122,9 +129,7 @@ class LatencyMiddleware:
             provider_name, genai_metrics, meter_provider, list(metric_readers)
         )
         self.tracer.genai = self.genai
-        if isinstance(auth, str | Path):
-            auth = ApiKeyAuth.load(auth, {tier.name for tier in self.spec.tiers})
-        self.auth = auth
+        self.auth = auth = _load_auth(auth, self.spec)
         self.capture = capture
         self.app = self._stack(app, auth, capture)
         # Ask streamed requests for `usage` (stream_options.include_usage) so counts are exact
@@ -132,16 +137,20 @@ class LatencyMiddleware:
         self.inject_usage = inject_usage
         self._set_up_engine_spans(traces_path, engine_spans, engine_span_wait_s, propagate_trace)
         self.lifespan = Lifespan(self.close)
+        self.reporter = self._reporter()
+        self._set_up_request_path(traces_path)
+
+    def _set_up_request_path(self, traces_path: str | None) -> None:
+        """Request ids, and the routes measured without a lookup."""
         # uuid4 reads the OS entropy pool per call (slow on some VMs): a random prefix per
         # middleware plus a counter is as unique and costs nothing.
         self._id_prefix = os.urandom(6).hex()
         self._ids = itertools.count(1)
-        self.reporter = self._reporter()
         # The LLM routes no endpoint of ours answers: a request there is measured at once.
         self._measured_paths = self.llm_routes - {
-            metrics_path,
-            slo_path,
-            slo_path + ".html",
+            self.metrics_path,
+            self.slo_path,
+            self.slo_path + ".html",
             traces_path,
             MODELS_PATH,
         }
