@@ -3,7 +3,8 @@ callgrind: `python instructions_worker.py TREE FRAMEWORK WORKLOAD VARIANT COUNT`
 
 TREE goes first on sys.path, so `middleware` and the workload (TREE's own
 tests/benchmarks/test_middleware_overhead.py: the same apps and driver in both checkouts) are
-that checkout's. It builds one app (`bare`, `tracing off` or `all on`), warms it up, then
+that checkout's. It builds one app (`bare`, `tracing off` or `all on`, or one of
+test_genai_overhead.py's VARIANTS), warms it up, collects garbage, then
 drives COUNT requests inside `sys.call_tracing`: callgrind counts instructions only there
 (`--toggle-collect=sys_call_tracing*`), so imports, set-up and warm-up are left out.
 """
@@ -11,6 +12,7 @@ drives COUNT requests inside `sys.call_tracing`: callgrind counts instructions o
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import tempfile
 from pathlib import Path
@@ -26,14 +28,23 @@ def main() -> None:
         if not str(module.__file__).startswith(tree):
             raise SystemExit(f"{module.__name__} came from {module.__file__}, not from {tree}")
     tmp = Path(tempfile.mkdtemp(prefix="instructions-"))
-    make = {
+    variants = {
         "bare": overhead.bare,
         "tracing off": overhead.ours_tracing_off,
         "all on": overhead.ours_all_on,
-    }[variant]
+    }
+    if variant not in variants:  # this checkout's gen_ai variants (test_genai_overhead.py)
+        from tests.benchmarks import test_genai_overhead as genai
+
+        variants.update(genai.VARIANTS)
+    make = variants[variant]
     app = make(tmp, overhead.FRAMEWORKS[framework])
     path = "/v1/completions" if workload == "json" else "/v1/chat/completions"
     overhead.run_requests(app, path)  # lazy imports, label children, caches
+    # What set-up and warm-up left for the collector is not the request path's: collect it,
+    # and keep the survivors out of later collections, so counts repeat from run to run.
+    gc.collect()
+    gc.freeze()
     sys.call_tracing(asyncio.run, (overhead.drive(app, path, int(count)),))
     close = getattr(app, "close", None)
     if close is not None:
