@@ -32,9 +32,9 @@ START_SHARE = 0.8
 @dataclass
 class CapacityOptions:
     mode: str  # "rate" or "concurrency"
-    resolution: float = 0.05
-    max_steps: int = 12
-    confirm: int = 2
+    resolution: float = SearchSettings.resolution
+    max_steps: int = SearchSettings.max_steps
+    confirm: int = SearchSettings.confirmations
     tail_events: int = 10
     min_requests: int = 20
     warmup_share: float = 0.2

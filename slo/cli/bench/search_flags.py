@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from slo.capacity.arrivals import ARRIVALS
+from slo.capacity.search import SearchSettings
 
 
 def add_search_flags(parser: argparse.ArgumentParser) -> None:
@@ -28,19 +29,22 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
     search.add_argument(
         "--resolution",
         type=float,
-        default=0.05,
+        default=SearchSettings.resolution,
         help=(
             "stop bisecting when the bracket is narrower than this share of its low end (default: "
             "%(default)s)"
         ),
     )
     search.add_argument(
-        "--max-steps", type=int, default=12, help="at most this many steps (default: %(default)s)"
+        "--max-steps",
+        type=int,
+        default=SearchSettings.max_steps,
+        help="at most this many steps (default: %(default)s)",
     )
     search.add_argument(
         "--confirm",
         type=int,
-        default=2,
+        default=SearchSettings.confirmations,
         metavar="N",
         help=(
             "run the answer N more times, on fresh draws, before calling it the max; a failed "
