@@ -11,6 +11,13 @@ chunk ([1, count] queries, causal over its cached prefix and itself). No padding
 
 Each group reads the same keys, in the same order, as the two-pass step did, so greedy output
 is token for token the same (tests/unit/test_fused_step.py, every policy and quantization).
+
+What a chunk adds to a step of decodes is kept to its arithmetic (on bundled:tiny, a 16-token
+chunk of a 900-token prompt costs more multiply-adds in attention alone than the 16 decodes'
+whole step): its slots and positions are views of tensors the cache keeps between steps, its
+mask is a padded causal triangle, every mask is made additive once per step rather than by
+each layer's attention, one gather per layer reads every group's keys, and the LM head runs
+only over rows something will sample.
 """
 
 from __future__ import annotations
@@ -32,33 +39,44 @@ __all__ = ["AttentionGroup", "RaggedBatch", "fused_forward", "ragged_forward"]
 @dataclass
 class AttentionGroup:
     """Rows `start`..`start + rows * width` of the step's tokens, attended as [rows, width]
-    queries over `slots` (flat [rows * context] cache slots) under `mask`."""
+    queries over the step's gathered context rows `offset`..`offset + rows * length` (the
+    `context` shape) under an additive `mask` (0 where a query may see a key, -inf where not).
+    """
 
     start: int
     rows: int
     width: int
-    slots: torch.Tensor
+    offset: int
     context: tuple[int, int, int, int]  # (rows, context length, kv_heads, head_dim)
     mask: torch.Tensor | None
 
     def attend(
-        self,
-        q: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-        q_size: int,
-        gqa: bool,
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, gqa: bool
     ) -> torch.Tensor:
-        """This group's attention output [rows * width, q_size] (q: the step's [1, N, h, D])."""
+        """This group's attention output [rows * width, heads * head_dim] (q: the step's
+        [N, heads, head_dim]; keys, values: every group's context, [slots, kv_heads, D])."""
         tokens = self.rows * self.width
-        queries = q[0, self.start : self.start + tokens]
-        queries = queries.reshape(self.rows, self.width, -1, queries.shape[-1]).transpose(1, 2)
-        keys = key_cache.index_select(0, self.slots).view(self.context).transpose(1, 2)
-        values = value_cache.index_select(0, self.slots).view(self.context).transpose(1, 2)
+        queries = q[self.start : self.start + tokens]
+        end = self.offset + self.rows * self.context[1]
+        keys, values = keys[self.offset : end], values[self.offset : end]
+        if self.rows == 1:  # one sequence: [1, heads, width, D] over [1, kv_heads, L, D]
+            attn = F.scaled_dot_product_attention(
+                queries.transpose(0, 1).unsqueeze(0),
+                keys.transpose(0, 1).unsqueeze(0),
+                values.transpose(0, 1).unsqueeze(0),
+                attn_mask=self.mask,
+                enable_gqa=gqa,
+            )
+            return attn[0].transpose(0, 1).reshape(tokens, -1)
+        # Decodes: [rows, heads, 1, D] over [rows, kv_heads, L, D] (one query: no transpose).
         attn = F.scaled_dot_product_attention(
-            queries, keys, values, attn_mask=self.mask, enable_gqa=gqa
+            queries.unsqueeze(2),
+            keys.view(self.context).transpose(1, 2),
+            values.view(self.context).transpose(1, 2),
+            attn_mask=self.mask,
+            enable_gqa=gqa,
         )
-        return attn.transpose(1, 2).reshape(tokens, q_size)
+        return attn.reshape(tokens, -1)
 
 
 @dataclass
@@ -66,31 +84,75 @@ class RaggedBatch:
     """Where every token of a fused step goes in the cache, and its attention groups."""
 
     slot_mapping: torch.Tensor  # [N] cache slot of each token
+    context_slots: torch.Tensor  # every group's context slots, one after another
     groups: list[AttentionGroup]
     max_position: int  # the largest position of the step (RoPE table size)
 
 
-def _group(
-    cache: PagedKVCache,
-    model: LlamaForCausalLM,
-    start: int,
-    tables: list[list[int]],
-    starts: list[int],
-    counts: list[int],
-) -> tuple[AttentionGroup, torch.Tensor, torch.Tensor]:
-    """One group as `PagedKVCache.build_batch` lays it out: (group, slot mapping, positions)."""
-    batch, positions = cache.build_batch(tables, starts, counts)
-    config = model.config
-    length = batch.context_slots.shape[1]
-    mask = batch.mask
-    window = config.sliding_window
-    if window is not None and length > window:
-        mask = _sliding_window_mask(positions, length, window, mask)
-    context = (len(tables), length, config.num_key_value_heads, config.head_dim)
-    group = AttentionGroup(
-        start, len(tables), max(counts), batch.context_slots.view(-1), context, mask
-    )
-    return group, batch.slot_mapping, positions.reshape(-1)
+class _Layout:
+    """A ragged batch being laid out: each group's tokens, slots and positions in turn."""
+
+    def __init__(self, model: LlamaForCausalLM, cache: PagedKVCache) -> None:
+        self.cache = cache
+        config = model.config
+        self.kv_shape = (config.num_key_value_heads, config.head_dim)
+        self.window = config.sliding_window
+        self.ids: list[int] = []
+        self.groups: list[AttentionGroup] = []
+        self.slots: list[torch.Tensor] = []  # slot mapping parts
+        self.contexts: list[torch.Tensor] = []  # context slot parts
+        self.positions: list[torch.Tensor] = []
+        self.offset = 0  # context slots laid out so far
+        # Added to the scores in the hidden states' dtype, as SDPA adds a bool mask it converts.
+        self.dtype = model.model.embed_tokens.weight.dtype
+
+    def add(self, rows: int, width: int, context: torch.Tensor, mask: torch.Tensor | None) -> None:
+        length = context.shape[-1]
+        shape = (rows, length, *self.kv_shape)
+        group = AttentionGroup(len(self.ids), rows, width, self.offset, shape, mask)
+        self.groups.append(group)
+        self.contexts.append(context.reshape(-1))
+        self.offset += rows * length
+
+    def decodes(self, decodes: list[Sequence]) -> None:
+        """One group for every decode: one query each, over its own context."""
+        batch, positions = self.cache.build_batch(
+            [s.block_table for s in decodes],
+            [s.num_tokens - 1 for s in decodes],
+            [1] * len(decodes),
+        )
+        length = batch.context_slots.shape[1]
+        mask = batch.mask
+        if self.window is not None and length > self.window:
+            mask = _sliding_window_mask(positions, length, self.window, mask)
+        additive = None if mask is None else self._additive(mask)
+        self.add(len(decodes), 1, batch.context_slots, additive)
+        self.slots.append(batch.slot_mapping)
+        self.positions.append(positions.view(-1))
+        self.ids.extend(s.output_ids[-1] for s in decodes)
+
+    def chunk(self, sequence: Sequence, count: int) -> None:
+        """One group for a chunk: `count` queries, causal over its cached prefix and itself."""
+        start = sequence.num_cached
+        length = start + count
+        table_slots = self.cache.table_slots(sequence.block_table)
+        positions = self.cache.positions(length)[start:]
+        if self.window is not None and length > self.window:
+            keys = self.cache.positions(length)
+            queries = positions.unsqueeze(1)
+            mask = self._additive((keys <= queries) & (queries - keys < self.window))
+        else:  # every key of the prefix, then the chunk's own causal triangle
+            mask = F.pad(self.cache.causal_tail(count, self.dtype), (start, 0))
+        self.add(1, count, table_slots[:length], mask)
+        self.slots.append(table_slots[start:length])
+        self.positions.append(positions)
+        self.ids.extend(sequence.all_ids[start:length])
+
+    def _additive(self, visible: torch.Tensor) -> torch.Tensor:
+        """The additive mask SDPA would make of a bool one (0 where `visible`, -inf where
+        not), made once for every layer instead of by each layer's attention."""
+        zero, hidden = self.cache.mask_values(self.dtype)
+        return torch.where(visible, zero, hidden)
 
 
 def build_ragged(
@@ -98,35 +160,22 @@ def build_ragged(
     cache: PagedKVCache,
     decodes: list[Sequence],
     chunks: list[tuple[Sequence, int]],
-) -> tuple[torch.Tensor, torch.Tensor, RaggedBatch, list[int]]:
-    """The step's token ids [N], positions [N], batch, and the rows whose logits are wanted:
-    one per decode, then the last token of each chunk. Decodes come first, in order."""
-    parts: list[tuple[AttentionGroup, torch.Tensor, torch.Tensor]] = []
-    ids: list[int] = []
-    rows: list[int] = []
+) -> tuple[torch.Tensor, torch.Tensor, RaggedBatch]:
+    """The step's token ids [N], positions [N] and batch: the decodes first, in order, then
+    each chunk's tokens."""
+    layout = _Layout(model, cache)
     if decodes:
-        parts.append(
-            _group(
-                cache,
-                model,
-                0,
-                [s.block_table for s in decodes],
-                [s.num_tokens - 1 for s in decodes],
-                [1] * len(decodes),
-            )
-        )
-        ids.extend(s.output_ids[-1] for s in decodes)
-        rows.extend(range(len(decodes)))
+        layout.decodes(decodes)
     for sequence, count in chunks:
-        start = sequence.num_cached
-        parts.append(_group(cache, model, len(ids), [sequence.block_table], [start], [count]))
-        ids.extend(sequence.all_ids[start : start + count])
-        rows.append(len(ids) - 1)
-    groups = [group for group, _, _ in parts]
-    max_position = max(group.context[1] for group in groups) - 1
-    batch = RaggedBatch(torch.cat([slots for _, slots, _ in parts]), groups, max_position)
-    input_ids = torch.tensor(ids, dtype=torch.long).to(cache.device)
-    return input_ids, torch.cat([positions for _, _, positions in parts]), batch, rows
+        layout.chunk(sequence, count)
+    max_position = max(group.context[1] for group in layout.groups) - 1
+    batch = RaggedBatch(_cat(layout.slots), _cat(layout.contexts), layout.groups, max_position)
+    input_ids = torch.tensor(layout.ids, dtype=torch.long).to(cache.device)
+    return input_ids, _cat(layout.positions), batch
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def ragged_forward(
@@ -137,25 +186,27 @@ def ragged_forward(
     value_caches: list[torch.Tensor],
     batch: RaggedBatch,
 ) -> torch.Tensor:
-    """The decoder over a ragged batch: final hidden states [N, hidden]."""
+    """The decoder over a ragged batch: the last layer's hidden states [N, hidden], before the
+    final norm (the caller norms only the rows it wants logits of)."""
     if not model.fused:
         model.fuse()
     config = model.config
-    q_size = config.num_attention_heads * config.head_dim
     gqa = config.num_attention_heads != config.num_key_value_heads
-    shape = (1, input_ids.shape[0])
     hidden = F.embedding(input_ids, model.model.embed_tokens.weight)
-    cos, sin = model.rope(positions.view(shape), hidden.dtype, batch.max_position)
+    cos, sin = model.rope(positions.view(1, -1), hidden.dtype, batch.max_position)
+    slots, context = batch.slot_mapping, batch.context_slots
     layers: list[FusedLayer] = model.fused
     for layer, key_cache, value_cache in zip(layers, key_caches, value_caches, strict=True):
         q, new_k, new_v = _rotary_qkv(model, layer, hidden, cos, sin)
-        # Every token's keys and values are in the cache before any group reads its context.
-        key_cache.index_copy_(0, batch.slot_mapping, new_k)
-        value_cache.index_copy_(0, batch.slot_mapping, new_v)
-        parts = [g.attend(q, key_cache, value_cache, q_size, gqa) for g in batch.groups]
+        # Every token's keys and values are in the cache before any group reads its context;
+        # one gather per layer reads every group's.
+        key_cache.index_copy_(0, slots, new_k)
+        value_cache.index_copy_(0, slots, new_v)
+        keys, values = key_cache.index_select(0, context), value_cache.index_select(0, context)
+        parts = [group.attend(q, keys, values, gqa) for group in batch.groups]
         attn = parts[0] if len(parts) == 1 else torch.cat(parts)
         hidden = _feed_forward(model, layer, hidden, attn)
-    return model._norm(hidden, model.final_norm)
+    return hidden
 
 
 def _rotary_qkv(
@@ -165,7 +216,7 @@ def _rotary_qkv(
     cos: torch.Tensor,
     sin: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A layer's queries [1, N, heads, D] and new keys and values [N, kv_heads, D], RoPE
+    """A layer's queries [N, heads, D] and new keys and values [N, kv_heads, D], RoPE
     applied: `LlamaForCausalLM.forward`'s math, on the step's N tokens as one row. That
     forward inlines it (a method call per layer costs 1-2% of a batch-1 decode step on a
     CPU); tests/unit/test_fused_step.py holds the two to the same logits."""
@@ -183,7 +234,7 @@ def _rotary_qkv(
     qk = qk * cos + swapped * sin
     new_k = qk[:, :, heads:].reshape(tokens, kv_heads, head_dim)
     new_v = qkv[:, q_size + kv_size :].view(tokens, kv_heads, head_dim)
-    return qk[:, :, :heads], new_k, new_v
+    return qk[0, :, :heads], new_k, new_v
 
 
 def _feed_forward(
@@ -212,14 +263,30 @@ def fused_forward(
         model: LlamaForCausalLM, cache: PagedKVCache, sequences: list[Sequence]
     ) -> FusedLogits:
         decodes = sequences[: len(sequences) - len(chunks)]
-        input_ids, positions, batch, rows = build_ragged(model, cache, decodes, chunks)
+        input_ids, positions, batch = build_ragged(model, cache, decodes, chunks)
         hidden = ragged_forward(model, input_ids, positions, cache.keys, cache.values, batch)
-        index = torch.tensor(rows, device=hidden.device)
-        logits = model.logits(hidden.index_select(0, index))
         for sequence in decodes:
             sequence.num_cached = sequence.num_tokens
         for sequence, count in chunks:
             sequence.num_cached += count
-        return logits[: len(decodes)], logits[len(decodes) :]
+        return _logits(model, hidden, len(decodes), chunks)
 
     return forward
+
+
+def _logits(
+    model: LlamaForCausalLM, hidden: torch.Tensor, decodes: int, chunks: list[tuple[Sequence, int]]
+) -> FusedLogits:
+    """(decode logits, chunk logits) from the step's last hidden states: the final norm and the
+    LM head over the decodes' rows, and each chunk's last row only if some chunk ends its
+    prompt (zeros otherwise: nothing samples a chunk that does not)."""
+    if not any(sequence.num_cached == sequence.num_tokens for sequence, _ in chunks):
+        logits = model.logits(model._norm(hidden[:decodes], model.final_norm))
+        return logits, logits.new_zeros((len(chunks), logits.shape[1]))
+    rows, end = list(range(decodes)), decodes
+    for _, count in chunks:
+        end += count
+        rows.append(end - 1)
+    index = torch.tensor(rows, device=hidden.device)
+    logits = model.logits(model._norm(hidden.index_select(0, index), model.final_norm))
+    return logits[:decodes], logits[decodes:]

@@ -156,10 +156,13 @@ class PagedKVCache:
         ]
         self.allocator = BlockAllocator(num_blocks, enable_caching)
         self._offsets: tuple[torch.Tensor, torch.Tensor] | None = None
-        # One sequence decoding: the slots of its whole block table, kept between steps.
-        self._single_table: tuple[int, ...] = ()
-        self._single_slots = torch.empty(0, dtype=torch.long, device=device)
+        # The slots of a few whole block tables (a sequence decoding alone, the sequences
+        # prefilled a chunk at a time), kept between steps: a table changes every block_size
+        # tokens, a step only slices.
+        self._table_slots: dict[tuple[int, ...], torch.Tensor] = {}
         self._positions = torch.arange(0, dtype=torch.long, device=device)
+        self._tails: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+        self._mask_values: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @staticmethod
     def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -182,30 +185,58 @@ class PagedKVCache:
             self._offsets = (positions // self.block_size, positions % self.block_size)
         return self._offsets[0][:length], self._offsets[1][:length]
 
+    def table_slots(self, block_table: Sequence[int]) -> torch.Tensor:
+        """The cache slot of every position `block_table` covers [blocks * block_size], on the
+        cache's device; computed when the table changes, kept for the next steps."""
+        table = tuple(block_table)
+        slots = self._table_slots.get(table)
+        if slots is None:
+            if len(self._table_slots) >= 16:  # tables of finished sequences: start afresh
+                self._table_slots.clear()
+            bs = self.block_size
+            blocks = torch.tensor(table, dtype=torch.long)
+            slots = (blocks.unsqueeze(1) * bs + torch.arange(bs)).view(-1).to(self.device)
+            self._table_slots[table] = slots
+        return slots
+
+    def positions(self, stop: int) -> torch.Tensor:
+        """0..stop-1 [stop] on the cache's device: a view of a range kept between steps."""
+        if self._positions.shape[0] < stop:
+            size = max(stop, 2 * self._positions.shape[0], 1024)
+            self._positions = torch.arange(size, dtype=torch.long, device=self.device)
+        return self._positions[:stop]
+
+    def causal_tail(self, count: int, dtype: torch.dtype) -> torch.Tensor:
+        """The additive causal mask of `count` new tokens over themselves [count, count]: 0 on
+        and below the diagonal, -inf above; kept, a chunk size recurs every step."""
+        tail = self._tails.get((count, dtype))
+        if tail is None:
+            if len(self._tails) >= 16:
+                self._tails.clear()
+            tail = torch.full((count, count), float("-inf"), dtype=dtype, device=self.device)
+            tail = self._tails[(count, dtype)] = tail.triu(1)
+        return tail
+
+    def mask_values(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """0 and -inf as 0-dim tensors of `dtype` on the cache's device (additive masks)."""
+        values = self._mask_values.get(dtype)
+        if values is None:
+            row = self.causal_tail(2, dtype)[0]  # [0, -inf]
+            values = self._mask_values[dtype] = (row[0], row[1])
+        return values
+
     def _single_decode_batch(
         self, block_table: Sequence[int], position: int
     ) -> tuple[AttentionBatch, torch.Tensor]:
-        """One sequence adding one token: views into tensors kept between steps.
-
-        The slots of every position its block table covers are computed when the table
-        changes (a new block every `block_size` tokens); a step slices them.
-        """
-        table = tuple(block_table)
-        if table != self._single_table:
-            bs = self.block_size
-            blocks = torch.tensor(table, dtype=torch.long)
-            slots = (blocks.unsqueeze(1) * bs + torch.arange(bs)).view(-1)
-            self._single_table, self._single_slots = table, slots.to(self.device)
-        if self._positions.shape[0] <= position:
-            size = max(position + 1, 2 * self._positions.shape[0], 1024)
-            self._positions = torch.arange(size, dtype=torch.long, device=self.device)
+        """One sequence adding one token: views into tensors kept between steps."""
+        slots = self.table_slots(block_table)
         batch = AttentionBatch(
             token_index=None,
-            slot_mapping=self._single_slots[position : position + 1],
-            context_slots=self._single_slots[: position + 1].view(1, position + 1),
+            slot_mapping=slots[position : position + 1],
+            context_slots=slots[: position + 1].view(1, position + 1),
             mask=None,
         )
-        return batch, self._positions[position : position + 1].view(1, 1)
+        return batch, self.positions(position + 1)[position:].view(1, 1)
 
     def _decode_batch(
         self, block_tables: Sequence[Sequence[int]], start_positions: Sequence[int]

@@ -5,6 +5,7 @@ forward's logits match the two passes'; steps that both decode and prefill reall
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,72 @@ def test_ragged_logits_match_the_two_passes(checkpoint: Path) -> None:
         )
     finally:
         engine.stop_sync()
+
+
+@pytest.mark.parametrize("window", [None, 6])
+def test_a_mid_prompt_chunk_leaves_the_decodes_logits_as_decode_gives_them(
+    checkpoint: Path, window: int | None
+) -> None:
+    """Several decodes of different lengths and two chunks, none ending its prompt (so only
+    the decodes' rows reach the LM head), with and without a sliding window shorter than
+    every context: the decodes' logits are the decode pass's, and the chunks' keys land in the
+    cache as their own pass writes them."""
+    engine = make_engine(checkpoint, max_num_batched_tokens=4096)
+    if window is not None:
+        engine.model.config = dataclasses.replace(engine.model.config, sliding_window=window)
+    try:
+        worker = engine.worker
+        model, cache = worker.model, worker.cache
+        decodes = [_sequence(worker, f"d{i}", list(range(1, 9 + 5 * i))) for i in range(3)]
+        prefill_chunks(model, cache, decodes, [s.num_tokens for s in decodes])
+        for sequence in decodes:
+            sequence.output_ids.append(3)
+        chunked = [_sequence(worker, f"c{i}", list(range(40 + i, 70))) for i in range(2)]
+        prefill_chunks(model, cache, chunked, [9, 17])
+        cached = [s.num_cached for s in [*decodes, *chunked]]
+        expected = decode(model, cache, decodes)
+        prefill_chunks(model, cache, chunked, [6, 5])
+        written = torch.cat(  # the slots of every token the step computes
+            [cache.table_slots(s.block_table)[s.num_tokens - 1 : s.num_tokens] for s in decodes]
+            + [
+                cache.table_slots(s.block_table)[n : n + c]
+                for s, n, c in zip(chunked, [9, 17], [6, 5], strict=True)
+            ]
+        )
+        keys = [layer[written].clone() for layer in cache.keys]
+        for sequence, count in zip([*decodes, *chunked], cached, strict=True):
+            sequence.num_cached = count
+        for layer in cache.keys:  # the fused step must write them again
+            layer[written] = 0
+        fused_decode, fused_chunk = fused_forward([(chunked[0], 6), (chunked[1], 5)])(
+            model, cache, [*decodes, *chunked]
+        )
+        torch.testing.assert_close(fused_decode, expected, rtol=1e-4, atol=1e-4)
+        assert fused_chunk.shape == (2, fused_decode.shape[1])
+        for layer, before in zip(cache.keys, keys, strict=True):
+            torch.testing.assert_close(layer[written], before, rtol=1e-5, atol=1e-5)
+        assert [s.num_cached for s in chunked] == [15, 22]
+    finally:
+        engine.stop_sync()
+
+
+def test_table_slots_are_the_general_batchs_context_slots() -> None:
+    from engine.config import ModelConfig
+    from engine.kv_cache import PagedKVCache
+    from tests.helpers.checkpoints import HF_TINY
+
+    config = ModelConfig.from_dict(dict(HF_TINY))
+    cache = PagedKVCache(
+        config, num_blocks=32, block_size=4, dtype=torch.float32, device=torch.device("cpu")
+    )
+    table = [7, 3, 19, 5]
+    general, _ = cache.build_batch([table], [2], [14])
+    slots = cache.table_slots(table)
+    assert torch.equal(slots[:16], general.context_slots[0])
+    assert cache.table_slots(list(table)) is slots  # kept while the table is the same
+    table.append(11)
+    assert int(cache.table_slots(table)[17]) == 11 * 4 + 1
+    assert torch.equal(cache.positions(6), torch.arange(6))
 
 
 def _sequence(worker: Any, name: str, prompt_ids: list[int]) -> Any:
