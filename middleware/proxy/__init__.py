@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from middleware.direct_body import direct_body
 from middleware.proxy.client import UpstreamConnection, UpstreamError, UpstreamPool
-from middleware.timeline import RequestTimeline, current_timeline
+from middleware.timeline import current_timeline
 from middleware.types import Message, Receive, Scope, Send
 
 # RFC 9110 7.6.1: meaningful for one connection only, never forwarded. Content-length is
@@ -166,7 +166,9 @@ class ProxyApp:
         timeline = current_timeline()
         if timeline is not None:
             timeline.mark("upstream_start")
-        exchange = _Exchange(receive, streamed_body, timeline)
+        exchange = _Exchange(receive, streamed_body)
+        if not streamed_body:  # the whole request is in: watch for the client leaving
+            exchange.watch_client()
         try:
             connection = await self._connect(exchange, head, body)
             await self._relay(exchange, connection, scope, send)
@@ -180,14 +182,13 @@ class ProxyApp:
 
     async def _connect(self, exchange: _Exchange, head: bytes, body: bytes) -> UpstreamConnection:
         """A connection with the request written and the response's head read; it is held in
-        `exchange.connection` from the moment it is taken, so `_Exchange.end` gives it back.
-        The client is watched for leaving from the write on (from before, when a connection
-        has to be waited for); not before its body is all in, which the watch would read."""
-        streamed_body, gone, timeline = exchange.streamed_body, exchange.gone, exchange.timeline
+        `exchange.connection` from the moment it is taken, so `_Exchange.end` gives it back."""
+        streamed_body, gone = exchange.streamed_body, exchange.gone
+        timeline = current_timeline()
         first_try = True
         while True:
             connection = exchange.connection = await self._send_request(
-                exchange, head, body, fresh=not first_try
+                head, body, streamed_body, exchange.receive, gone, fresh=not first_try
             )
             if timeline is not None and streamed_body:
                 timeline.mark("upstream_connected")
@@ -229,7 +230,7 @@ class ProxyApp:
             return
         offer = direct_body(scope, send)
         if offer is not None:
-            connection.sink = offer.taken()
+            connection.sink = offer.offer
         read = connection.read
         while (piece := await read()) is not None:
             await send({"type": "http.response.body", "body": piece, "more_body": True})
@@ -238,17 +239,18 @@ class ProxyApp:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _send_request(
-        self, exchange: _Exchange, head: bytes, body: bytes, fresh: bool = False
+        self,
+        head: bytes,
+        body: bytes,
+        streamed_body: bool,
+        receive: Receive,
+        gone: _ClientGone,
+        fresh: bool = False,
     ) -> UpstreamConnection:
         """A connection (`fresh`: a new one) with the request written (a body that came in
-        parts streams through, chunked). Until the write, only what the request needs runs:
-        it is on the way to the first token."""
-        pool, gone, streamed_body = self.pool, exchange.gone, exchange.streamed_body
-        connection = None if fresh else pool.take_idle()
-        if connection is None:  # a wait (a free slot, a connect): the client may leave meanwhile
-            if not streamed_body and exchange.watch is None:
-                exchange.watch_client()
-            connection = await pool.acquire(fresh)
+        parts streams through, chunked)."""
+        pool = self.pool
+        connection = await pool.acquire(fresh)
         gone.connection = connection
         if gone.happened:
             pool.release(connection)
@@ -256,13 +258,12 @@ class ProxyApp:
         if not streamed_body:
             # Marked before the write: the upstream may start on the request (prefill) before
             # this task runs again, and what it does then is the engine's time, not reaching it.
-            timeline = exchange.timeline
+            timeline = current_timeline()
             if timeline is not None:
                 timeline.mark("upstream_connected")
             connection.send_request(head + body)
             return connection
         connection.send_request(head + _chunk(body))
-        receive = exchange.receive
         try:
             while True:
                 message: Message = await receive()
@@ -351,14 +352,11 @@ class _Exchange:
     upstream connection it holds, the task watching for the client leaving, and whether the
     response to the client has started."""
 
-    __slots__ = ("connection", "gone", "receive", "started", "streamed_body", "timeline", "watch")
+    __slots__ = ("connection", "gone", "receive", "started", "streamed_body", "watch")
 
-    def __init__(
-        self, receive: Receive, streamed_body: bool, timeline: RequestTimeline | None
-    ) -> None:
+    def __init__(self, receive: Receive, streamed_body: bool) -> None:
         self.receive = receive
         self.streamed_body = streamed_body  # the body comes in parts, streamed through
-        self.timeline = timeline  # the measured request's, when the middleware measures it
         self.gone = _ClientGone()
         self.watch: asyncio.Task[None] | None = None
         self.connection: UpstreamConnection | None = None

@@ -288,9 +288,12 @@ class UpstreamPool:
         while fresh and idle:
             idle.pop().abort()
             self.open_connections -= 1
-        connection = self.take_idle()
-        if connection is not None:
-            return connection
+        while idle:
+            connection = idle.pop()
+            if not connection.closed:
+                connection.reused = True
+                return connection
+            self.open_connections -= 1
         if self.open_connections >= self.max_connections:
             reused = await self._wait_for_slot()
             if reused is not None:
@@ -302,18 +305,6 @@ class UpstreamPool:
         except BaseException:
             self._free_slot()
             raise
-
-    def take_idle(self) -> UpstreamConnection | None:
-        """The newest idle connection still open, at once; None: `acquire` would wait for a
-        slot or connect."""
-        idle = self._idle
-        while idle:
-            connection = idle.pop()
-            if not connection.closed:
-                connection.reused = True
-                return connection
-            self.open_connections -= 1
-        return None
 
     def release(self, connection: UpstreamConnection) -> None:
         """Give a connection back after its response ended (or was abandoned)."""
