@@ -16,15 +16,9 @@ A server that can write the current response's body pieces itself offers that in
 
 A layer that wants to see every piece (the latency middleware) wraps the offer with its own
 `send`, `ready` and `write`, and puts its wrapper in the scope in its place
-(`middleware.exchange`). The app that writes takes the offer once its response has started
-(`taken`) and its upstream client calls what it got from its protocol callback, as the bytes
-arrive (`middleware.proxy.client`); the end of the response, errors and anything that could
-not be written at once still go through `send`, in order.
-
-Every request is offered one, but only a stream uses it, after its start: the middleware makes
-its wrapper as a `LazyDirectBody`, whose `ready` and `write` (with the server's, which they
-call) are made when it is taken. What runs between the request's arrival and its forwarding
-to the upstream is on the way to the first token; making them there would put them on it.
+(`middleware.exchange`). The upstream client calls `offer` from its protocol callback, as the
+bytes arrive (`middleware.proxy.client`); the end of the response, errors and anything that
+could not be written at once still go through `send`, in order.
 """
 
 from __future__ import annotations
@@ -54,33 +48,6 @@ class DirectBody:
             self.write(body)
             return True
         return False
-
-    def taken(self) -> Callable[[bytes], bool]:
-        """`offer`, for the app that is about to write with it."""
-        return self.offer
-
-
-class LazyDirectBody(DirectBody):
-    """An offer whose `ready` and `write` are made by `parts` when it is taken, not when the
-    request comes in. A layer that wraps them takes it first."""
-
-    # No __getattr__ for the parts not made yet: a class with one looks every attribute up
-    # through it, and `offer` reads two per piece.
-    __slots__ = ("_unmade",)
-
-    def __init__(self, send: Send) -> None:
-        self.send = send
-        self._unmade = True
-
-    def parts(self) -> tuple[Callable[[], bool], Callable[[bytes], None]]:
-        """(`ready`, `write`), made once."""
-        raise NotImplementedError
-
-    def taken(self) -> Callable[[bytes], bool]:
-        if self._unmade:
-            self._unmade = False
-            self.ready, self.write = self.parts()
-        return self.offer
 
 
 def direct_body(scope: Scope, send: Send) -> DirectBody | None:

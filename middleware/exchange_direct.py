@@ -6,69 +6,46 @@ plain reply's body is kept for its usage, through `send`) and the server's offer
 writing a piece marks and reads it exactly as `Exchange.send` marks and reads a stream chunk
 in the middle of the stream, then hands it to the server's `write`. The stream's start and its
 last message still go through `send`, where the stream is settled.
-
-The offer is made for every measured request, before the app runs; its `ready` and `write`
-are made only when the app takes it, once its stream has started, so the request's way to
-the upstream (on the way to the first token) pays for one small object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from middleware.direct_body import DirectBody, LazyDirectBody
+from middleware.direct_body import DirectBody
 from middleware.exchange import Exchange
 
 
-class MeasuredDirectBody(LazyDirectBody):
+def measured_direct_body(exchange: Exchange, below: DirectBody) -> DirectBody:
     """An offer for the app above, valid for `exchange.send`, that measures every piece."""
+    timeline, wire, now_ns = exchange.timeline, exchange.wire, exchange.now_ns
+    ready_below, write_below = below.ready, below.write
+    chunk_sent = timeline.chunk_sent
 
-    __slots__ = ("_below", "_exchange")
+    def ready() -> bool:
+        return exchange.is_stream and ready_below()
 
-    def __init__(self, exchange: Exchange, below: DirectBody) -> None:
-        self.send = exchange.send  # LazyDirectBody.__init__, inline: one call less per request
-        self._unmade = True
-        self._exchange = exchange
-        self._below = below
+    if exchange.strip_usage:
+        feed = wire.feed
 
-    def parts(self) -> tuple[Callable[[], bool], Callable[[bytes], None]]:
-        exchange = self._exchange
-        timeline, wire, now_ns = exchange.timeline, exchange.wire, exchange.now_ns
-        below = self._below
-        below.taken()  # a lazy one makes its parts now
-        ready_below, write_below = below.ready, below.write
-        chunk_sent = timeline.chunk_sent
-
-        def ready() -> bool:
-            return exchange.is_stream and ready_below()
-
-        if exchange.strip_usage:
-            feed = wire.feed
-
-            def write(body: bytes) -> None:
-                started = now_ns()
-                carried, sent = feed(body)
-                chunk_sent(started, carried)
-                write_below(sent)
-                if not carried and wire.done and not exchange.delivered:
-                    exchange.delivered = True
-                    timeline.last_byte_sent(now_ns())
-
-            return ready, write
-
-        token_events_in = wire.token_events_in
-
-        def write_as_is(body: bytes) -> None:
+        def write(body: bytes) -> None:
             started = now_ns()
-            carried = token_events_in(body)
+            carried, sent = feed(body)
             chunk_sent(started, carried)
-            write_below(body)
+            write_below(sent)
             if not carried and wire.done and not exchange.delivered:
                 exchange.delivered = True
                 timeline.last_byte_sent(now_ns())
 
-        return ready, write_as_is
+        return DirectBody(exchange.send, ready, write)
 
+    token_events_in = wire.token_events_in
 
-# The middleware makes one per request: the class itself, no call in between.
-measured_direct_body = MeasuredDirectBody
+    def write_as_is(body: bytes) -> None:
+        started = now_ns()
+        carried = token_events_in(body)
+        chunk_sent(started, carried)
+        write_below(body)
+        if not carried and wire.done and not exchange.delivered:
+            exchange.delivered = True
+            timeline.last_byte_sent(now_ns())
+
+    return DirectBody(exchange.send, ready, write_as_is)

@@ -6,23 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from middleware.clock import ScriptedClock
-from middleware.direct_body import (
-    EXTENSION,
-    DirectBody,
-    LazyDirectBody,
-    direct_body,
-    put_direct_body,
-)
-from middleware.exchange import Exchange
-from middleware.exchange_direct import measured_direct_body
+from middleware.direct_body import EXTENSION, DirectBody, direct_body, put_direct_body
 from middleware.proxy.client import UpstreamConnection
-from middleware.timeline import RequestTimeline
 
 
 async def _send(message: dict[str, object]) -> None:
@@ -60,67 +49,6 @@ def test_an_offer_serves_only_the_send_it_was_made_for() -> None:
     assert offer.offer(b"x") is True and server.out == [b"x"]
     server.readiness = [False]
     assert offer.offer(b"y") is False and server.out == [b"x"]
-
-
-class _LazyServer(LazyDirectBody):
-    """A server's offer made lazily: counts how often its parts are made."""
-
-    __slots__ = ("made", "server")
-
-    def __init__(self, server: _Server) -> None:
-        super().__init__(_send)
-        self.server = server
-        self.made = 0
-
-    def parts(self) -> tuple[Callable[[], bool], Callable[[bytes], None]]:
-        self.made += 1
-        return self.server.ready, self.server.write
-
-
-def test_a_lazy_offer_makes_its_parts_once_when_taken() -> None:
-    server = _Server([])
-    offer = _LazyServer(server)
-    scope: dict[str, object] = {"type": "http"}
-    put_direct_body(scope, offer)
-    assert direct_body(scope, _send) is offer and offer.made == 0  # found: nothing made yet
-    write = offer.taken()
-    assert offer.made == 1 and write(b"x") is True and server.out == [b"x"]
-    assert offer.taken()(b"y") is True and offer.made == 1 and server.out == [b"x", b"y"]
-
-
-def test_a_layer_that_wraps_a_lazy_offer_takes_it_first() -> None:
-    server = _Server([])
-    offer = _LazyServer(server)
-    offer.taken()
-    write = offer.write
-    offer.write = lambda body: write(body.upper())  # a wrapper put in place stays
-    assert offer.taken()(b"x") is True and server.out == [b"X"] and offer.made == 1
-
-
-def _measured(scripted: list[bool]) -> tuple[Exchange, _LazyServer, DirectBody]:
-    clock = ScriptedClock()
-    timeline = RequestTimeline.begin("req-1", clock)
-    exchange = Exchange(timeline, _receive, _send, clock.now_ns, replay=[])
-    below = _LazyServer(_Server(scripted))
-    return exchange, below, measured_direct_body(exchange, below)
-
-
-async def _receive() -> dict[str, object]:
-    return {"type": "http.disconnect"}
-
-
-def test_the_measured_offer_makes_its_parts_and_the_servers_when_taken() -> None:
-    exchange, below, offer = _measured([])
-    assert offer.send == exchange.send and below.made == 0
-    write = offer.taken()  # the stream has started: the app takes it
-    assert below.made == 1
-    exchange.is_stream = False  # a plain reply's body goes through send, for its usage
-    assert write(b"data: {}\n\n") is False and below.server.out == []
-    exchange.is_stream = True
-    event = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
-    assert write(event) is True and below.server.out == [event]
-    assert exchange.timeline.token_chunk_ns  # measured as Exchange.send measures a chunk
-    assert write(b"data: [DONE]\n\n") is True and exchange.delivered
 
 
 class _Transport:
