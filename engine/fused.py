@@ -136,9 +136,9 @@ class _Layout:
         start = sequence.num_cached
         length = start + count
         table_slots = self.cache.table_slots(sequence.block_table)
-        positions = self.cache.positions(length)[start:]
+        keys = self.cache.positions(length)
+        positions = keys[start:]
         if self.window is not None and length > self.window:
-            keys = self.cache.positions(length)
             queries = positions.unsqueeze(1)
             mask = self._additive((keys <= queries) & (queries - keys < self.window))
         else:  # every key of the prefix, then the chunk's own causal triangle

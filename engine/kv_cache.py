@@ -13,6 +13,10 @@ import torch
 from engine.config import ModelConfig
 from engine.model import AttentionBatch
 
+# Entries kept by each of the cache's between-step memos (block tables' slots, causal tails):
+# a few recur every step; past this many, the old ones belong to finished sequences.
+KEPT_PER_STEP_CACHE = 16
+
 
 class OutOfBlocks(RuntimeError):
     """No free KV-cache block is left; the scheduler preempts a sequence and retries."""
@@ -191,7 +195,7 @@ class PagedKVCache:
         table = tuple(block_table)
         slots = self._table_slots.get(table)
         if slots is None:
-            if len(self._table_slots) >= 16:  # tables of finished sequences: start afresh
+            if len(self._table_slots) >= KEPT_PER_STEP_CACHE:  # finished sequences': start afresh
                 self._table_slots.clear()
             bs = self.block_size
             blocks = torch.tensor(table, dtype=torch.long)
@@ -211,7 +215,7 @@ class PagedKVCache:
         and below the diagonal, -inf above; kept, a chunk size recurs every step."""
         tail = self._tails.get((count, dtype))
         if tail is None:
-            if len(self._tails) >= 16:
+            if len(self._tails) >= KEPT_PER_STEP_CACHE:
                 self._tails.clear()
             tail = torch.full((count, count), float("-inf"), dtype=dtype, device=self.device)
             tail = self._tails[(count, dtype)] = tail.triu(1)
