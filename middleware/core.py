@@ -129,9 +129,9 @@ class LatencyMiddleware:
             provider_name, genai_metrics, meter_provider, list(metric_readers)
         )
         self.tracer.genai = self.genai
-        self.auth = auth = _load_auth(auth, self.spec)
+        self.auth = _load_auth(auth, self.spec)
         self.capture = capture
-        self.app = self._stack(app, auth, capture)
+        self.app = self._stack(app, self.auth, capture)
         # Ask streamed requests for `usage` (stream_options.include_usage) so counts are exact
         # on engines that report it; the usage chunk is kept from clients that did not ask.
         self.inject_usage = inject_usage
