@@ -12,10 +12,10 @@ record to the store (off the request path) and the live SLO windows.
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +29,7 @@ from middleware.exchange import Exchange
 from middleware.exchange_direct import measured_direct_body
 from middleware.intake import SpanJoin, serve_traces
 from middleware.intake.propagate import propagate_context
+from middleware.later import Later
 from middleware.lifespan import Lifespan
 from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
@@ -48,8 +49,6 @@ from middleware.types import ASGIApp, Message, Receive, Scope, Send
 from middleware.wire_io import ask_for_usage
 from slo.spec import SLOSpec
 from slo.store import RecordStore
-
-logger = logging.getLogger("middleware")
 
 DEFAULT_LLM_ROUTES = ("/v1/completions", "/v1/chat/completions")
 OTHER_ROUTE = "other"
@@ -113,6 +112,7 @@ class LatencyMiddleware:
         genai_metrics: bool | None = None,
         meter_provider: Any | None = None,
         metric_readers: Iterable[Any] = (),
+        report_delay_s: float = 0.0,
     ) -> None:
         self.app = app
         self.spec = _load_spec(spec)
@@ -136,7 +136,9 @@ class LatencyMiddleware:
         # on engines that report it; the usage chunk is kept from clients that did not ask.
         self.inject_usage = inject_usage
         self._set_up_engine_spans(traces_path, engine_spans, engine_span_wait_s, propagate_trace)
-        self.lifespan = Lifespan(self.close)
+        # Reports may wait a moment (`middleware.later`): whatever reads them runs them first.
+        self._later = Later(report_delay_s)
+        self.lifespan = Lifespan(self.close, before_close=self._later.run_now)
         self.reporter = self._reporter()
         self._set_up_request_path(traces_path)
 
@@ -165,7 +167,6 @@ class LatencyMiddleware:
             tracer=self.tracer,
             span_join=self.span_join,
             capture=self.capture,
-            propagate_trace=self.propagate_trace,
             # perf_counter_ns -> unix ns, for spans; fixed once so every span agrees.
             epoch_offset_ns=time.time_ns() - time.perf_counter_ns(),
         )
@@ -266,6 +267,7 @@ class LatencyMiddleware:
         if path in self._measured_paths:  # most requests
             await self._measure(scope, receive, send, path)
             return
+        self._later.run_now()  # what follows reads the reports: none may wait
         if path == self.metrics_path:
             self.metrics.observe_losses(self.store, self.span_drops, self.span_join.counts)
             if self.gpu_stats is not None:
@@ -319,26 +321,19 @@ class LatencyMiddleware:
         finally:
             reset_current_timeline(context_token)
             self.bridge.unregister(timeline)
-            if join_keys is not None:
-                self.span_join.end(*join_keys)
-            try:
-                exchange.settle()
-                output_tokens = self.reporter.finish(
+            self._later.put(
+                partial(
+                    self.reporter.ended,
                     exchange,
-                    state.get("tier", tier.name),  # the API key's layer may have decided it
+                    state,
+                    tier.name,
                     route,
                     headers,
-                    state.get("outcome"),
                     raised,
                     ids,
-                    state.get("capture"),
                     join_keys,
                 )
-                charge_tokens = state.get("charge_tokens")
-                if charge_tokens is not None:  # the key's tokens-per-minute bucket
-                    charge_tokens(timeline.input_tokens + output_tokens)
-            except Exception:  # reporting must never break the response
-                logger.exception("llm-slo: failed to report request %s", request_id)
+            )
 
     async def _exchange(
         self, scope: Scope, receive: Receive, send: Send, timeline: RequestTimeline
@@ -364,10 +359,12 @@ class LatencyMiddleware:
 
     @property
     def requests_seen(self) -> int:
+        self._later.run_now()
         return self.reporter.requests_seen
 
     def close(self) -> None:
         """Flush records and stop background work (call on shutdown)."""
+        self._later.run_now()
         self.span_join.close()  # reports still waiting for an engine span go out without it
         if self.store is not None:
             self.store.close()

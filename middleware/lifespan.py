@@ -49,8 +49,11 @@ class _Progress:
 
 
 class Lifespan:
-    def __init__(self, on_shutdown: Callable[[], None]) -> None:
+    def __init__(
+        self, on_shutdown: Callable[[], None], *, before_close: Callable[[], None] | None = None
+    ) -> None:
         self._on_shutdown = on_shutdown
+        self._before_close = before_close  # on the event loop, before `on_shutdown` off it
         self.seen = False  # a lifespan is running that will tell us of the shutdown
         self.closed = False
         self._close_lock = threading.Lock()  # lifespan, signal and atexit may race to close
@@ -126,6 +129,8 @@ class Lifespan:
     async def shutdown(self) -> None:
         """Flush records and stop threads (off the event loop: it may wait on the disk)."""
         if not self.closed:
+            if self._before_close is not None:
+                self._before_close()
             await asyncio.to_thread(self.close)
 
     def close(self) -> None:

@@ -5,6 +5,7 @@ record; after a bounded wait for the engine's own span when one is expected
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,13 +13,15 @@ from middleware.capture import CaptureBuffer, ContentCapture
 from middleware.exchange import Exchange
 from middleware.histograms import bucket_counts
 from middleware.intake import SpanJoin, apply_engine_span
-from middleware.intake.propagate import HandedIds, upstream_request_id
+from middleware.intake.propagate import HandedIds
 from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
 from middleware.reporting import classify_outcome, record_fields, span_attributes
 from middleware.tracing import RequestTracer
 from middleware.upstream import SpanPhases
 from slo.store import RecordStore
+
+logger = logging.getLogger("middleware")
 
 
 @dataclass(slots=True)
@@ -47,7 +50,6 @@ class Reporter:
         tracer: RequestTracer,
         span_join: SpanJoin,
         capture: ContentCapture | None,
-        propagate_trace: bool,
         epoch_offset_ns: int,
     ) -> None:
         self.model = model
@@ -57,13 +59,47 @@ class Reporter:
         self.tracer = tracer
         self.span_join = span_join
         self.capture = capture
-        self.propagate_trace = propagate_trace
         self.epoch_offset_ns = epoch_offset_ns  # perf_counter_ns -> unix ns, for spans
         self.requests_seen = 0
         # One timer for all the waits: they end in the order they began (one wait length), so
         # the next to end is always the oldest. A timer per request would re-arm itself after
         # each firing while others wait, and the timers would pile up with the traffic.
         self._expiry: asyncio.TimerHandle | None = None
+
+    def ended(
+        self,
+        exchange: Exchange,
+        state: dict[str, Any],
+        tier: str,
+        route: str,
+        headers: dict[str, str],
+        raised: bool,
+        ids: HandedIds | None,
+        join_keys: tuple[str, str | None] | None,
+    ) -> None:
+        """A request ended (its app returned or raised): settle it, report it (`finish`), and
+        charge its tokens to its API key. Called at once, or a moment later
+        (`middleware.later`); `state` is the request's scope state, read now."""
+        if join_keys is not None:
+            self.span_join.end(*join_keys)
+        try:
+            exchange.settle()
+            output_tokens = self.finish(
+                exchange,
+                state.get("tier", tier),  # the API key's layer may have decided it
+                route,
+                headers,
+                state.get("outcome"),
+                raised,
+                ids,
+                state.get("capture"),
+                join_keys,
+            )
+            charge_tokens = state.get("charge_tokens")
+            if charge_tokens is not None:  # the key's tokens-per-minute bucket
+                charge_tokens(exchange.timeline.input_tokens + output_tokens)
+        except Exception:  # reporting must never break the response
+            logger.exception("llm-slo: failed to report request %s", exchange.timeline.request_id)
 
     def finish(
         self,
@@ -125,9 +161,7 @@ class Reporter:
         if not join.intake and join.relay is None:
             return None
         trace_id = ids[0] if ids is not None else self.tracer.trace_id_from_header(headers)
-        upstream_id = headers.get("x-request-id") or (
-            upstream_request_id(request_id) if self.propagate_trace else None
-        )
+        upstream_id = headers.get("x-request-id") or (ids[4] if ids is not None else None)
         if trace_id is None and not upstream_id:
             return None
         return trace_id or f"request:{request_id}", upstream_id

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from middleware.types import ASGIApp
     from middleware.upstream.engine_metrics import EngineMetricsScraper
 
+# How long a finished request's report waits, so a request that starts as it ends goes first
+# (one millisecond: past the next request's start, well inside any scrape or page refresh).
+REPORT_DELAY_S = 0.001
+
 
 @dataclass
 class Built:
@@ -64,6 +68,9 @@ def build(
         propagate_trace=True,  # the engine's span then lands in our trace, found by its id
         provider_name=provider_name,
         models=listed,
+        # A sidecar's clients often send the next request as the last one ends: its start
+        # goes first, the last one's report a moment later (`middleware.later`).
+        report_delay_s=REPORT_DELAY_S,
     )
     where = f"{scheme(context)}://{args.host}:{args.port}"
     print(f"proxying {where} -> {proxy.upstream_url} (model {model})")

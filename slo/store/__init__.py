@@ -17,6 +17,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -270,9 +271,11 @@ class RecordStore:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    @property
+    @cached_property
     def _insert_sql(self) -> tuple[str, list[int] | None]:
-        """The INSERT in the driver's parameter style, and the order of positional parameters."""
+        """The INSERT in the driver's parameter style, and the order of positional parameters
+        (compiled once: SQLAlchemy's compiler is most of a small batch's cost, and the writer
+        thread holds the GIL while it runs)."""
         compiled = insert(TABLE).compile(dialect=self.engine.dialect, column_keys=list(FIELD_NAMES))
         if compiled.positional and compiled.positiontup is not None:
             return str(compiled), [FIELD_NAMES.index(key) for key in compiled.positiontup]

@@ -77,7 +77,7 @@ def test_by_request_id_and_the_owner_forgetting_it() -> None:
         async with two_workers() as (join_a, _relay_a, join_b, relay_b):
             # The X-Request-Id B sent upstream (vLLM reports it prefixed: chatcmpl-<id>).
             propagate.set_owner_tag(relay_b.tag)
-            upstream_id = propagate.upstream_request_id("req-1")
+            upstream_id = propagate.mint_upstream_id()
             assert upstream_id.startswith(relay_b.tag)
             reports: list[SpanPhases | None] = []
             join_b.begin("client-trace", upstream_id)  # the client sent its own traceparent
