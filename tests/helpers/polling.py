@@ -12,13 +12,19 @@ import httpx
 
 
 def wait_until(
-    check: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.1
+    check: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    interval_s: float = 0.1,
+    on_timeout: Callable[[], str] | None = None,
 ) -> None:
-    """Return once `check()` is true; fail the test naming `what` after `timeout_s`."""
+    """Return once `check()` is true; fail the test naming `what` after `timeout_s` (and what
+    `on_timeout()` says of the state then)."""
     deadline = time.monotonic() + timeout_s
     while not check():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+            state = f": {on_timeout()}" if on_timeout is not None else ""
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{state}")
         time.sleep(interval_s)
 
 

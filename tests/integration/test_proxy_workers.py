@@ -24,7 +24,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from middleware.intake.relay import relay_dir
 from slo.cli.bench.server import free_port, stop_process
 from slo.sli import CATALOG
-from tests.helpers.polling import wait_until_ready
+from tests.helpers.polling import wait_until, wait_until_ready
 from tests.helpers.standin_process import standin_server
 from tests.integration.test_engine_spans_proxy import metric_values, records, total, wait_for
 
@@ -102,6 +102,13 @@ def requests_per_worker(directory: Path, scratch: Path) -> dict[str, float]:
     return {pid: count for pid, count in counts.items() if count}
 
 
+def join_counts(base_url: str) -> str:
+    """The join's counters, as one /metrics answer sums them (what a timeout should say)."""
+    values = metric_values(base_url)
+    names = ("engine_spans_joined", "engine_spans_unmatched", "engine_span_waits_expired")
+    return ", ".join(f"{name} {total(values, CATALOG[name].metric):g}" for name in names)
+
+
 def slo_requests(base_url: str) -> int:
     status = httpx.get(base_url + "/slo", headers={"connection": "close"}, timeout=10).json()
     return sum(tier["requests"] for tier in status["tiers"])
@@ -116,7 +123,12 @@ def test_two_workers_count_as_one(tmp_path: Path) -> None:
     ) as upstream, proxy_workers(port, upstream, db) as (base_url, directory):  # fmt: skip
         assert asyncio.run(stream_all(base_url, STREAMS)) == [TOKENS] * STREAMS
         joined = CATALOG["engine_spans_joined"].metric
-        wait_for(lambda: total(metric_values(base_url), joined) >= STREAMS, timeout_s=60)
+        wait_until(
+            lambda: total(metric_values(base_url), joined) >= STREAMS,
+            60,
+            "every stream's engine span to be joined",
+            on_timeout=lambda: join_counts(base_url),
+        )
         per_worker = requests_per_worker(directory, tmp_path)
         assert len(per_worker) == 2, f"one worker took every request: {per_worker}"
         assert sum(per_worker.values()) == STREAMS
