@@ -302,7 +302,7 @@ class LatencyMiddleware:
         state["priority"] = tier.priority
         state["request_id"] = request_id
         state["tier"] = tier.name
-        ids = propagate_context(scope, headers, request_id) if self.propagate_trace else None
+        ids = propagate_context(scope, headers) if self.propagate_trace else None
         join_keys = self.reporter.join_keys(request_id, headers, ids)
         if join_keys is not None:  # an engine span can find it, and may come before it ends
             self.span_join.begin(*join_keys)

@@ -67,7 +67,7 @@ def mint_upstream_id() -> str:
 HandedIds = tuple[str, str, int | None, int, str | None]
 
 
-def propagate_context(scope: Scope, headers: dict[str, str], request_id: str) -> HandedIds:
+def propagate_context(scope: Scope, headers: dict[str, str]) -> HandedIds:
     """Rewrite the request's `traceparent` (and add `x-request-id` if missing) in `scope`;
     the ids it names (`HandedIds`). `headers` are the client's, left as they came.
 
