@@ -1,25 +1,31 @@
 """The per-tier, per-objective recording rules: event counts and error ratios per window.
 
-Short windows (up to `RAW_MAX_S`, 6h) read the raw series with `increase()`: a few hundred
-samples per replica. The window's event count is recorded first; its bad count and error
-ratio read that record back rather than summing the raw series again. Longer windows (1d,
-3d, the 30d SLO window) are sums of recorded hourly tiles, as Sloth and Pyrra derive their
-long windows from recorded short ones: every evaluation records the hour's events and bad
-events (`increase(...[1h])`), and a long window adds the tiles of the hours it spans with a
-subquery stepped by one hour,
+Only windows under 30m (`TILED_FROM_S`; the 5m window by default) read the raw series with
+`increase()`, a few samples per replica; every longer window is a sum of recorded tiles, as
+Sloth and Pyrra derive their long windows from recorded short ones:
 
-    sum_over_time(llm_slo_tier:objective_events:increase1h{...}[3d - 1s:1h])
+- every evaluation records the last 5 minutes' events and bad events per objective (the 5m
+  window, `increase(...[5m])`): the 5-minute tiles;
+- a window up to 6h (30m, 1h, 2h, 6h) adds the 5-minute tiles it spans, with a subquery
+  stepped by five minutes,
 
-which reads 72 samples per series where `increase(...[3d])` over raw histograms reads every
-scrape of every replica (35M samples at 100 replicas and 15 s scrapes). The subquery picks the
-tile recorded at or just before each whole hour, and tiles one hour apart never overlap, so
-the sum is the count of exactly the window's events, up to the last whole hour: a long window
-ends at most one hour (one tile) before now. At whole hours, which is where the generated
-promtool tests and the judges look, the counts are those of `increase()` over the window.
-The `- 1s` keeps the range left-open on both Prometheus 2 (closed ranges) and 3. One rule
-per derived record covers every objective of the tier (the tiles carry the objective's
-labels): a cycle's cost is mostly per rule, not per sample read
-(tests/benchmarks/test_rule_evaluation_cost.py).
+      sum_over_time(llm_slo_tier:objective_events:increase5m{...}[6h - 1s:5m])
+
+  which reads 72 samples per objective where `increase(...[6h])` reads every scrape of every
+  replica (28,800 samples at 20 replicas and 15 s scrapes, per series);
+- a longer window that is whole hours (1d, 3d, the 30d SLO window) adds the recorded 1h
+  window (itself a sum of 5-minute tiles) the same way, stepped by one hour.
+
+The subquery picks the tile recorded at or just before each step, and tiles one step apart
+never overlap, so the sum is the count of exactly the window's events up to the last step: a
+window of 5-minute tiles ends at most 5 minutes (one tile) before now, one of hourly tiles at
+most an hour before. At whole steps, which is where the generated promtool tests and the
+judges look, the counts are those of `increase()` over the window. The `- 1s` keeps the range
+left-open on both Prometheus 2 (closed ranges) and 3. The price of tiles is Sloth's and
+Pyrra's too: events while Prometheus itself was down are in no tile, and on a fresh Prometheus
+a window of tiles is empty until its first step has passed. One rule per derived
+record covers every objective of the tier (the tiles carry the objective's labels): a cycle's
+cost is mostly per rule, not per sample read (tests/benchmarks/test_rule_evaluation_cost.py).
 """
 
 from __future__ import annotations
@@ -43,13 +49,39 @@ from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
 from slo.spec import Tier
 from slo.spec.objectives import Objective
 
-TILE_S = 3600.0  # one tile: the hour whose events long windows add up
-RAW_MAX_S = 6 * 3600.0  # windows up to this read raw series; longer ones add tiles
+FINE_TILE_S = 300.0  # the 5-minute tile: windows up to HOUR_TILES_FROM_S add these
+TILE_S = 3600.0  # the hourly tile: longer windows of whole hours add these
+TILED_FROM_S = 6 * FINE_TILE_S  # shorter windows read raw series (a few scrapes a replica)
+HOUR_TILES_FROM_S = 6 * 3600.0  # windows longer than this add hourly tiles
+
+
+def tile_of(window_s: float) -> float | None:
+    """The tile a window is a sum of (`FINE_TILE_S` or `TILE_S`), None for a raw window: a
+    window of whole 5-minute tiles from 30m; whole hours past 6h add hourly tiles. Under 30m a
+    window reads raw series: a few scrapes per replica, and no wait for a tile's step on a
+    fresh Prometheus."""
+    if window_s < TILED_FROM_S:
+        return None
+    if window_s > HOUR_TILES_FROM_S and round(window_s) % round(TILE_S) == 0:
+        return TILE_S
+    return FINE_TILE_S if round(window_s) % round(FINE_TILE_S) == 0 else None
 
 
 def is_derived(window_s: float) -> bool:
-    """Whether a window is a sum of hourly tiles rather than an `increase()` of raw series."""
-    return window_s > RAW_MAX_S and round(window_s) % round(TILE_S) == 0
+    """Whether a window is a sum of recorded tiles rather than an `increase()` of raw series."""
+    return tile_of(window_s) is not None
+
+
+def recorded_windows(windows: set[float] | tuple[float, ...], derive: bool = True) -> set[float]:
+    """The windows to record for `windows`: themselves and the tiles they add up (the hourly
+    tile is a window of 5-minute tiles)."""
+    needed = set(windows)
+    while derive:
+        tiles = {tile for tile in map(tile_of, needed) if tile is not None} - needed
+        if not tiles:
+            break
+        needed |= tiles
+    return needed
 
 
 def events_expr(tier: str, objective: Objective, window_s: float) -> str:
@@ -89,49 +121,64 @@ def labels_of(tier: Tier, objective: Objective) -> dict[str, str]:
     return {"tier": tier.name, "sli": objective.sli or AVAILABILITY, "objective": objective.name}
 
 
-def _derived_records(tier: Tier, window_s: float) -> list[Rule]:
+def _derived_records(tier: Tier, window_s: float, ratio: bool) -> list[Rule]:
     """A derived window's records for every objective of the tier at once: each tile series
     (labelled tier, sli, objective) sums to its own window, so one rule per record does what
     one per objective did, with the same series and values."""
-    span = f"[{prom_duration(window_s - 1)}:{prom_duration(TILE_S)}]"
+    tile_s = tile_of(window_s) or FINE_TILE_S
+    span = f"[{prom_duration(window_s - 1)}:{prom_duration(tile_s)}]"
     own = {"tier": tier.name}
-    events, bad = (selector(record_events(window_s), **own), selector(record_bad(window_s), **own))
-    return [
+    rules = [
         Rule(
-            f"sum_over_time({selector(record(TILE_S), **own)}{span})", record(window_s), labels=own
+            f"sum_over_time({selector(record(tile_s), **own)}{span})", record(window_s), labels=own
         )
         for record in (record_events, record_bad)
-    ] + [Rule(f"{bad}\n/\n{events}", record=record_error_ratio(window_s), labels=own)]
+    ]
+    return rules + ([_ratio_record(tier, window_s)] if ratio else [])
 
 
-def _window_records(tier: Tier, objective: Objective, window_s: float, tile: bool) -> list[Rule]:
+def _window_records(
+    tier: Tier, objective: Objective, window_s: float, tile: bool, ratio: bool = True
+) -> list[Rule]:
     """A window read from the raw series. Events first: the bad count and the ratio read that
     record back (the same float the inline sum gives) instead of summing the raw series again,
-    twice for a latency ratio."""
+    twice for a latency ratio. A tile records its bad count too, for the windows that add it,
+    and leaves its ratio to `_ratio_record` (one rule for the tier)."""
     labels = labels_of(tier, objective)
     events = f"sum({selector(record_events(window_s), **labels)})"
     bad = _bad_events(tier.name, objective, window_s, events)
     rules = [Rule(events_expr(tier.name, objective, window_s), record_events(window_s))]
     if tile:
         rules.append(Rule(bad, record_bad(window_s)))
-        bad = f"sum({selector(record_bad(window_s), **labels)})"
-    rules.append(Rule(f"{bad}\n/\n{events}", record_error_ratio(window_s)))
+    elif ratio:
+        rules.append(Rule(f"{bad}\n/\n{events}", record_error_ratio(window_s)))
     return [Rule(r.expr, record=r.record, labels=labels) for r in rules]
+
+
+def _ratio_record(tier: Tier, window_s: float) -> Rule:
+    """The window's error ratio for every objective of the tier from its recorded counts: the
+    counts carry `sli` and `objective`, so the division matches each objective's own."""
+    own = {"tier": tier.name}
+    events, bad = (selector(record_events(window_s), **own), selector(record_bad(window_s), **own))
+    return Rule(f"{bad}\n/\n{events}", record=record_error_ratio(window_s), labels=own)
 
 
 def objective_records(
     tier: Tier,
-    windows: tuple[float, ...],
+    windows: set[float] | tuple[float, ...],
+    ratios: set[float] | tuple[float, ...] | None = None,
     constants: bool = True,
-    tiles: bool = False,
+    tiles: set[float] | frozenset[float] = frozenset(),
     derive: bool = True,
 ) -> list[Rule]:
-    """Per objective: its constants, then each raw window's records; with `tiles`, the hourly
-    tiles that derived windows read; then the derived windows, all objectives in one rule per
-    record (after the tiles, so a derived window never reads a tile older than the
-    evaluation). `derive=False` reads raw series over every window, as the rules did before
-    tiles (the benchmark's peer)."""
+    """Per objective: its constants, then each raw window's records (a window in `tiles`, one
+    that other windows add up, records its bad count too); then the derived windows, all
+    objectives in one rule per record, shortest first (after the tiles they add, so a derived
+    window never reads a tile older than the evaluation). A window's error ratio is recorded
+    when it is in `ratios` (default: every window). `derive=False` reads raw series over every
+    window, as the rules did before tiles (the benchmark's peer)."""
     rules: list[Rule] = []
+    ratios = set(windows if ratios is None else ratios)
     derived = sorted(w for w in windows if derive and is_derived(w))
     objectives = budget_objectives(tier)
     for objective in objectives:
@@ -142,9 +189,11 @@ def objective_records(
             if objective.kind == "latency":
                 threshold = number(objective.threshold_s or 0.0)
                 rules.append(Rule(threshold, record=THRESHOLD_RECORD, labels=labels))
-        raw = {*windows, TILE_S} if tiles else set(windows)
-        for window in sorted(raw - set(derived)):
-            rules.extend(_window_records(tier, objective, window, tiles and window == TILE_S))
+        for window in sorted(set(windows) - set(derived)):
+            tile = derive and window in tiles
+            rules.extend(_window_records(tier, objective, window, tile, window in ratios))
+    raw_tiles = set(windows) - set(derived) if derive and objectives else set()
+    rules.extend(_ratio_record(tier, w) for w in sorted(raw_tiles & set(tiles) & ratios))
     for window in derived if objectives else []:
-        rules.extend(_derived_records(tier, window))
+        rules.extend(_derived_records(tier, window, window in ratios))
     return rules

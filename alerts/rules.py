@@ -3,10 +3,11 @@
 Recording rules (`alerts.records`), per tier and objective, for every window of the policy
 and the SLO window: the error ratio (bad events over events, event-weighted across models,
 routes and replicas) and the event count the low-traffic guard reads, plus two constants
-(error budget, latency threshold) that dashboards divide by; windows longer than 6h add
-recorded hourly tiles. Alerts read those records; threshold alerts take `histogram_quantile`
-over the bucket rates of a 5m window, recorded once per tier and SLI (`alerts.quantiles`).
-Each tier has a fast group and a slow one (`rule_groups`).
+(error budget, latency threshold) that dashboards divide by; windows longer than 5m add
+recorded tiles (5-minute ones up to 6h, hourly ones past it). Alerts read those records;
+threshold alerts take `histogram_quantile` over the bucket rates of a 5m window, recorded once
+per tier and SLI (`alerts.quantiles`). Each tier has a fast group and a slow one
+(`rule_groups`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from alerts.records import (
     TILE_S,
     error_ratio_expr,
     events_expr,
-    is_derived,
     objective_records,
+    recorded_windows,
+    tile_of,
 )
 from alerts.rule_types import GOOD_OUTCOME, REQUESTS, Group, Links, Rule
 from alerts.templating import render
@@ -191,7 +193,7 @@ def is_slow(rule: AlertRule) -> bool:
     moves once an hour; its short window is 2h or more)."""
     if rule.kind == "threshold":
         return True
-    return rule.kind == "burn_rate" and is_derived(rule.long_window_s or 0.0)
+    return rule.kind == "burn_rate" and tile_of(rule.long_window_s or 0.0) == TILE_S
 
 
 def _fast_windows(spec: SLOSpec, fast: list[AlertRule]) -> set[float]:
@@ -219,7 +221,8 @@ def rule_groups(
     evaluates in order, so they read this evaluation's values).
 
     - `llm-slo-<tier>`, every evaluation interval: what pages read (the windows of the fast
-      burn rates, phase means and the phase to blame), and the pages;
+      burn rates and the tiles they add up, phase means and the phase to blame), and the
+      pages;
     - `llm-slo-<tier>-slow`, every `slow_interval`: what changes slowly or only tickets and
       dashboards read (constants, the ticket-only windows, sums of hourly tiles, the SLO
       window, bucket rates, the anomaly signals and bands) and the alerts on them (tickets
@@ -229,22 +232,23 @@ def rule_groups(
 
     `group_order` lists them as promtool must evaluate them (fast before slow)."""
     rules = alert_rules(spec)
-    tiles = derive and any(is_derived(window) for window in windows_s(spec))
+    every_window = set(windows_s(spec))
+    needed = recorded_windows(every_window, derive)
+    tiles = {tile for tile in map(tile_of, needed) if tile is not None} if derive else set()
     groups: list[Group] = []
     for tier in spec.tiers:
         own = [rule for rule in rules if rule.tier == tier.name]
         fast = [rule for rule in own if not is_slow(rule)]
-        fast_windows = _fast_windows(spec, fast)
-        slow_windows = tuple(w for w in windows_s(spec) if w not in fast_windows)
-        fast_tiles = tiles and (TILE_S in fast_windows or any(map(is_derived, fast_windows)))
+        fast_windows = recorded_windows(_fast_windows(spec, fast), derive)
+        slow_windows = needed - fast_windows
         records = objective_records(
-            tier, tuple(sorted(fast_windows)), constants=False, tiles=fast_tiles, derive=derive
+            tier, fast_windows, every_window, constants=False, tiles=tiles, derive=derive
         )
         records += phase_records(tier)
         groups.append(
             Group(f"llm-slo-{tier.name}", records + [_alert(r, spec, links) for r in fast])
         )
-        slow = objective_records(tier, slow_windows, tiles=tiles and not fast_tiles, derive=derive)
+        slow = objective_records(tier, slow_windows, every_window, tiles=tiles, derive=derive)
         quantiles = threshold_quantiles(rules, tier.name) | signal_quantiles(spec, tier)
         slow += bucket_rate_records(tier.name, quantiles)
         slow += anomaly_records(spec, tier)

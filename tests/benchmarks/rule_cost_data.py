@@ -4,10 +4,10 @@
 Every replica of every tier is scraped every `scrape_s`: the requests counter (ok and
 server_error), the TTFT, TPOT and e2e histograms (every bucket of the spec, count, sum), and
 each phase's sum and count, at a steady 2 requests/s per replica and tier. Recorded series
-that the rules read over days (the hourly tiles, the anomaly signals and their daily means,
-the phase means and shares) are written too, once a minute, as if Prometheus had been
-evaluating the rules all along: a benchmark that starts with them empty would measure a cost
-no fleet has.
+that the rules read over hours and days (the 5-minute and hourly tiles, the anomaly signals
+and their daily means, the phase means and shares) are written too, once a minute, as if
+Prometheus had been evaluating the rules all along: a benchmark that starts with them empty
+would measure a cost no fleet has.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from itertools import chain
 from pathlib import Path
 
 from alerts.anomalies import ANOMALY_MEAN_RECORD
-from alerts.records import TILE_S
+from alerts.records import FINE_TILE_S, TILE_S
 from slo.alert_rules import AVAILABILITY, budget_objectives
 from slo.promql import (
     ANOMALY_SIGNAL_RECORD,
@@ -113,8 +113,9 @@ def _raw(fleet: Fleet) -> Iterator[tuple[str, Iterator[str]]]:
 
 def _recorded(fleet: Fleet) -> Iterator[tuple[str, Iterator[str]]]:
     """The recorded series the rules read over days, once a minute."""
-    per_hour = PER_REPLICA_PER_S * fleet.replicas * TILE_S
-    tiles: dict[str, list[tuple[str, float]]] = {record_events(TILE_S): [], record_bad(TILE_S): []}
+    tiles: dict[str, list[tuple[str, float]]] = {
+        record(tile): [] for tile in (FINE_TILE_S, TILE_S) for record in (record_events, record_bad)
+    }
     anomalies: dict[str, list[tuple[str, float]]] = {
         ANOMALY_SIGNAL_RECORD: [],
         ANOMALY_MEAN_RECORD: [],
@@ -124,8 +125,10 @@ def _recorded(fleet: Fleet) -> Iterator[tuple[str, Iterator[str]]]:
         for objective in budget_objectives(tier):
             sli = objective.sli or AVAILABILITY
             labels = f'tier="{tier.name}", sli="{sli}", objective="{objective.name}"'
-            tiles[record_events(TILE_S)].append((labels, per_hour))
-            tiles[record_bad(TILE_S)].append((labels, per_hour * BAD_SHARE))
+            for tile in (FINE_TILE_S, TILE_S):
+                per_tile = PER_REPLICA_PER_S * fleet.replicas * tile
+                tiles[record_events(tile)].append((labels, per_tile))
+                tiles[record_bad(tile)].append((labels, per_tile * BAD_SHARE))
         for signal in ANOMALY_SIGNALS:
             for record in anomalies:
                 anomalies[record].append((f'tier="{tier.name}", anomaly="{signal}"', 0.1))

@@ -13,7 +13,7 @@ evaluates the generated rule set every 15 s. Measured, per rule set:
 
 Peer, in the same run on the same data: the same spec's rules with every window read from the
 raw series (`render_rules(..., derive=False)`: `increase(...[30d])` and the like), as they
-were before long windows were summed from hourly tiles.
+were before long windows were summed from recorded tiles.
 
 Goals (asserted): the generated rules under 50 ms per 15 s cycle, no rule above 1M samples, and
 fewer samples for the heaviest rule than the peer's. Run alone, by hand (a quiet machine;
@@ -194,7 +194,7 @@ def test_rule_evaluation_cost(tmp_path: Path) -> None:
             m["heaviest"],
             m["failures"],
         ]
-        for name, m in (("generated (hourly tiles)", ours), ("peer: raw windows", peer))
+        for name, m in (("generated (tiles)", ours), ("peer: raw windows", peer))
     ]
     text = "\n\n".join(
         [

@@ -3,13 +3,14 @@ example spec over 8 days of 1-minute samples without a single evaluation error.
 
 promtool refuses a query that loads more than 10,000 samples, the tripwire of a rule that
 reads raw series over days: `increase(...[30d])` over 8 days of 1-minute samples loads 11,520
-per series. Long windows add recorded hourly tiles instead (`alerts.records`), so the 30d
-SLO window reads 192 tiles here and 720 at most. The test also checks that the derived windows
-count exactly what `increase()` over the raw series counts at a whole hour.
+per series. Long windows add recorded tiles instead (`alerts.records`: 5-minute ones up to 6h,
+hourly ones past it), so the 30d SLO window reads 192 hourly tiles here and 720 at most. The
+test also checks that the derived windows count exactly what `increase()` over the raw series
+counts at a whole hour.
 
-Rules are evaluated every hour: what a query loads depends on its range and the samples'
-density, not on how often it runs, and 192 evaluations of the whole set take seconds where
-11,520 take minutes.
+Rules are evaluated every 5 minutes, the finest tile (a tile must be recorded at each step its
+sums read): what a query loads depends on its range and the samples' density, not on how often
+it runs, and 2,304 evaluations of the whole set take seconds where 11,520 take minutes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from alerts.records import FINE_TILE_S
 from alerts.rules import REQUESTS, Links, group_order, render_rules
 from alerts.templating import render
 from slo.promql import le_value, prom_duration, record_bad, record_events, selector
@@ -108,7 +110,7 @@ def test_full_rule_set_over_eight_days_of_minutes(tmp_path: Path) -> None:
     text = render(
         "rules_test.yml.j2",
         rules_file="rules.yml",
-        evaluation_interval="1h",
+        evaluation_interval=prom_duration(FINE_TILE_S),
         group_eval_order=group_order(spec),
         groups=[group],
         source="test_rules_scale",

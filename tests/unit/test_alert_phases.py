@@ -4,6 +4,8 @@ Go template expands to (the generated promtool tests check the expansion itself)
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from alerts.phase_guide import guide, guides
@@ -12,7 +14,7 @@ from alerts.rules import Links, alert_annotations, alert_expr, shown_annotations
 from alerts.runbooks import render_runbooks
 from slo.alert_rules import UNATTRIBUTED, alert_rules, phases_of
 from slo.promql import BLAMED_PHASE_RECORD, PHASE_MEAN_RECORD
-from slo.sli import PHASES
+from slo.sli import CATALOG, PHASES
 from slo.spec import SLOSpec
 
 SPEC = SLOSpec.default()
@@ -40,8 +42,16 @@ def test_every_latency_alert_joins_the_blamed_phase() -> None:
 
 def test_phase_records_cover_every_phase_of_every_tier() -> None:
     for tier in SPEC.tiers:
-        means = [r for r in phase_records(tier) if r.record == PHASE_MEAN_RECORD]
-        assert [r.labels["phase"] for r in means] == list(PHASES)
+        # One rule records every phase's mean, each part labelled with its phase and reading
+        # that phase's own histogram.
+        (means,) = [r for r in phase_records(tier) if r.record == PHASE_MEAN_RECORD]
+        parts = means.expr.split("\nor\n")
+        assert [re.findall(r'"phase", "(\w+)", "", ""', part) for part in parts] == [
+            [phase] for phase in PHASES
+        ]
+        for phase, part in zip(PHASES, parts, strict=True):
+            metric = CATALOG[phase].metric
+            assert f"{metric}_sum" in part and f"{metric}_count" in part
         assert all(r.labels["tier"] == tier.name for r in phase_records(tier))
 
 
