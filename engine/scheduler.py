@@ -147,7 +147,10 @@ class Scheduler:
         shape = self.policy.shape_step(decoding, prefilling, self._waiting, now_ns, self._steps)
         plan.tpot_s, plan.decodes = shape.tpot_s, shape.decodes
         plan.waiting_decodes = len(decoding) - len(plan.decodes)
-        plan.budget -= sum(1 + s.lookahead(self.num_speculative) for s in plan.decodes)
+        if self.num_speculative:
+            plan.budget -= sum(1 + s.lookahead(self.num_speculative) for s in plan.decodes)
+        else:
+            plan.budget -= len(plan.decodes)
         if shape.prefill_cap is not None:
             plan.budget = min(plan.budget, shape.prefill_cap)
         self._fill_prefill(now_ns, plan)
@@ -180,6 +183,32 @@ class Scheduler:
         """Make room for the next token (and any draft tokens to verify) of every decoding
         sequence, preempting the policy's least important running sequence when blocks run out."""
         victim_key = self.policy.victim_key
+        spec, size = self.num_speculative, self.block_size
+        # Most steps every decoding sequence already has room for its next token, or the free
+        # blocks cover all that lack it: then nobody is preempted and only those grow (in the
+        # same order as below, so the same blocks go to the same sequences).
+        if spec:
+            short = [
+                s
+                for s in self.running
+                if s.prefilled and len(s.block_table) * size < s.num_tokens + s.lookahead(spec)
+            ]
+        else:  # the same, without a call per sequence
+            short = [
+                s
+                for s in self.running
+                if s.prefilled and len(s.block_table) * size < len(s.prompt_ids) + len(s.output_ids)
+            ]
+        if not short:
+            return
+        missing = sum(
+            blocks_needed(s.num_tokens + s.lookahead(spec), size) - len(s.block_table)
+            for s in short
+        )
+        if missing <= self.allocator.num_free:
+            for sequence in sorted(short, key=victim_key):
+                self._grow(sequence, sequence.num_tokens + sequence.lookahead(spec))
+            return
         for sequence in sorted((s for s in self.running if s.prefilled), key=victim_key):
             if sequence not in self.running:
                 continue  # preempted earlier in this loop

@@ -20,11 +20,19 @@ class PrefillTimeModel:
     """
 
     def __init__(self, window: int = 64, min_samples: int = 8) -> None:
-        self._samples: deque[tuple[int, int, float]] = deque(maxlen=window)
+        self._samples: deque[tuple[int, int, float]] = deque()
+        self.window = window
         self.min_samples = min_samples
         self.base_s = 0.0
         self.per_token_s = 0.0
         self.per_decode_s = 0.0
+        # Running sums over the window, so a step's fit costs the same whatever the window:
+        # the token and decode counts' sums are integers, exact, so a regressor that did not
+        # vary over the window has a variance of exactly zero; the times' sums are floats,
+        # rebuilt from the samples every `window` steps so rounding cannot pile up.
+        self._sx = self._sd = self._sxx = self._sxd = self._sdd = 0
+        self._sy = self._sxy = self._sdy = 0.0
+        self._since_rebuild = 0
 
     @property
     def ready(self) -> bool:
@@ -32,16 +40,45 @@ class PrefillTimeModel:
         return len(self._samples) >= self.min_samples
 
     def observe(self, prefill_tokens: int, step_s: float, decodes: int = 0) -> None:
-        self._samples.append((prefill_tokens, decodes, step_s))
-        n = len(self._samples)
-        mean_x = sum(x for x, _, _ in self._samples) / n
-        mean_d = sum(d for _, d, _ in self._samples) / n
-        mean_y = sum(y for _, _, y in self._samples) / n
-        sxx = sxd = sdd = sxy = sdy = 0.0
+        samples = self._samples
+        x, d, y = prefill_tokens, decodes, step_s
+        samples.append((x, d, y))
+        self._add(x, d, y, 1)
+        if len(samples) > self.window:
+            self._add(*samples.popleft(), -1)
+        self._since_rebuild += 1
+        if self._since_rebuild >= self.window:
+            self._rebuild()
+        self._fit()
+
+    def _add(self, x: int, d: int, y: float, sign: int) -> None:
+        self._sx += sign * x
+        self._sd += sign * d
+        self._sxx += sign * x * x
+        self._sxd += sign * x * d
+        self._sdd += sign * d * d
+        self._sy += sign * y
+        self._sxy += sign * x * y
+        self._sdy += sign * d * y
+
+    def _rebuild(self) -> None:
+        self._sx = self._sd = self._sxx = self._sxd = self._sdd = 0
+        self._sy = self._sxy = self._sdy = 0.0
         for x, d, y in self._samples:
-            dx, dd, dy = x - mean_x, d - mean_d, y - mean_y
-            sxx, sxd, sdd = sxx + dx * dx, sxd + dx * dd, sdd + dd * dd
-            sxy, sdy = sxy + dx * dy, sdy + dd * dy
+            self._add(x, d, y, 1)
+        self._since_rebuild = 0
+
+    def _fit(self) -> None:
+        """Least squares over the window, from the running sums (centred: n * S_ab - S_a S_b,
+        divided by n)."""
+        n = len(self._samples)
+        sx, sd, sy = self._sx, self._sd, self._sy
+        mean_x, mean_d, mean_y = sx / n, sd / n, sy / n
+        sxx = (n * self._sxx - sx * sx) / n
+        sxd = (n * self._sxd - sx * sd) / n
+        sdd = (n * self._sdd - sd * sd) / n
+        sxy = self._sxy - sx * mean_y
+        sdy = self._sdy - sd * mean_y
         det = sxx * sdd - sxd * sxd
         per_token, per_decode = 0.0, 0.0
         if sxx > 0 and sdd > 0 and det > 1e-9 * sxx * sdd:

@@ -71,6 +71,17 @@ class SloPolicy:
     def __init__(self, settings: PolicySettings | None = None) -> None:
         settings = settings or PolicySettings()
         self.objectives = dict(settings.objectives)
+        # Read for every sequence in every step: sets, not a lookup and an attribute each time.
+        self._tpot_priorities = frozenset(
+            priority
+            for priority, objective in self.objectives.items()
+            if objective.tpot_s is not None
+        )
+        self._ttft_priorities = frozenset(
+            priority
+            for priority, objective in self.objectives.items()
+            if objective.ttft_s is not None
+        )
         self.default_ttft_s = settings.default_ttft_s
         self.prefill_time = PrefillTimeModel()
         # Steps run decodes and chunks in one forward (engine/fused.py): a chunk rides along.
@@ -93,8 +104,7 @@ class SloPolicy:
         return sequence.arrival_ns + int(ttft_s * 1e9)
 
     def has_ttft_objective(self, sequence: Sequence) -> bool:
-        objective = self.objectives.get(sequence.priority)
-        return objective is not None and objective.ttft_s is not None
+        return sequence.priority in self._ttft_priorities
 
     def rank(self, sequence: Sequence, now_ns: int, tokens_per_step: int) -> tuple[float, int, int]:
         remaining = sequence.num_tokens - sequence.num_cached
@@ -168,8 +178,9 @@ class SloPolicy:
         switches the caps to this kind of step's, and notes the most important TPOT-bound
         tier running (decoding or prefilling), whose lower tiers' prefill waits."""
         seen = self._tpot_tier_seen_ns
-        bound_running = [s for s in running if self._tpot_bound(s)]
-        bound = bound_running + [s for s in waiting if self._tpot_bound(s)]
+        priorities = self._tpot_priorities
+        bound_running = [s for s in running if s.priority in priorities]
+        bound = bound_running + [s for s in waiting if s.priority in priorities]
         self._tpot_running_priority = min((s.priority for s in bound_running), default=None)
         if self._tpot_running_priority is None:
             self._lower_held_ns = None
@@ -269,21 +280,22 @@ class SloPolicy:
         cap = self.decode_context_cap
         if tpot_s is None or cap is None:
             return decoding
-        chosen = [s for s in decoding if self._tpot_bound(s)]
-        others = sorted((s for s in decoding if not self._tpot_bound(s)), key=_last_decoded)
+        bound = self._tpot_priorities
+        chosen = [s for s in decoding if s.priority in bound]
+        others = sorted((s for s in decoding if s.priority not in bound), key=_last_decoded)
         context = 0
         for sequence in others:
-            if context and context + sequence.num_tokens > cap:
+            tokens = len(sequence.prompt_ids) + len(sequence.output_ids)  # its num_tokens
+            if context and context + tokens > cap:
                 break
             chosen.append(sequence)
-            context += sequence.num_tokens
+            context += tokens
         for sequence in chosen:
             sequence.last_decode_step = step
         return chosen
 
     def _tpot_bound(self, sequence: Sequence) -> bool:
-        objective = self.objectives.get(sequence.priority)
-        return objective is not None and objective.tpot_s is not None
+        return sequence.priority in self._tpot_priorities
 
     # ---------------------------------------------------------------------- learning
     def after_step(
@@ -308,7 +320,10 @@ class SloPolicy:
             self.prefill_time.observe(prefill_tokens, step_s, len(decoding))
         if tpot_s is None:
             return
-        context = sum(s.num_tokens for s in decoding if not self._tpot_bound(s))
+        bound = self._tpot_priorities
+        context = sum(
+            len(s.prompt_ids) + len(s.output_ids) for s in decoding if s.priority not in bound
+        )
         if self.chunk_cap is None or self.decode_context_cap is None:
             start = min(budget, self.fitted_chunk(tpot_s) or budget)
             self.chunk_cap, self.decode_context_cap = start, max(context, DECODE_CONTEXT_STEP)

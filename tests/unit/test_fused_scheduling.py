@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
@@ -53,6 +56,40 @@ def test_the_step_time_model_learns_decodes_and_prefill_tokens_apart() -> None:
     assert model.per_token_s == pytest.approx(0.00001, rel=1e-6)
     # 900 tokens at 256 a step beside 16 decodes: 4 steps of (3 + 3.2) ms + 9 ms.
     assert model.predict_s(900, 256, decodes=16) == pytest.approx(4 * 0.0062 + 0.009)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0, 16, 64, 900, 4096]),
+            st.integers(0, 64),
+            st.floats(1e-4, 0.2, allow_nan=False),
+        ),
+        min_size=1,
+        max_size=300,
+    )
+)
+def test_the_step_time_model_fits_its_window_as_least_squares(
+    steps: list[tuple[int, int, float]],
+) -> None:
+    """The model keeps running sums (a step's fit costs the same whatever the window); after
+    every step its fit is the least-squares fit of the last 64 steps, as numpy's solver
+    gives it where both regressors vary."""
+    model = PrefillTimeModel(window=64)
+    for index, (tokens, decodes, step_s) in enumerate(steps):
+        model.observe(tokens, step_s, decodes)
+        window = steps[max(0, index - 63) : index + 1]
+        x = np.array([[1.0, t, d] for t, d, _ in window])
+        y = np.array([s for _, _, s in window])
+        if np.linalg.matrix_rank(x) < 3:
+            continue  # a regressor did not vary: the model folds it, numpy cannot tell
+        base, per_token, per_decode = np.linalg.lstsq(x, y, rcond=None)[0]
+        if per_token < 0 or per_decode <= 0:
+            continue  # the model drops to one regressor (tested above and below)
+        assert model.per_token_s == pytest.approx(per_token, rel=1e-6, abs=1e-12)
+        assert model.per_decode_s == pytest.approx(per_decode, rel=1e-6, abs=1e-12)
+        assert model.base_s == pytest.approx(max(0.0, base), rel=1e-6, abs=1e-9)
 
 
 def test_the_step_time_model_folds_constant_decodes_into_the_base() -> None:
