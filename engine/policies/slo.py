@@ -43,6 +43,11 @@ if TYPE_CHECKING:
 # rest is slack for the noise around a step), and prefill always gets at least this many tokens.
 TPOT_HEADROOM = 0.5
 MIN_CHUNK_TOKENS = 16
+# Prefill tokens a step bound by a TPOT objective may take before the step-time model has seen
+# enough steps to size it (its first `min_samples` steps): a server's first premium request
+# beside a flood would otherwise share an uncapped step (4096 tokens, 140 ms on bundled:tiny,
+# its TTFT) and the cap would take steps to halve its way down.
+COLD_START_CHUNK_TOKENS = 256
 # The smallest step of the lower tiers' decode-context cap (context tokens).
 DECODE_CONTEXT_STEP = 1024
 MAX_GROWTH = 1.25  # the most a cap grows after one step on time
@@ -244,7 +249,9 @@ class SloPolicy:
             )
 
     def prefill_cap(self, tpot_s: float | None, now_ns: int) -> int | None:
-        """Prefill tokens a step bound by `tpot_s` may take (None: no cap). The step that
+        """Prefill tokens a step bound by `tpot_s` may take (None: no cap): the cap learned from
+        the steps so far, else what the step-time model says fits, else (the model not ready)
+        `COLD_START_CHUNK_TOKENS`. The step that
         ends the lower tiers' wait takes as much as a step between premium requests would:
         one 16-token chunk per wait would leave a long prompt minutes behind."""
         if tpot_s is None:
@@ -252,7 +259,9 @@ class SloPolicy:
         if self._regime == BUSY and self._lower_released(now_ns):
             idle_cap = self._saved_caps.get(IDLE, (None, None))[0]
             return None if idle_cap is None else max(idle_cap, self.chunk_cap or 0)
-        return self.chunk_cap if self.chunk_cap is not None else self.fitted_chunk(tpot_s)
+        if self.chunk_cap is not None:
+            return self.chunk_cap
+        return self.fitted_chunk(tpot_s) or COLD_START_CHUNK_TOKENS
 
     def fitted_chunk(self, tpot_s: float) -> int | None:
         """The prefill tokens the step-time model says fit a step bound by `tpot_s` beside
@@ -325,7 +334,7 @@ class SloPolicy:
             len(s.prompt_ids) + len(s.output_ids) for s in decoding if s.priority not in bound
         )
         if self.chunk_cap is None or self.decode_context_cap is None:
-            start = min(budget, self.fitted_chunk(tpot_s) or budget)
+            start = min(budget, self.fitted_chunk(tpot_s) or COLD_START_CHUNK_TOKENS)
             self.chunk_cap, self.decode_context_cap = start, max(context, DECODE_CONTEXT_STEP)
         # Proportional: a step twice too long halves the caps, a step at half its share
         # grows them by a quarter; the work per step settles where steps meet the target.

@@ -15,6 +15,7 @@ pytest.importorskip("torch")
 
 from engine.kv_cache import BlockAllocator
 from engine.policies import PrefillTimeModel, TierObjective, create_policy
+from engine.policies.slo import COLD_START_CHUNK_TOKENS
 from engine.scheduler import Scheduler
 from tests.unit.test_tier_scheduling import BLOCK, SECOND, make_sequence, run_plan
 
@@ -98,6 +99,27 @@ def test_the_step_time_model_folds_constant_decodes_into_the_base() -> None:
         model.observe(tokens, 0.005 + 0.0001 * tokens, 4)
     assert model.per_decode_s == 0.0
     assert model.base_s == pytest.approx(0.005) and model.per_token_s == pytest.approx(0.0001)
+
+
+def test_a_fresh_server_caps_the_chunk_beside_its_first_premium_request() -> None:
+    """Before the step-time model has seen a step, a premium request's first step shares at
+    most COLD_START_CHUNK_TOKENS with a lower tier's prompt, not the whole budget: its TTFT
+    is that step."""
+    policy = create_policy("slo", objectives=OBJECTIVES, fused_steps=True)
+    scheduler = Scheduler(BlockAllocator(4096), BLOCK, 8, 4096, policy=policy)
+    scheduler.add(make_sequence("batch", 2, 3000, 0, 0, max_tokens=10))
+    premium = make_sequence("premium", 0, 40, 1, 0, max_tokens=10)
+    scheduler.add(premium)
+    plan = scheduler.schedule(0)
+    assert not scheduler.policy.prefill_time.ready
+    chunks = {sequence.request_id: tokens for sequence, tokens in plan.chunks}
+    assert chunks["premium"] == 40  # its whole prompt, first
+    assert plan.prefill_tokens == COLD_START_CHUNK_TOKENS < 3000
+    run_plan(scheduler, plan)
+    # The cap it learns from starts there too, not at the budget.
+    scheduler.policy.after_step(0.004, 0.01, [premium], 4096, 0, prefill_tokens=256)
+    assert scheduler.policy.chunk_cap is not None
+    assert scheduler.policy.chunk_cap <= COLD_START_CHUNK_TOKENS * 1.25
 
 
 def test_a_cap_starts_where_the_step_time_model_says_a_step_fits() -> None:
