@@ -290,6 +290,14 @@ class SloPolicy:
         if tpot_s is None or cap is None:
             return decoding
         bound = self._tpot_priorities
+        # Most steps the cap holds every decode: all of them, in the running order, no sort.
+        whole = sum(
+            len(s.prompt_ids) + len(s.output_ids) for s in decoding if s.priority not in bound
+        )
+        if whole <= cap:
+            for sequence in decoding:
+                sequence.last_decode_step = step
+            return decoding
         chosen = [s for s in decoding if s.priority in bound]
         others = sorted((s for s in decoding if s.priority not in bound), key=_last_decoded)
         context = 0
