@@ -31,6 +31,7 @@ from engine.policies.base import (
     SHED_TTFT_OUT_OF_REACH,
     PolicySettings,
     StepShape,
+    TierObjective,
     by_tier_may_preempt,
     by_tier_victim_key,
 )
@@ -55,8 +56,12 @@ DECODE_CONTEXT_GROWTH = 256  # context tokens the decode cap grows by after a st
 # How long after a TPOT-bound tier's last request its step bound still holds: long enough to
 # span the gaps between its requests, short enough to give the lower tiers full steps back.
 TPOT_TIER_RECENT_S = 10.0
-# Between a TPOT-bound tier's requests, a step may take this many of its TPOT objectives.
+# Between a TPOT-bound tier's requests, a step may take this many of its TPOT objectives, and
+# at most this share of its TTFT objective: a request that arrives waits for the step in
+# flight, so that step is part of its TTFT (a 69 ms step, 5 TPOTs of 20 ms at the 50% share,
+# was most of a 100 ms TTFT objective).
 IDLE_STEP_TPOTS = 5.0
+IDLE_STEP_TTFT_SHARE = 0.25
 # The longest the lower tiers' prefill waits while a TPOT-bound tier decodes (no starvation).
 LOWER_PREFILL_MAX_WAIT_S = 0.25
 BUSY, IDLE = "busy", "idle"
@@ -179,8 +184,10 @@ class SloPolicy:
         """The time a step must fit, as a TPOT: the tightest TPOT objective among the
         sequences this step decodes, prefills or keeps waiting (a request being prefilled
         counts, or its first step, its TTFT, would run uncapped); else, while such a tier was
-        seen in the last `TPOT_TIER_RECENT_S`, `IDLE_STEP_TPOTS` of its objective. Also
-        switches the caps to this kind of step's, and notes the most important TPOT-bound
+        seen in the last `TPOT_TIER_RECENT_S`, `IDLE_STEP_TPOTS` of its objective or
+        `IDLE_STEP_TTFT_SHARE` of its TTFT objective, whichever is less (a bound that also
+        holds while a looser TPOT-bound tier decodes: its next request waits for this step).
+        Also switches the caps to this kind of step's, and notes the most important TPOT-bound
         tier running (decoding or prefilling), whose lower tiers' prefill waits."""
         seen = self._tpot_tier_seen_ns
         priorities = self._tpot_priorities
@@ -194,7 +201,7 @@ class SloPolicy:
         present = [tpot for s in bound if (tpot := self.objectives[s.priority].tpot_s)]
         recent_ns = now_ns - int(TPOT_TIER_RECENT_S * 1e9)
         recent = [
-            objective.tpot_s
+            _between_requests_s(objective)
             for priority, seen_ns in seen.items()
             if seen_ns >= recent_ns
             and (objective := self.objectives.get(priority))
@@ -202,10 +209,10 @@ class SloPolicy:
         ]
         if present:
             self._use_caps(BUSY)
-            return min(present)
+            return min(present + recent)
         if recent:
             self._use_caps(IDLE)
-            return min(recent) * IDLE_STEP_TPOTS
+            return min(recent)
         self._use_caps(None)
         return None
 
@@ -358,6 +365,15 @@ class SloPolicy:
             # Additive: one more long decode can cost more than the whole step's slack, so
             # the cap creeps up and any step over its share cuts it (AIMD, as TCP does).
             self.decode_context_cap += DECODE_CONTEXT_GROWTH
+
+
+def _between_requests_s(objective: TierObjective) -> float:
+    """The step bound, as a TPOT, between a TPOT-bound tier's requests (`step_tpot_s`)."""
+    assert objective.tpot_s is not None
+    bound = objective.tpot_s * IDLE_STEP_TPOTS
+    if objective.ttft_s is not None:
+        bound = min(bound, objective.ttft_s * IDLE_STEP_TTFT_SHARE / TPOT_HEADROOM)
+    return bound
 
 
 def _last_decoded(sequence: Sequence) -> int:

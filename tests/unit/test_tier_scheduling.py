@@ -364,6 +364,26 @@ def test_steps_stay_bounded_between_a_tpot_bound_tiers_requests_for_a_while() ->
     assert policy.step_tpot_s([batch], [], 30 * SECOND) is None  # not seen for long: no bound
 
 
+def test_steps_between_requests_leave_room_for_the_ttft_of_the_next_one() -> None:
+    """A request that arrives waits for the step in flight: between premium's requests a step
+    targets at most a quarter of its TTFT objective (100 ms: 25 ms, a bound of 50 ms at the
+    50% share), not 5 of its TPOT objectives (100 ms at 20 ms); and the bound holds while a
+    looser TPOT-bound tier decodes."""
+    objectives = {
+        0: TierObjective(ttft_s=0.1, tpot_s=0.02),
+        1: TierObjective(ttft_s=0.5, tpot_s=0.1),
+    }
+    policy = Policy("slo", objectives=objectives)
+    premium = make_sequence("premium", 0, 8, 0, 0)
+    standard = make_sequence("standard", 1, 8, 1, 0)
+    batch = make_sequence("batch", 2, 400, 2, 0)
+    assert policy.step_tpot_s([premium, batch], [], 0) == 0.02  # decoding: its TPOT objective
+    assert policy.step_tpot_s([batch], [], SECOND) == pytest.approx(0.05)  # between requests
+    assert policy.step_tpot_s([standard, batch], [], SECOND) == pytest.approx(0.05)
+    # Premium not seen for long: the standard tier's own TPOT objective bounds its steps.
+    assert policy.step_tpot_s([standard, batch], [], 60 * SECOND) == pytest.approx(0.1)
+
+
 def test_a_more_important_tier_never_waits_for_a_tpot_bound_one() -> None:
     # Tier 0 has only a TTFT objective; tier 1 has a TPOT objective and is decoding.
     objectives = {0: TierObjective(ttft_s=0.2), 1: TierObjective(ttft_s=1.0, tpot_s=0.05)}
