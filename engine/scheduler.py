@@ -187,27 +187,18 @@ class Scheduler:
         # Most steps every decoding sequence already has room for its next token, or the free
         # blocks cover all that lack it: then nobody is preempted and only those grow (in the
         # same order as below, so the same blocks go to the same sequences).
-        if spec:
-            short = [
-                s
-                for s in self.running
-                if s.prefilled and len(s.block_table) * size < s.num_tokens + s.lookahead(spec)
-            ]
-        else:  # the same, without a call per sequence
-            short = [
-                s
-                for s in self.running
-                if s.prefilled and len(s.block_table) * size < len(s.prompt_ids) + len(s.output_ids)
-            ]
+        short = [
+            (s, needed)
+            for s in self.running
+            if s.prefilled
+            and len(s.block_table) * size < (needed := s.num_tokens + s.lookahead(spec))
+        ]
         if not short:
             return
-        missing = sum(
-            blocks_needed(s.num_tokens + s.lookahead(spec), size) - len(s.block_table)
-            for s in short
-        )
+        missing = sum(blocks_needed(needed, size) - len(s.block_table) for s, needed in short)
         if missing <= self.allocator.num_free:
-            for sequence in sorted(short, key=victim_key):
-                self._grow(sequence, sequence.num_tokens + sequence.lookahead(spec))
+            for sequence, needed in sorted(short, key=lambda pair: victim_key(pair[0])):
+                self._grow(sequence, needed)
             return
         for sequence in sorted((s for s in self.running if s.prefilled), key=victim_key):
             if sequence not in self.running:

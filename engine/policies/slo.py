@@ -298,9 +298,7 @@ class SloPolicy:
             return decoding
         bound = self._tpot_priorities
         # Most steps the cap holds every decode: all of them, in the running order, no sort.
-        whole = sum(
-            len(s.prompt_ids) + len(s.output_ids) for s in decoding if s.priority not in bound
-        )
+        whole = sum(s.num_tokens for s in decoding if s.priority not in bound)
         if whole <= cap:
             for sequence in decoding:
                 sequence.last_decode_step = step
@@ -309,11 +307,10 @@ class SloPolicy:
         others = sorted((s for s in decoding if s.priority not in bound), key=_last_decoded)
         context = 0
         for sequence in others:
-            tokens = len(sequence.prompt_ids) + len(sequence.output_ids)  # its num_tokens
-            if context and context + tokens > cap:
+            if context and context + sequence.num_tokens > cap:
                 break
             chosen.append(sequence)
-            context += tokens
+            context += sequence.num_tokens
         for sequence in chosen:
             sequence.last_decode_step = step
         return chosen
@@ -345,9 +342,7 @@ class SloPolicy:
         if tpot_s is None:
             return
         bound = self._tpot_priorities
-        context = sum(
-            len(s.prompt_ids) + len(s.output_ids) for s in decoding if s.priority not in bound
-        )
+        context = sum(s.num_tokens for s in decoding if s.priority not in bound)
         if self.chunk_cap is None or self.decode_context_cap is None:
             start = min(budget, self.fitted_chunk(tpot_s) or COLD_START_CHUNK_TOKENS)
             self.chunk_cap, self.decode_context_cap = start, max(context, DECODE_CONTEXT_STEP)
