@@ -18,6 +18,12 @@ cdef struct _Cursor:
     const unsigned char* end
 
 
+cdef struct _Span:
+    # Where the string that decided the verdict lies: its opening and its closing quote.
+    const unsigned char* opening
+    const unsigned char* closing
+
+
 cdef inline void _space(_Cursor* c) noexcept nogil:
     while c.at < c.end and (c.at[0] == 32 or c.at[0] == 9 or c.at[0] == 10 or c.at[0] == 13):
         c.at += 1
@@ -216,14 +222,16 @@ cdef inline int _next(_Cursor* c) noexcept nogil:
     return 0 if _take(c, 125) else -1
 
 
-cdef int _text_field(_Cursor* c, int* text) noexcept nogil:
+cdef int _text_field(_Cursor* c, int* text, _Span* span) noexcept nogil:
     """A field the structs take as Any that may hold the text: `text` is 1 for a non-empty
-    string, else 0 (the value skipped)."""
+    string (`span` says where it lies), else 0 (the value skipped)."""
     cdef bint escaped = False
     cdef int size
     text[0] = 0
     if c.at < c.end and c.at[0] == 34:
+        span.opening = c.at
         size = _string(c, &escaped)
+        span.closing = c.at - 1
         text[0] = size > 0
         return 0 if size >= 0 else -1
     return _skip(c, 3)
@@ -241,7 +249,7 @@ cdef int _member(_Cursor* c, int* seen, int bit) noexcept nogil:
     return _next(c)
 
 
-cdef int _delta(_Cursor* c) noexcept nogil:
+cdef int _delta(_Cursor* c, _Span* span) noexcept nogil:
     """A `delta` object (cursor at its brace): 1 when its content is a non-empty string, 0 when
     not, -1 outside the subset."""
     cdef const unsigned char* name
@@ -255,7 +263,7 @@ cdef int _delta(_Cursor* c) noexcept nogil:
         if size < 0:
             return -1
         if _is(name, size, "content"):
-            more = -1 if _text_field(c, &text) < 0 else _member(c, &seen, 1)
+            more = -1 if _text_field(c, &text, span) < 0 else _member(c, &seen, 1)
         elif _is(name, size, "reasoning_content") or _is(name, size, "reasoning"):
             if not _null(c) and _string(c, &escaped) < 0:  # str | None
                 return -1
@@ -268,11 +276,12 @@ cdef int _delta(_Cursor* c) noexcept nogil:
             return text if more == 0 else -1
 
 
-cdef int _choice(_Cursor* c) noexcept nogil:
-    """The one choice (cursor past its brace): 1 when it is the usual token (text, no finish),
-    else 0 or -1."""
+cdef int _choice(_Cursor* c, _Span* span) noexcept nogil:
+    """The one choice (cursor past its brace): 1 when it is the usual token (text, no finish;
+    `span`: the text's string), else 0 or -1."""
     cdef const unsigned char* name
     cdef int size, more, seen = 0, text = 0, delta = -1
+    cdef _Span text_span, content_span
     if _take(c, 125):
         return 0
     while True:
@@ -283,14 +292,14 @@ cdef int _choice(_Cursor* c) noexcept nogil:
             if _null(c):
                 delta = -1
             elif c.at < c.end and c.at[0] == 123:
-                delta = _delta(c)
+                delta = _delta(c, &content_span)
                 if delta < 0:
                     return -1
             else:
                 return -1
             more = _member(c, &seen, 1)
         elif _is(name, size, "text"):
-            more = -1 if _text_field(c, &text) < 0 else _member(c, &seen, 2)
+            more = -1 if _text_field(c, &text, &text_span) < 0 else _member(c, &seen, 2)
         elif _is(name, size, "finish_reason") or _is(name, size, "message"):
             more = _member(c, &seen, 4 if name[0] == 102 else 8) if _null(c) else -1
         else:
@@ -298,11 +307,13 @@ cdef int _choice(_Cursor* c) noexcept nogil:
         if more <= 0:
             if more < 0:
                 return -1
+            span[0] = text_span if delta < 0 else content_span
             return text if delta < 0 else delta
 
 
-cdef int _usual_delta(const unsigned char* payload, Py_ssize_t size) noexcept nogil:
-    """1 when the payload (a JSON object) is surely the usual token chunk, else 0: decode it."""
+cdef int _usual_delta(const unsigned char* payload, Py_ssize_t size, _Span* span) noexcept nogil:
+    """1 when the payload (a JSON object) is surely the usual token chunk, else 0: decode it.
+    On 1, `span` says where its text's string lies."""
     cdef _Cursor c
     cdef const unsigned char* name
     cdef int length, more, seen = 0, usual = 0
@@ -315,7 +326,7 @@ cdef int _usual_delta(const unsigned char* payload, Py_ssize_t size) noexcept no
         if length < 0:
             return 0
         if _is(name, length, "choices"):
-            if not _take(&c, 91) or not _take(&c, 123) or _choice(&c) != 1 or not _take(&c, 93):
+            if not _take(&c, 91) or not _take(&c, 123) or _choice(&c, span) != 1 or not _take(&c, 93):
                 return 0
             usual = 1
             more = _member(&c, &seen, 1)
@@ -329,3 +340,24 @@ cdef int _usual_delta(const unsigned char* payload, Py_ssize_t size) noexcept no
             break
     _space(&c)
     return usual if more == 0 and c.at == c.end else 0
+
+
+cdef int _same_shape(const unsigned char* data, Py_ssize_t size, bytes head, bytes tail) noexcept:
+    """1 when `data` is `head`, a string's body, `tail`: the last usual token event of the
+    stream (cut around its text's string: `head` ends with its opening quote, `tail` starts
+    with its closing one) with other text, non-empty and in the subset. Everything but the
+    text is the same bytes, so the verdict is the same: the usual token. Else 0: scan it."""
+    cdef Py_ssize_t head_size = len(head), tail_size = len(tail)
+    cdef _Cursor c
+    cdef bint escaped = False
+    if size < head_size + tail_size:
+        return 0
+    if memcmp(data, PyBytes_AS_STRING(head), head_size) != 0:
+        return 0
+    if memcmp(data + size - tail_size, PyBytes_AS_STRING(tail), tail_size) != 0:
+        return 0
+    c.at = data + head_size - 1  # the opening quote
+    c.end = data + size - tail_size + 1  # past the closing quote: the string must end there
+    if _string(&c, &escaped) <= 0 or c.at != c.end:
+        return 0
+    return 1

@@ -57,12 +57,26 @@ def token_events_in(reader, data):
     """How many token events one piece of a stream carried (`_hotpath_py.token_events_in`)."""
     if not PyBytes_CheckExact(data):
         return _py.token_events_in(reader, data)
-    if reader._pending or not _one_whole_event(<bytes>data):
+    if reader._pending:
         return reader.feed(data)[0]
     cdef Py_ssize_t size = len(<bytes>data)
     cdef const unsigned char* start = <const unsigned char*>PyBytes_AS_STRING(data)
-    if not reader._head_pending and _usual_delta(start + 6, size - 8) == 1:
-        # What `decoded_has_text` does for the usual delta, without decoding it.
+    cdef _Span span
+    head = reader._usual_head
+    if head is not None and _same_shape(start, size, <bytes>head, <bytes>reader._usual_tail):
+        # The stream's usual token event again, other text: no scan of the rest.
+        reader.events += 1
+        reader.token_events += 1
+        return 1
+    if not _one_whole_event(<bytes>data):
+        return reader.feed(data)[0]
+    if not reader._head_pending and _usual_delta(start + 6, size - 8, &span) == 1:
+        # What `decoded_has_text` does for the usual delta, without decoding it; its bytes
+        # around the text are kept, for the next events of the stream (`_same_shape`).
+        reader._usual_head = PyBytes_FromStringAndSize(<const char*>start, span.opening + 1 - start)
+        reader._usual_tail = PyBytes_FromStringAndSize(
+            <const char*>span.closing, start + size - span.closing
+        )
         reader.events += 1
         reader.token_events += 1
         return 1

@@ -8,7 +8,7 @@ takes the counts once the app is done. Made per request, never shared.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from middleware.reporting import server_timing_value, timings_comment
 from middleware.timeline import RequestTimeline
@@ -28,7 +28,9 @@ MAX_REQUEST_BODY = 16 << 20
 
 class Exchange:
     __slots__ = (
+        "_chunk_sent",
         "_feed",
+        "_marks_chunks",
         "_receive",
         "_request_body",
         "_send",
@@ -72,6 +74,10 @@ class Exchange:
         self.wire = WireReader(strip_usage)
         self._feed = self.wire.feed
         self._token_events_in = self.wire.token_events_in
+        self._chunk_sent = timeline.chunk_sent
+        # An SSE stream whose pieces pass as they are (no usage to strip): `send` marks its
+        # middle chunks without a coroutine of its own (set when the response starts).
+        self._marks_chunks = False
         self.status = 500
         self.started = False
         self.complete = False
@@ -102,29 +108,42 @@ class Exchange:
             self.disconnected = True
         return message
 
-    async def send(self, message: Message) -> None:
-        # The body branch runs once per streamed chunk: keep it to a few operations.
+    def send(self, message: Message) -> Awaitable[None]:
+        """The app's `send`: an awaitable, as ASGI asks. A stream's middle chunk that carried
+        a token event (the hot path, once per token) is marked here and the server's own
+        `send` is handed back to be awaited: nothing is left to do after it, so no coroutine
+        of ours is made for it."""
         if message["type"] == "http.response.body":
             body = message.get("body")
+            if body and self._marks_chunks and message.get("more_body", False):
+                started = self.now_ns()
+                carried = self._token_events_in(body)
+                self._chunk_sent(started, carried)
+                if carried:
+                    return self._send(message)
+                return self._sent_quiet_chunk(message)
             if body and self.is_stream and message.get("more_body", False):
-                await self._stream_chunk(message, body)
-            else:
-                await self._last_or_plain(message, body)
-            return
+                return self._stream_chunk(message, body)
+            return self._last_or_plain(message, body)
         if message["type"] == "http.response.start":
             message = self._start(message)
+        return self._send(message)
+
+    async def _sent_quiet_chunk(self, message: Message) -> None:
+        """A middle chunk with no token event (already marked): it may have held the
+        stream's `[DONE]`, after which the client has the whole answer."""
         await self._send(message)
+        if self.wire.done and not self.delivered:
+            self.delivered = True
+            self.timeline.last_byte_sent(self.now_ns())  # unless a later message comes
 
     async def _stream_chunk(self, message: Message, body: bytes) -> None:
-        """A chunk in the middle of a stream: the hot path."""
+        """A chunk in the middle of a stream whose usage is stripped before it passes."""
         started = self.now_ns()
-        if self.strip_usage:
-            carried, sent = self._feed(body)
-            if sent is not body:
-                message = {**message, "body": sent}
-        else:
-            carried = self._token_events_in(body)
-        self.timeline.chunk_sent(started, carried)
+        carried, sent = self._feed(body)
+        if sent is not body:
+            message = {**message, "body": sent}
+        self._chunk_sent(started, carried)
         await self._send(message)
         if not carried and self.wire.done and not self.delivered:
             self.delivered = True
@@ -168,6 +187,7 @@ class Exchange:
             if name == b"content-type":
                 if value.startswith(b"text/event-stream"):
                     self.is_stream = True
+                    self._marks_chunks = not self.strip_usage
                     self.timeline.stream_started()
                 elif value.startswith(b"application/json"):
                     self.body = bytearray()

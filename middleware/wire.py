@@ -44,6 +44,8 @@ class WireReader:
     __slots__ = (
         "_head_pending",
         "_pending",
+        "_usual_head",
+        "_usual_tail",
         "comments",
         "done",
         "error",
@@ -74,6 +76,10 @@ class WireReader:
         self.response_model: Any = None
         self.finish_reasons: list[str] = []
         self._head_pending = True
+        # The compiled hot path's memory of the stream's last usual token event: its bytes
+        # up to its text's opening quote and from the closing one (`_hotpath._same_shape`).
+        self._usual_head: bytes | None = None
+        self._usual_tail: bytes | None = None
         # SSE comment lines (`: ...`), kept when asked (slo bench reads the server's timings).
         self.comments: list[bytes] | None = [] if keep_comments else None
         # The client did not ask for usage; the middleware asked for it on its behalf: the

@@ -32,6 +32,7 @@ def main() -> None:
         "bare": overhead.bare,
         "tracing off": overhead.ours_tracing_off,
         "all on": overhead.ours_all_on,
+        "starlette-exporter": overhead.starlette_exporter,  # the peer issue 29 names
     }
     if variant not in variants:  # this checkout's gen_ai variants (test_genai_overhead.py)
         from tests.benchmarks import test_genai_overhead as genai

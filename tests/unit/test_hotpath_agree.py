@@ -199,6 +199,39 @@ def test_both_paths_agree_on_mutated_single_events(
     read_both([first, b"data: " + bytes(payload) + b"\n\n"])
 
 
+# Raw bytes for a text string's place in a usual event: JSON escapes, quotes, backslashes,
+# control bytes, bytes that are not UTF-8, an escaped quote or backslash at the very end.
+STRING_BODY = st.binary(max_size=10) | st.sampled_from(
+    [b"", b" the", b'a\\"b', b'\\"', b"\\", b"\\\\", b"\\u00e9", b"\\ud83d\\ude00", b"\n",
+     b"\xc3\xa9", b"\xff", b'"', b'","x":"', b"\\n", b"}]}"]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(
+        [
+            b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"%s"},'
+            b'"finish_reason":null}]}\n\n',
+            b'data: {"choices":[{"text":"%s","index":0,"logprobs":null,"finish_reason":null}]}\n\n',
+            b'data: {"choices": [{"delta": {"content": "%s", "role": null}}], "usage": null}\n\n',
+        ]
+    ),
+    st.lists(STRING_BODY, min_size=1, max_size=8),
+    st.lists(st.sampled_from([b"data: [DONE]\n\n", b": ping\n\n", b'data: {"choices":[]}\n\n'])),
+)
+def test_both_paths_agree_on_events_of_one_shape(
+    shape: bytes, texts: list[bytes], others: list[bytes]
+) -> None:
+    """Most events of a stream differ from the one before only in their text: the compiled
+    path compares such an event with the stream's last usual one around the text (no scan of
+    the rest), and must still give msgspec's verdict for any bytes in the text's place."""
+    first = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'  # reads the head
+    events = [first, shape % b"hi"] + [shape % text for text in texts] + others
+    events.append(shape % texts[0])
+    read_both(events)
+
+
 def test_the_usual_delta_is_decided_by_the_byte_scan() -> None:
     """The compiled path counts a usual delta without decoding it; every twist that makes it
     not the usual one (finish, usage, two choices, a duplicate key, an escaped key, a surrogate
