@@ -55,6 +55,10 @@ cdef inline bint _one_whole_event(bytes data):
 
 def token_events_in(reader, data):
     """How many token events one piece of a stream carried (`_hotpath_py.token_events_in`)."""
+    return _token_events_in(reader, data)
+
+
+cdef object _token_events_in(object reader, object data):
     if not PyBytes_CheckExact(data):
         return _py.token_events_in(reader, data)
     if reader._pending:
@@ -110,7 +114,33 @@ def decoded_has_text(reader, chunk):
     return reader._chunk(chunk)[0]
 
 
+def exchange_send(exchange, message):
+    """`Exchange.send` (`_hotpath_py.exchange_send`): a stream's middle chunk, once per token,
+    is marked here, in C; every other message goes to `exchange._send_message`."""
+    if type(message) is not dict or not exchange._marks_chunks:
+        return exchange._send_message(message)
+    body = (<dict>message).get("body")
+    if (
+        not body
+        or (<dict>message).get("type") != "http.response.body"
+        or not (<dict>message).get("more_body", False)
+    ):
+        return exchange._send_message(message)
+    started = exchange.now_ns()
+    carried = _token_events_in(exchange.wire, body)
+    _chunk_sent(exchange.timeline, started, carried)
+    if carried:
+        return exchange._send(message)
+    return exchange._sent_quiet_chunk(message)
+
+
 def chunk_sent(timeline, started_ns, token_events=1):
+    """A body chunk handed to `send` at `started_ns` with `token_events` token events
+    (`_hotpath_py.chunk_sent`)."""
+    _chunk_sent(timeline, started_ns, token_events)
+
+
+cdef object _chunk_sent(object timeline, object started_ns, object token_events):
     """A body chunk handed to `send` at `started_ns` with `token_events` token events
     (`_hotpath_py.chunk_sent`)."""
     timeline.body_chunk_ns.append(started_ns)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -66,6 +66,23 @@ def decoded_has_text(reader: Any, chunk: Chunk) -> bool:
             reader.token_events += 1
             return True
     return reader._chunk(chunk)[0]
+
+
+def exchange_send(exchange: Any, message: Any) -> Awaitable[None]:
+    """`Exchange.send`: a stream's middle chunk, once per token, is marked here (the timeline's
+    marks, from the wire's token events); every other message goes to
+    `exchange._send_message`. With a token event the server's own `send` is handed back to be
+    awaited, else `exchange._sent_quiet_chunk` (the chunk may have held `[DONE]`)."""
+    if exchange._marks_chunks and message.__class__ is dict:
+        body = message.get("body")
+        if body and message.get("type") == "http.response.body" and message.get("more_body"):
+            started = exchange.now_ns()
+            carried = token_events_in(exchange.wire, body)
+            chunk_sent(exchange.timeline, started, carried)
+            if carried:
+                return exchange._send(message)  # type: ignore[no-any-return]
+            return exchange._sent_quiet_chunk(message)  # type: ignore[no-any-return]
+    return exchange._send_message(message)  # type: ignore[no-any-return]
 
 
 def chunk_sent(timeline: Any, started_ns: int, token_events: int = 1) -> None:

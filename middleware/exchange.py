@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import middleware.hotpath as hotpath
 from middleware.reporting import server_timing_value, timings_comment
 from middleware.timeline import RequestTimeline
 from middleware.types import Message, Receive, Send
@@ -108,11 +109,15 @@ class Exchange:
             self.disconnected = True
         return message
 
-    def send(self, message: Message) -> Awaitable[None]:
-        """The app's `send`: an awaitable, as ASGI asks. A stream's middle chunk that carried
-        a token event (the hot path, once per token) is marked here and the server's own
-        `send` is handed back to be awaited: nothing is left to do after it, so no coroutine
-        of ours is made for it."""
+    # The app's `send`: an awaitable, as ASGI asks. A stream's middle chunk (the hot path, once
+    # per token) is marked by the compiled hot path where built (`middleware.hotpath`), and
+    # when it carried a token event the server's own `send` is handed back to be awaited:
+    # nothing is left to do after it, so no coroutine of ours is made for it. Every other
+    # message goes to `_send_message`.
+    send = hotpath.exchange_send
+
+    def _send_message(self, message: Message) -> Awaitable[None]:
+        """`send` for any message (the hot path's chunks included, marked as it marks them)."""
         if message["type"] == "http.response.body":
             body = message.get("body")
             if body and self._marks_chunks and message.get("more_body", False):

@@ -5,8 +5,8 @@ twin `middleware._hotpath_py`. Chosen once, at import; both behave the same.
     python -c "import middleware.hotpath as h; print(h.IMPLEMENTATION, h.REASON)"
 
 The middleware, the wire parser, the timeline, the histograms and the live windows take their
-per-event functions from here (`token_events_in`, `decoded_has_text`, `chunk_sent`, `gaps_s`,
-`bucket_counts`, `window_add`).
+per-event functions from here (`token_events_in`, `decoded_has_text`, `exchange_send`,
+`chunk_sent`, `gaps_s`, `bucket_counts`, `window_add`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ PURE_PYTHON_VARIABLE = "LLM_SLO_PURE_PYTHON"
 HOT_FUNCTIONS = (
     "token_events_in",
     "decoded_has_text",
+    "exchange_send",
     "chunk_sent",
     "gaps_s",
     "bucket_counts",
@@ -55,6 +56,7 @@ IMPLEMENTATION: str = impl.IMPLEMENTATION
 
 token_events_in = impl.token_events_in
 decoded_has_text = impl.decoded_has_text
+exchange_send = impl.exchange_send
 chunk_sent = impl.chunk_sent
 gaps_s = impl.gaps_s
 bucket_counts = impl.bucket_counts

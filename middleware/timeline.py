@@ -191,12 +191,14 @@ class RequestTimeline:
         self.first_token_byte_ns = self.body_chunk_ns[0] if self.body_chunk_ns else None
 
     def breakdown(self) -> Breakdown:
-        # Runs twice per request (timings for the client, then the report): clamps are inlined
-        # (`min(max(mark, low), high)`) and the gaps come from a cache (see `_gaps`).
+        # Runs twice per request (timings for the client, then the report): clamps are two
+        # conditionals (min/max parse their arguments: 10x the instructions), gaps are cached.
         start = self.start_ns
-        end = max(self.last_byte_ns or self.clock.now_ns(), start)
+        end = self.last_byte_ns or self.clock.now_ns()
+        end = end if end > start else start
         mark = self.receive_end_ns
-        receive_end = start if mark is None else min(max(mark, start), end)
+        receive_end = start if mark is None or mark < start else mark
+        receive_end = end if receive_end > end else receive_end
         if self.engine_reported and self.token_ns:
             parts = self._engine_parts(receive_end, end)
         else:
@@ -208,7 +210,7 @@ class RequestTimeline:
         ttft = (
             None
             if self.first_token_byte_ns is None
-            else max(self.first_token_byte_ns - start, 0) * NS
+            else (self.first_token_byte_ns - start if self.first_token_byte_ns > start else 0) * NS
         )
         if ttft is None and output_tokens and self.last_byte_ns is not None:
             ttft = e2e * NS  # a non-streamed answer: the first token arrives with the last byte
@@ -264,9 +266,11 @@ class RequestTimeline:
         """Seen through the wire (any engine): the same parts, the engine's phases carved out
         where it reported them (span, timings, headers)."""
         mark = self.first_token_byte_ns
-        first_byte = end if mark is None else min(max(mark, receive_end), end)
+        first_byte = end if mark is None else (mark if mark > receive_end else receive_end)
+        first_byte = end if first_byte > end else first_byte
         output_tokens, mark, itl = self._gaps(self.token_chunk_ns, first_byte)
-        last_chunk = first_byte if mark is None else min(max(mark, first_byte), end)
+        last_chunk = first_byte if mark is None or mark < first_byte else mark
+        last_chunk = end if last_chunk > end else last_chunk
         decode = last_chunk - first_byte
         queue_prefill = None
         report = self.upstream
@@ -294,11 +298,13 @@ class RequestTimeline:
         engine_start = receive_end
         mark = self.upstream_start_ns
         if mark is not None:
-            engine_start = min(max(mark, receive_end), until)
+            engine_start = mark if mark > receive_end else receive_end
+            engine_start = until if engine_start > until else engine_start
             other = engine_start - receive_end
             mark = self.upstream_connected_ns
             if mark is not None:
-                reached = min(max(mark, engine_start), until)
+                reached = mark if mark > engine_start else engine_start
+                reached = until if reached > until else reached
                 reach = reached - engine_start
                 engine_start = reached
         return engine_start, other, reach

@@ -3,8 +3,9 @@ callgrind: `python instructions_worker.py TREE FRAMEWORK WORKLOAD VARIANT COUNT`
 
 TREE goes first on sys.path, so `middleware` and the workload (TREE's own
 tests/benchmarks/test_middleware_overhead.py: the same apps and driver in both checkouts) are
-that checkout's. It builds one app (`bare`, `tracing off` or `all on`, or one of
-test_genai_overhead.py's VARIANTS), warms it up, collects garbage, then
+that checkout's. It builds one app (`bare`, `tracing off` or `all on`, a peer for
+test_middleware_instructions.py, or one of test_genai_overhead.py's VARIANTS), warms it up,
+collects garbage, then
 drives COUNT requests inside `sys.call_tracing`: callgrind counts instructions only there
 (`--toggle-collect=sys_call_tracing*`), so imports, set-up and warm-up are left out.
 """
@@ -32,7 +33,9 @@ def main() -> None:
         "bare": overhead.bare,
         "tracing off": overhead.ours_tracing_off,
         "all on": overhead.ours_all_on,
-        "starlette-exporter": overhead.starlette_exporter,  # the peer issue 29 names
+        # the peers issue 29 names (tests/benchmarks/test_middleware_instructions.py)
+        "starlette-exporter": overhead.starlette_exporter,
+        "opentelemetry-instrumentation-asgi": overhead.otel_asgi_defaults,
     }
     if variant not in variants:  # this checkout's gen_ai variants (test_genai_overhead.py)
         from tests.benchmarks import test_genai_overhead as genai

@@ -18,8 +18,10 @@ proxy (proxy_buffering off, HTTP/1.1 upstream keep-alive), rounds interleaved:
 Measured per variant: TTFT p50 at the client (to the first text delta; "added" = minus
 direct's), the proxy's CPU per streamed SSE event (all its threads' time on CPU from
 /proc/PID/task/*/schedstat, in ns, before/after), throughput in events per second. Goals
-(issue 13): added TTFT p50 <= 1 ms at one stream and <= 2x nginx's at 64 streams (steady);
-CPU per event within 3x nginx's and throughput >= 90% of direct at every load.
+(issue 29; issue 13 asked 1 ms, 3x and 90%): added TTFT p50 <= 0.5 ms at one stream and <= 2x
+nginx's (floored at 0.5 ms) at 64 streams (steady); CPU per event within 1.5x nginx's and
+throughput >= 95% of direct at every load. nginx's own CPU per event is reported beside it: the
+host's speed, so a ratio reads the same on slow and fast hosts.
 """
 
 from __future__ import annotations
@@ -62,6 +64,11 @@ LOADS = {
     "64 streams, lockstep": Load(64, 8, 0.010, lockstep=True),
 }
 ROUNDS = 3
+# Issue 29's goals.
+ADDED_TTFT_MS = 0.5  # at 1 stream; at 64, 2x nginx's added TTFT, floored at this
+CPU_RATIO = 1.5  # CPU per SSE event against nginx's
+THROUGHPUT = 0.95  # of direct access
+CPU_RATIO_KEY = f"ratio slo/nginx (goal <= {CPU_RATIO})"
 PAGE = ROOT / "docs" / "benchmarks" / "proxy-overhead.md"
 
 
@@ -265,24 +272,27 @@ def test_proxy_overhead(tmp_path: Path) -> None:
     misses = [
         goal
         for goal, met in (
-            ("added TTFT p50 <= 1 ms at 1 stream", one["added_ttft_p50_ms"]["slo proxy"] <= 1.0),
+            (
+                f"added TTFT p50 <= {ADDED_TTFT_MS} ms at 1 stream",
+                one["added_ttft_p50_ms"]["slo proxy"] <= ADDED_TTFT_MS,
+            ),
             (
                 # nginx adds ~0 here: a floor of 0.5 ms keeps "2x" from judging noise
                 "added TTFT p50 <= 2x nginx's at 64 streams",
                 many["added_ttft_p50_ms"]["slo proxy"]
-                <= 2 * max(many["added_ttft_p50_ms"]["nginx"], 0.5),
+                <= 2 * max(many["added_ttft_p50_ms"]["nginx"], ADDED_TTFT_MS),
             ),
             *(
                 (
-                    f"CPU per event <= 3x nginx's at {load_name}",
-                    report[load_name]["cpu_us_per_event"]["ratio slo/nginx (goal <= 3)"] <= 3.0,
+                    f"CPU per event <= {CPU_RATIO}x nginx's at {load_name}",
+                    report[load_name]["cpu_us_per_event"][CPU_RATIO_KEY] <= CPU_RATIO,
                 )
                 for load_name in LOADS
             ),
             *(
                 (
-                    f"throughput >= 90% of direct at {load_name}",
-                    report[load_name]["throughput_vs_direct"]["slo proxy"] >= 0.90,
+                    f"throughput >= {THROUGHPUT:.0%} of direct at {load_name}",
+                    report[load_name]["throughput_vs_direct"]["slo proxy"] >= THROUGHPUT,
                 )
                 for load_name in LOADS
             ),
@@ -301,20 +311,22 @@ def write_page(report: dict[str, dict[str, dict[str, float]]], load_at_start: st
             figures["added_ttft_p50_ms"]["nginx"],
             figures["cpu_us_per_event"]["slo proxy"],
             figures["cpu_us_per_event"]["nginx"],
-            figures["cpu_us_per_event"]["ratio slo/nginx (goal <= 3)"],
+            figures["cpu_us_per_event"][CPU_RATIO_KEY],
             figures["throughput_vs_direct"]["slo proxy"],
         ]
         for load_name, figures in report.items()
     ]
     header = ["load", "added TTFT p50, slo proxy (ms)", "added TTFT p50, nginx (ms)",
               "CPU per SSE event, slo proxy (us)", "CPU per SSE event, nginx (us)",
-              "CPU ratio (goal <= 3)", "throughput vs direct (goal >= 0.90)"]  # fmt: skip
+              f"CPU ratio (goal <= {CPU_RATIO})",
+              f"throughput vs direct (goal >= {THROUGHPUT:.2f})"]  # fmt: skip
     text = "\n\n".join([
         "## Added latency and CPU per SSE event, against direct access and nginx",
         stamp(load_at_start),
-        f"Medians over {ROUNDS} interleaved rounds; goals: added TTFT p50 <= 1 ms at 1 stream "
-        "and <= 2x nginx's (floored at 0.5 ms) at 64 steady streams, CPU per event <= 3x "
-        "nginx's, throughput >= 90% of direct. Command: `python -m pytest "
+        f"Medians over {ROUNDS} interleaved rounds; goals (issue 29): added TTFT p50 <= "
+        f"{ADDED_TTFT_MS} ms at 1 stream and <= 2x nginx's (floored at {ADDED_TTFT_MS} ms) at "
+        f"64 steady streams, CPU per event <= {CPU_RATIO}x nginx's (nginx's own: the host's "
+        f"speed), throughput >= {THROUGHPUT:.0%} of direct. Command: `python -m pytest "
         "tests/benchmarks/test_proxy_overhead.py -o addopts=\"\" -s -p no:cacheprovider`.",
         table(header, rows),
     ])  # fmt: skip
@@ -338,7 +350,7 @@ def summarize(runs: dict[str, list[Measured]]) -> dict[str, dict[str, float]]:
         },
         "cpu_us_per_event": {
             **{name: round(value, 2) for name, value in cpu.items()},
-            "ratio slo/nginx (goal <= 3)": round(cpu["slo proxy"] / cpu["nginx"], 2),
+            CPU_RATIO_KEY: round(cpu["slo proxy"] / cpu["nginx"], 2),
         },
         "events_per_s": {name: round(median(name, "events_per_s")) for name in runs},
         "throughput_vs_direct": {

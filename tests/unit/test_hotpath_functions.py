@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from middleware import _hotpath_py, hotpath
 from middleware.clock import ScriptedClock
+from middleware.exchange import Exchange
 from middleware.histograms import bucket_counts
 from middleware.live.windows import NUM_SLOTS, WindowSet
 from middleware.timeline import RequestTimeline
@@ -60,6 +61,7 @@ def test_using_rebinds_every_hot_function() -> None:
             assert WireReader.token_events_in is module.token_events_in
             assert WireReader._decoded_has_text is module.decoded_has_text
             assert RequestTimeline.chunk_sent is module.chunk_sent
+            assert Exchange.send is module.exchange_send
             assert hotpath.gaps_s is module.gaps_s
             assert hotpath.window_add is module.window_add
             from middleware import histograms, settle
@@ -147,3 +149,85 @@ def test_window_update_falls_back_to_numpy_for_other_dtypes_and_indices() -> Non
             )
         np.testing.assert_array_equal(sets[0].counts, sets[1].counts)
         assert sets[0].counts.sum() == 2 * amounts.sum()
+
+
+SSE_PIECES = st.sampled_from(
+    [
+        b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n',
+        b'data: {"id":"c","choices":[{"delta":{"content":" a"},"finish_reason":null}]}\n\n',
+        b'data: {"id":"c","choices":[{"delta":{"content":"\\"q"},"finish_reason":null}]}\n\n',
+        b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n',
+        b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n',
+        b"data: [DONE]\n\n",
+        b"data: [DO",
+        b"NE]\n\n",
+        b": ping\n\n",
+        b'data: {"choices":[{"delta":{"content":"x"}}]}\n\ndata: {"choices":[{"delta"',
+        b':{"content":"y"}}]}\n\n',
+        b"",
+    ]
+)
+MESSAGE = st.tuples(SSE_PIECES, st.booleans(), st.sampled_from(["dict", "other type", "mapping"]))
+
+
+def drive_exchange(
+    name: str, content_type: bytes, strip_usage: bool, messages: list[tuple[bytes, bool, str]]
+) -> tuple[Any, ...]:
+    """Send the messages through an Exchange on implementation `name`: what went down, the
+    timeline's marks and the wire's counts."""
+    import asyncio
+    from types import MappingProxyType
+
+    sent: list[Any] = []
+
+    async def below(message: Any) -> None:
+        sent.append(dict(message))
+
+    async def run() -> tuple[Any, ...]:
+        clock = ScriptedClock()
+        timeline = RequestTimeline.begin("r", clock)
+        exchange = Exchange(timeline, None, below, clock.now_ns, replay=[], strip_usage=strip_usage)
+        start = {"type": "http.response.start", "status": 200, "headers": []}
+        start["headers"] = [(b"content-type", content_type)]
+        await exchange.send(start)
+        for body, more, kind in messages:
+            clock.advance_ms(1)
+            message: Any = {"type": "http.response.body", "body": body, "more_body": more}
+            if kind == "other type":
+                message = {"type": "http.response.trailers", "body": body, "more_body": more}
+            elif kind == "mapping":
+                message = MappingProxyType(message)
+            await exchange.send(message)
+        wire = exchange.wire
+        return (
+            sent,
+            timeline.body_chunk_ns,
+            timeline.token_chunk_ns,
+            timeline.first_token_byte_ns,
+            timeline.last_byte_ns,
+            exchange.delivered,
+            exchange.complete,
+            (wire.events, wire.token_events, wire.done, wire.finished, wire.finish_reasons),
+        )
+
+    with using(name):
+        return asyncio.run(run())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from([b"text/event-stream", b"application/json"]),
+    st.booleans(),
+    st.lists(MESSAGE, max_size=10),
+)
+def test_exchange_send_agrees(
+    content_type: bytes, strip_usage: bool, messages: list[tuple[bytes, bool, str]]
+) -> None:
+    """`Exchange.send` on either path passes the same messages down and leaves the same marks
+    and counts, whatever the messages (stream or JSON, usage stripped or not, pieces cut
+    anywhere, empty bodies, the last message anywhere, a message of another type or that is a
+    mapping but not a dict)."""
+    compiled()
+    assert drive_exchange("compiled", content_type, strip_usage, messages) == drive_exchange(
+        "pure-python", content_type, strip_usage, messages
+    )
