@@ -37,6 +37,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -78,7 +79,26 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     # the code it measures is what users run.
     for built in (ROOT / "middleware").glob("_hotpath*.so"):
         shutil.copy(built, after / "middleware" / built.name)
-    return {"before": export(BEFORE, base / "before"), "after": after}
+    before = export(BEFORE, base / "before")
+    build_hot_path(before, base / "wheel")
+    return {"before": before, "after": after}
+
+
+def build_hot_path(tree: Path, folder: Path) -> None:
+    """The tree's own compiled hot path (its `.pyx` may differ from this checkout's), built as
+    `pip install` builds it, into the tree. Without it, the installed package's import hook
+    would hand the tree this checkout's extension, which may not fit its Python side."""
+    if not (tree / "middleware" / "_hotpath.pyx").exists():
+        return  # a commit from before the compiled hot path
+    command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder)]
+    built = subprocess.run([*command, str(tree)], capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        pytest.fail(f"building {tree.name}'s hot path: {built.stderr.strip()[-2000:]}")
+    (wheel,) = folder.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            if name.startswith("middleware/_hotpath") and name.endswith(".so"):
+                (tree / name).write_bytes(archive.read(name))
 
 
 class Worker:
