@@ -141,8 +141,6 @@ def chunk_sent(timeline, started_ns, token_events=1):
 
 
 cdef object _chunk_sent(object timeline, object started_ns, object token_events):
-    """A body chunk handed to `send` at `started_ns` with `token_events` token events
-    (`_hotpath_py.chunk_sent`)."""
     timeline.body_chunk_ns.append(started_ns)
     if token_events:
         marks = timeline.token_chunk_ns

@@ -35,7 +35,6 @@ class Exchange:
         "_receive",
         "_request_body",
         "_send",
-        "_token_events_in",
         "body",
         "complete",
         "delivered",
@@ -74,7 +73,6 @@ class Exchange:
         self.server_timing = server_timing
         self.wire = WireReader(strip_usage)
         self._feed = self.wire.feed
-        self._token_events_in = self.wire.token_events_in
         self._chunk_sent = timeline.chunk_sent
         # An SSE stream whose pieces pass as they are (no usage to strip): `send` marks its
         # middle chunks without a coroutine of its own (set when the response starts).
@@ -117,16 +115,9 @@ class Exchange:
     send = hotpath.exchange_send
 
     def _send_message(self, message: Message) -> Awaitable[None]:
-        """`send` for any message (the hot path's chunks included, marked as it marks them)."""
+        """`send` for every message the hot path does not take."""
         if message["type"] == "http.response.body":
             body = message.get("body")
-            if body and self._marks_chunks and message.get("more_body", False):
-                started = self.now_ns()
-                carried = self._token_events_in(body)
-                self._chunk_sent(started, carried)
-                if carried:
-                    return self._send(message)
-                return self._sent_quiet_chunk(message)
             if body and self.is_stream and message.get("more_body", False):
                 return self._stream_chunk(message, body)
             return self._last_or_plain(message, body)
@@ -143,7 +134,9 @@ class Exchange:
             self.timeline.last_byte_sent(self.now_ns())  # unless a later message comes
 
     async def _stream_chunk(self, message: Message, body: bytes) -> None:
-        """A chunk in the middle of a stream whose usage is stripped before it passes."""
+        """A chunk in the middle of a stream that the hot path did not take: usage is
+        stripped from it, or the message is a mapping but not a dict (`feed` then counts what
+        `token_events_in` would, and hands the piece back as it came)."""
         started = self.now_ns()
         carried, sent = self._feed(body)
         if sent is not body:
