@@ -66,6 +66,10 @@ cdef object _token_events_in(object reader, object data):
     cdef Py_ssize_t size = len(<bytes>data)
     cdef const unsigned char* start = <const unsigned char*>PyBytes_AS_STRING(data)
     cdef _Span span
+    if size == 14 and memcmp(start, b"data: [DONE]\n\n", 14) == 0:
+        # The stream's end, alone in its piece (what `feed` reads from it: done, no event).
+        reader.done = True
+        return 0
     head = reader._usual_head
     if head is not None and _same_shape(start, size, <bytes>head, <bytes>reader._usual_tail):
         # The stream's usual token event again, other text: no scan of the rest.
@@ -91,11 +95,29 @@ cdef object _token_events_in(object reader, object data):
         chunk = decode_chunk(payload)
     except NOT_DECODED:
         return 0
-    return 1 if decoded_has_text(reader, chunk) else 0
+    return 1 if _decoded_has_text(reader, chunk) else 0
 
 
 def decoded_has_text(reader, chunk):
     """Whether a decoded chunk is a token event, counted (`_hotpath_py.decoded_has_text`)."""
+    return _decoded_has_text(reader, chunk)
+
+
+cdef bint _quiet_delta(object delta) except -1:
+    """A delta (or message) with no text of any kind: content None or "", no reasoning, no
+    tool calls (what `_delta_has_text` says is not a token event, in the shapes it takes)."""
+    if delta is None:
+        return True
+    content = delta.content
+    return (
+        (content is None or (type(content) is str and len(<str>content) == 0))
+        and delta.reasoning_content is None
+        and delta.reasoning is None
+        and delta.tool_calls is None
+    )
+
+
+cdef bint _decoded_has_text(object reader, object chunk) except -1:
     choices = chunk.choices
     if (
         choices is not None
@@ -107,10 +129,25 @@ def decoded_has_text(reader, chunk):
         choice = choices[0]
         delta = choice.delta
         text = choice.text if delta is None else delta.content
-        if choice.finish_reason is None and type(text) is str and len(<str>text) != 0:
+        finish = choice.finish_reason
+        if finish is None and type(text) is str and len(<str>text) != 0:
             reader.events += 1
             reader.token_events += 1
             return True
+        # A single choice with no text at all (the role chunk that opens a stream, the
+        # finish chunk that ends it): what `WireReader._chunk` does for it, without the calls.
+        plain = choice.text
+        if (plain is None or (type(plain) is str and len(<str>plain) == 0)) and _quiet_delta(
+            delta if delta is not None else choice.message
+        ):
+            if finish is None:
+                reader.events += 1
+                return False
+            if type(finish) is str and len(<str>finish) != 0:
+                reader.events += 1
+                reader.finished = True
+                reader.finish_reasons.append(finish)
+                return False
     return reader._chunk(chunk)[0]
 
 

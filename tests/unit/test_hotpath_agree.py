@@ -53,9 +53,13 @@ def choice(delta: dict[str, Any] | None, finish: str | None, text: Any = None) -
 @st.composite
 def chunk(draw: st.DrawFn) -> dict[str, Any]:
     """One chunk as the engines write them (WIRE.md), with the odd extra field."""
-    kind = draw(st.sampled_from(["delta", "delta", "delta", "role", "text", "reason", "tool"]))
+    kind = draw(
+        st.sampled_from(
+            ["delta", "delta", "delta", "role", "text", "reason", "tool", "no_tools", "message"]
+        )
+    )
     text = draw(TEXT)
-    finish = draw(st.sampled_from([None, None, None, "stop", "length"]))
+    finish = draw(st.sampled_from([None, None, None, "stop", "length", ""]))
     delta: dict[str, Any] | None = {"content": text}
     if kind == "role":
         delta = {"role": "assistant", "content": draw(st.sampled_from([None, ""]))}
@@ -63,12 +67,18 @@ def chunk(draw: st.DrawFn) -> dict[str, Any]:
         delta = {"reasoning_content": text}
     elif kind == "tool":
         delta = {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}
+    elif kind == "no_tools":  # an empty list of calls: no text
+        delta = {"content": draw(st.sampled_from([None, ""])), "tool_calls": []}
     made: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion.chunk"}
     made["created"] = draw(st.integers(0, 2**70))
     made["model"] = "m"
     made["choices"] = [
-        choice(None if kind == "text" else delta, finish, text if kind == "text" else None)
+        choice(
+            None if kind in ("text", "message") else delta, finish, text if kind == "text" else None
+        )
     ]
+    if kind == "message":  # a whole message in a chunk (some servers' last event)
+        made["choices"][0]["message"] = {"content": draw(st.sampled_from([None, "", text]))}
     if draw(st.booleans()):
         made["choices"].append(choice({"content": text}, None))
     extra = draw(st.sampled_from(["", "", "usage_null", "usage", "timings", "error", "float"]))
