@@ -14,8 +14,10 @@ twin, so no input behaves differently.
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
 from cpython.list cimport PyList_GET_ITEM
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize
-from libc.math cimport floor
-from libc.string cimport memchr, memcmp, strlen
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+from libc.math cimport floor, signbit
+from libc.stdint cimport int64_t
+from libc.string cimport memchr, memcmp, memcpy, strlen
 
 from middleware import _hotpath_py as _py
 from middleware.wire_chunk import NOT_DECODED, decode_chunk
@@ -53,6 +55,18 @@ cdef inline bint _one_whole_event(bytes data):
     return True
 
 
+cdef class UsualEvent:
+    """A stream's usual token event, as the compiled scan keeps it on its reader
+    (`WireReader._usual`): its bytes up to its text's opening quote (`head`) and from the
+    closing one (`tail`), and how many usual token events the stream has carried (`count`:
+    `WireReader.events` and `token_events` add it). Counted here, a usual event costs no
+    attribute write on the reader."""
+
+    cdef bytes head
+    cdef bytes tail
+    cdef readonly Py_ssize_t count
+
+
 def token_events_in(reader, data):
     """How many token events one piece of a stream carried (`_hotpath_py.token_events_in`)."""
     return _token_events_in(reader, data)
@@ -66,27 +80,30 @@ cdef object _token_events_in(object reader, object data):
     cdef Py_ssize_t size = len(<bytes>data)
     cdef const unsigned char* start = <const unsigned char*>PyBytes_AS_STRING(data)
     cdef _Span span
+    cdef UsualEvent fresh
     if size == 14 and memcmp(start, b"data: [DONE]\n\n", 14) == 0:
         # The stream's end, alone in its piece (what `feed` reads from it: done, no event).
         reader.done = True
         return 0
-    head = reader._usual_head
-    if head is not None and _same_shape(start, size, <bytes>head, <bytes>reader._usual_tail):
+    usual = reader._usual
+    if usual is not None and _same_shape(
+        start, size, (<UsualEvent>usual).head, (<UsualEvent>usual).tail
+    ):
         # The stream's usual token event again, other text: no scan of the rest.
-        reader.events += 1
-        reader.token_events += 1
+        (<UsualEvent>usual).count += 1
         return 1
     if not _one_whole_event(<bytes>data):
         return reader.feed(data)[0]
     if not reader._head_pending and _usual_delta(start + 6, size - 8, &span) == 1:
         # What `decoded_has_text` does for the usual delta, without decoding it; its bytes
         # around the text are kept, for the next events of the stream (`_same_shape`).
-        reader._usual_head = PyBytes_FromStringAndSize(<const char*>start, span.opening + 1 - start)
-        reader._usual_tail = PyBytes_FromStringAndSize(
+        fresh = UsualEvent.__new__(UsualEvent)
+        fresh.head = PyBytes_FromStringAndSize(<const char*>start, span.opening + 1 - start)
+        fresh.tail = PyBytes_FromStringAndSize(
             <const char*>span.closing, start + size - span.closing
         )
-        reader.events += 1
-        reader.token_events += 1
+        fresh.count = 1 if usual is None else (<UsualEvent>usual).count + 1
+        reader._usual = fresh
         return 1
     payload = PyBytes_FromStringAndSize(<const char*>start + 6, size - 8)
     if reader._head_pending:  # the first event only
@@ -131,8 +148,8 @@ cdef bint _decoded_has_text(object reader, object chunk) except -1:
         text = choice.text if delta is None else delta.content
         finish = choice.finish_reason
         if finish is None and type(text) is str and len(<str>text) != 0:
-            reader.events += 1
-            reader.token_events += 1
+            reader._events += 1
+            reader._token_events += 1
             return True
         # A single choice with no text at all (the role chunk that opens a stream, the
         # finish chunk that ends it): what `WireReader._chunk` does for it, without the calls.
@@ -141,10 +158,10 @@ cdef bint _decoded_has_text(object reader, object chunk) except -1:
             delta if delta is not None else choice.message
         ):
             if finish is None:
-                reader.events += 1
+                reader._events += 1
                 return False
             if type(finish) is str and len(<str>finish) != 0:
-                reader.events += 1
+                reader._events += 1
                 reader.finished = True
                 reader.finish_reasons.append(finish)
                 return False
@@ -154,7 +171,8 @@ cdef bint _decoded_has_text(object reader, object chunk) except -1:
 def exchange_send(exchange, message):
     """`Exchange.send` (`_hotpath_py.exchange_send`): a stream's middle chunk, once per token,
     is marked here, in C; every other message goes to `exchange._send_message`."""
-    if type(message) is not dict or not exchange._marks_chunks:
+    hot = exchange._hot
+    if hot is None or type(message) is not dict:
         return exchange._send_message(message)
     body = (<dict>message).get("body")
     if (
@@ -163,11 +181,20 @@ def exchange_send(exchange, message):
         or not (<dict>message).get("more_body", False)
     ):
         return exchange._send_message(message)
-    started = exchange.now_ns()
-    carried = _token_events_in(exchange.wire, body)
-    _chunk_sent(exchange.timeline, started, carried)
+    cdef tuple parts = hot
+    cdef list body_marks = parts[2]
+    cdef list token_marks = parts[3]
+    started = parts[5]()
+    carried = _token_events_in(parts[0], body)
+    body_marks.append(started)
     if carried:
-        return exchange._send(message)
+        if carried == 1:
+            if len(token_marks) == 0 and parts[1].first_token_byte_ns is None:
+                parts[1].first_token_byte_ns = started
+            token_marks.append(started)
+        else:
+            _chunk_sent_tokens(parts[1], started, carried)
+        return parts[4](message)
     return exchange._sent_quiet_chunk(message)
 
 
@@ -180,13 +207,17 @@ def chunk_sent(timeline, started_ns, token_events=1):
 cdef object _chunk_sent(object timeline, object started_ns, object token_events):
     timeline.body_chunk_ns.append(started_ns)
     if token_events:
-        marks = timeline.token_chunk_ns
-        if token_events == 1:
-            marks.append(started_ns)
-        else:
-            marks.extend([started_ns] * token_events)
-        if timeline.first_token_byte_ns is None:
-            timeline.first_token_byte_ns = started_ns
+        _chunk_sent_tokens(timeline, started_ns, token_events)
+
+
+cdef object _chunk_sent_tokens(object timeline, object started_ns, object token_events):
+    marks = timeline.token_chunk_ns
+    if token_events == 1:
+        marks.append(started_ns)
+    else:
+        marks.extend([started_ns] * token_events)
+    if timeline.first_token_byte_ns is None:
+        timeline.first_token_byte_ns = started_ns
 
 
 def gaps_s(times):
@@ -313,3 +344,100 @@ def window_add(counts, slot_ids, slot_s, double now_s, columns, amounts):
         added = -1
     if added != 0:  # numpy's own rules (and errors) for anything else
         _py.window_add(counts, slot_ids, slot_s, now_s, columns, amounts)
+
+
+# The timings comment is written into a buffer of this size; longer field names go to the twin.
+DEF _COMMENT_SIZE = 2048
+# Below 2**40 a double's ulp is at most 2**-12: a product x * 1e6 whose fraction is further
+# than 2**-11 from one half rounds to the same integer as the exact decimal value would.
+cdef double _EXACT_BELOW = 1099511627776.0
+cdef double _TIE_MARGIN = 0.00048828125
+
+
+cdef Py_ssize_t _put(char* out, Py_ssize_t at, const char* text, Py_ssize_t size) noexcept:
+    memcpy(out + at, text, size)
+    return at + size
+
+
+cdef Py_ssize_t _put_micro(char* out, Py_ssize_t at, int64_t micro) noexcept:
+    """`micro` millionths as "%d.%06d" (micro >= 0)."""
+    cdef char digits[24]
+    cdef int64_t whole = micro // 1000000
+    cdef int64_t fraction = micro % 1000000
+    cdef int size = 0, index
+    while True:
+        digits[size] = <char>(48 + whole % 10)
+        size += 1
+        whole //= 10
+        if whole == 0:
+            break
+    for index in range(size):
+        out[at + index] = digits[size - 1 - index]
+    at += size
+    out[at] = b"."
+    for index in range(6, 0, -1):
+        out[at + index] = <char>(48 + fraction % 10)
+        fraction //= 10
+    return at + 7
+
+
+cdef Py_ssize_t _put_seconds(char* out, Py_ssize_t at, object value) except -1:
+    """`value` as "%.6f" does it (correctly rounded to 6 places): in C where the rounding is
+    certain, else by Python's own formatting."""
+    cdef double x, scaled, whole, fraction
+    cdef bytes text
+    if PyFloat_CheckExact(value):
+        x = PyFloat_AS_DOUBLE(value)
+        scaled = x * 1e6
+        if x == 0.0 and not signbit(x):
+            return _put_micro(out, at, 0)
+        if x > 0.0 and scaled < _EXACT_BELOW:
+            whole = floor(scaled)
+            fraction = scaled - whole
+            if fraction < 0.5 - _TIE_MARGIN:
+                return _put_micro(out, at, <int64_t>whole)
+            if fraction > 0.5 + _TIE_MARGIN:
+                return _put_micro(out, at, <int64_t>whole + 1)
+    text = b"%.6f" % (value,)
+    if len(text) > 64:
+        return -2  # a huge number: the whole comment is written by the twin
+    return _put(out, at, PyBytes_AS_STRING(text), len(text))
+
+
+def timings_comment(breakdown, names):
+    """The final SSE comment (`_hotpath_py.timings_comment`), written in C."""
+    cdef char out[_COMMENT_SIZE]
+    cdef Py_ssize_t at = 0, size, room = 0
+    cdef const char* key
+    if type(names) is not tuple:
+        return _py.timings_comment(breakdown, names)
+    for name in <tuple>names:
+        if type(name) is not str:
+            return _py.timings_comment(breakdown, names)
+        room += len(<str>name) + 80
+    if room + 200 > _COMMENT_SIZE:
+        return _py.timings_comment(breakdown, names)
+    at = _put(out, at, b": llm-slo-timings {", 19)
+    for name in <tuple>names:
+        key = PyUnicode_AsUTF8AndSize(name, &size)
+        if at > 19:
+            out[at] = b","
+            at += 1
+        out[at] = b'"'
+        at = _put(out, at + 1, key, size)
+        at = _put(out, at, b'":', 2)
+        value = getattr(breakdown, name)
+        at = _put_seconds(out, at, 0.0 if not value else value)
+        if at < 0:
+            return _py.timings_comment(breakdown, names)
+    at = _put(out, at, b',"e2e_s":', 9)
+    at = _put_seconds(out, at, breakdown.e2e_s)
+    ttft = breakdown.ttft_s
+    if ttft is not None and at >= 0:
+        at = _put(out, at, b',"ttft_s":', 10)
+        at = _put_seconds(out, at, ttft)
+    if at < 0:
+        return _py.timings_comment(breakdown, names)
+    tokens = b',"output_tokens":%d}\n\n' % (breakdown.output_tokens,)
+    at = _put(out, at, PyBytes_AS_STRING(tokens), len(tokens))
+    return PyBytes_FromStringAndSize(out, at)

@@ -7,7 +7,8 @@ in `_hotpath.pyx`; `tests/unit/test_hotpath_agree.py` holds them to it.
 - `chunk_sent`: a method of `middleware.timeline.RequestTimeline` (per chunk);
 - `gaps_s`: the inter-token gaps of a request's marks (per request, one per token);
 - `bucket_counts`: the histogram bucket search (`middleware.histograms`);
-- `window_add`: the live-window update (`middleware.live.windows.WindowSet.add`).
+- `window_add`: the live-window update (`middleware.live.windows.WindowSet.add`);
+- `timings_comment`: the server's timings at a stream's end (`middleware.reporting`).
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def decoded_has_text(reader: Any, chunk: Chunk) -> bool:
         delta = choice.delta
         text = choice.text if delta is None else delta.content
         if choice.finish_reason is None and text.__class__ is str and text:
-            reader.events += 1
-            reader.token_events += 1
+            reader._events += 1
+            reader._token_events += 1
             return True
     return reader._chunk(chunk)[0]
 
@@ -73,14 +74,16 @@ def exchange_send(exchange: Any, message: Any) -> Awaitable[None]:
     marks, from the wire's token events); every other message goes to
     `exchange._send_message`. With a token event the server's own `send` is handed back to be
     awaited, else `exchange._sent_quiet_chunk` (the chunk may have held `[DONE]`)."""
-    if exchange._marks_chunks and message.__class__ is dict:
+    hot = exchange._hot
+    if hot is not None and message.__class__ is dict:
         body = message.get("body")
         if body and message.get("type") == "http.response.body" and message.get("more_body"):
-            started = exchange.now_ns()
-            carried = token_events_in(exchange.wire, body)
-            chunk_sent(exchange.timeline, started, carried)
+            wire, timeline, _, _, send, now_ns = hot
+            started = now_ns()
+            carried = token_events_in(wire, body)
+            chunk_sent(timeline, started, carried)
             if carried:
-                return exchange._send(message)  # type: ignore[no-any-return]
+                return send(message)  # type: ignore[no-any-return]
             return exchange._sent_quiet_chunk(message)  # type: ignore[no-any-return]
     return exchange._send_message(message)  # type: ignore[no-any-return]
 
@@ -141,3 +144,28 @@ def window_add(
         counts[rings[stale], rows[stale]] = 0.0
         slot_ids[rings[stale], rows[stale]] = slot_now[stale]
     counts[rings[:, None], rows[:, None], columns[None, :]] += amounts
+
+
+# The timings comment's template per tuple of phase fields (made once: `timings_comment`).
+_COMMENT_TEMPLATES: dict[tuple[str, ...], bytes] = {}
+
+
+def timings_comment(breakdown: Any, names: tuple[str, ...]) -> bytes:
+    """The final SSE comment (`: llm-slo-timings {...}`): the phases `names` (Breakdown
+    attributes, each also its JSON key; an unknown one as 0), e2e and, when known, TTFT in
+    seconds to the microsecond ("%.6f": correctly rounded), then output_tokens. Compact JSON,
+    %-formatted in one step from a template made once."""
+    template = _COMMENT_TEMPLATES.get(names)
+    if template is None:
+        template = _COMMENT_TEMPLATES[names] = (
+            b": llm-slo-timings {"
+            + b",".join(b'"%s":%%.6f' % name.encode() for name in names)
+            + b',"e2e_s":%.6f%s,"output_tokens":%d}\n\n'
+        )
+    ttft = breakdown.ttft_s
+    return template % (
+        *[getattr(breakdown, name) or 0.0 for name in names],
+        breakdown.e2e_s,
+        b"" if ttft is None else b',"ttft_s":%.6f' % ttft,
+        breakdown.output_tokens,
+    )

@@ -9,6 +9,7 @@ takes the counts once the app is done. Made per request, never shared.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import middleware.hotpath as hotpath
 from middleware.reporting import server_timing_value, timings_comment
@@ -31,7 +32,7 @@ class Exchange:
     __slots__ = (
         "_chunk_sent",
         "_feed",
-        "_marks_chunks",
+        "_hot",
         "_receive",
         "_request_body",
         "_send",
@@ -75,8 +76,10 @@ class Exchange:
         self._feed = self.wire.feed
         self._chunk_sent = timeline.chunk_sent
         # An SSE stream whose pieces pass as they are (no usage to strip): `send` marks its
-        # middle chunks without a coroutine of its own (set when the response starts).
-        self._marks_chunks = False
+        # middle chunks without a coroutine of its own, from what it needs per chunk, in one
+        # read (set when the response starts): the wire reader, the timeline, its chunk and
+        # token marks, the server's send and the clock.
+        self._hot: tuple[Any, ...] | None = None
         self.status = 500
         self.started = False
         self.complete = False
@@ -185,7 +188,16 @@ class Exchange:
             if name == b"content-type":
                 if value.startswith(b"text/event-stream"):
                     self.is_stream = True
-                    self._marks_chunks = not self.strip_usage
+                    if not self.strip_usage:
+                        timeline = self.timeline
+                        self._hot = (
+                            self.wire,
+                            timeline,
+                            timeline.body_chunk_ns,
+                            timeline.token_chunk_ns,
+                            self._send,
+                            self.now_ns,
+                        )
                     self.timeline.stream_started()
                 elif value.startswith(b"application/json"):
                     self.body = bytearray()

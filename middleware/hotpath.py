@@ -6,7 +6,7 @@ twin `middleware._hotpath_py`. Chosen once, at import; both behave the same.
 
 The middleware, the wire parser, the timeline, the histograms and the live windows take their
 per-event functions from here (`token_events_in`, `decoded_has_text`, `exchange_send`,
-`chunk_sent`, `gaps_s`, `bucket_counts`, `window_add`).
+`chunk_sent`, `gaps_s`, `bucket_counts`, `window_add`, `timings_comment`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ HOT_FUNCTIONS = (
     "gaps_s",
     "bucket_counts",
     "window_add",
+    "timings_comment",
 )
 
 
@@ -61,3 +62,4 @@ chunk_sent = impl.chunk_sent
 gaps_s = impl.gaps_s
 bucket_counts = impl.bucket_counts
 window_add = impl.window_add
+timings_comment = impl.timings_comment

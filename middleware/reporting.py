@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import middleware.hotpath as hotpath
 from middleware.breakdown import measured_fields
 from middleware.otel.request import GenAIRequest
 from middleware.timeline import Breakdown, RequestTimeline
@@ -25,15 +26,11 @@ def classify_outcome(
     return outcome_for_status(status)
 
 
-# Both answers are %-formatted in one step from a template made once. "%.6f" rounds exactly as
-# round(value, 6) does (both correctly rounded), so a JSON parser reads the same numbers as from
-# json.dumps of the rounded values, for a fraction of the cost (float repr is slow).
+# %-formatted in one step from a template made once. "%.3f" rounds exactly as round(value, 3)
+# does (both correctly rounded), so a reader gets the same numbers as from the rounded values,
+# for a fraction of the cost (float repr is slow). The timings comment does the same at 6
+# places ("%.6f"), in C where the hot path is built.
 _SERVER_TIMING = ", ".join(f"{name};dur=%.3f" for name in PHASES)
-_TIMINGS_COMMENT = (
-    b": llm-slo-timings {"
-    + b",".join(b'"%s":%%.6f' % name.encode() for name in PHASE_FIELDS)
-    + b',"e2e_s":%.6f%s,"output_tokens":%d}\n\n'
-)
 
 
 def server_timing_value(breakdown: Breakdown) -> str:
@@ -47,15 +44,10 @@ def server_timing_value(breakdown: Breakdown) -> str:
 def timings_comment(breakdown: Breakdown) -> bytes:
     """The final SSE comment (`: ...`) carrying the server's timings; SSE clients ignore comments.
 
-    Compact JSON: seconds to the microsecond, then output_tokens.
+    Compact JSON: the phases, e2e and TTFT in seconds to the microsecond, then output_tokens
+    (written in C where the hot path is built: `middleware.hotpath.timings_comment`).
     """
-    ttft = breakdown.ttft_s
-    return _TIMINGS_COMMENT % (
-        *breakdown.phases.values(),
-        breakdown.e2e_s,
-        b"" if ttft is None else b',"ttft_s":%.6f' % ttft,
-        breakdown.output_tokens,
-    )
+    return hotpath.timings_comment(breakdown, PHASE_FIELDS)
 
 
 # The record takes every Breakdown field under its own name (a latency SLI's record field is

@@ -187,7 +187,7 @@ class RequestTimeline:
     def count_every_chunk(self) -> None:
         """A stream the wire parser could not read (not the OpenAI format): every body chunk
         is taken as one token event, the first one as the first token."""
-        self.token_chunk_ns = list(self.body_chunk_ns)
+        self.token_chunk_ns[:] = self.body_chunk_ns  # the same list: the hot path holds it
         self.first_token_byte_ns = self.body_chunk_ns[0] if self.body_chunk_ns else None
 
     def breakdown(self) -> Breakdown:
@@ -218,19 +218,21 @@ class RequestTimeline:
         if ttft is not None and output_tokens > 1:
             tpot = max(e2e * NS - ttft, 0.0) / (output_tokens - 1)
         breakdown = Breakdown._of(
-            e2e_s=e2e * NS,
-            ttft_s=ttft,
-            tpot_s=tpot,
-            itl_s=itl,
-            network_s=network * NS,
-            queue_s=None if queue is None else queue * NS,
-            prefill_s=None if prefill is None else prefill * NS,
-            queue_prefill_s=None if queue_prefill is None else queue_prefill * NS,
-            decode_s=decode * NS,
-            detokenize_s=detokenize * NS,
-            other_s=other * NS,
-            output_tokens=output_tokens,
-            tokens_source=tokens_source,
+            {
+                "e2e_s": e2e * NS,
+                "ttft_s": ttft,
+                "tpot_s": tpot,
+                "itl_s": itl,
+                "network_s": network * NS,
+                "queue_s": None if queue is None else queue * NS,
+                "prefill_s": None if prefill is None else prefill * NS,
+                "queue_prefill_s": None if queue_prefill is None else queue_prefill * NS,
+                "decode_s": decode * NS,
+                "detokenize_s": detokenize * NS,
+                "other_s": other * NS,
+                "output_tokens": output_tokens,
+                "tokens_source": tokens_source,
+            }
         )
         for name, measure in MEASURED_FROM_MARKS.items():
             breakdown.__dict__[name] = measure(self)

@@ -42,29 +42,28 @@ class WireReader:
     """
 
     __slots__ = (
+        "_events",
         "_head_pending",
         "_pending",
-        "_usual_head",
-        "_usual_tail",
+        "_token_events",
+        "_usual",
         "comments",
         "done",
         "error",
-        "events",
         "finish_reasons",
         "finished",
         "report",
         "response_id",
         "response_model",
         "strip_usage",
-        "token_events",
     )
 
     def __init__(self, strip_usage: bool = False, keep_comments: bool = False) -> None:
         self._pending = b""
         self.report = UpstreamReport()
-        self.token_events = 0
-        # OpenAI-shaped data events seen (any chunk with choices, usage or timings).
-        self.events = 0
+        # Counted here, and by the compiled scan in `_usual` (`events`, `token_events`).
+        self._token_events = 0
+        self._events = 0
         # A chunk with a finish_reason was seen; the first `error` object an event carried.
         self.finished = False
         # `data: [DONE]` was read: the answer is whole, whatever happens to the connection.
@@ -77,14 +76,25 @@ class WireReader:
         self.finish_reasons: list[str] = []
         self._head_pending = True
         # The compiled hot path's memory of the stream's last usual token event: its bytes
-        # up to its text's opening quote and from the closing one (`_hotpath._same_shape`).
-        self._usual_head: bytes | None = None
-        self._usual_tail: bytes | None = None
+        # around its text, and how many such events came (`_hotpath.UsualEvent`).
+        self._usual: Any = None
         # SSE comment lines (`: ...`), kept when asked (slo bench reads the server's timings).
         self.comments: list[bytes] | None = [] if keep_comments else None
         # The client did not ask for usage; the middleware asked for it on its behalf: the
         # usage-only chunk is taken out of the stream and `"usage":null` out of every chunk.
         self.strip_usage = strip_usage
+
+    @property
+    def events(self) -> int:
+        """OpenAI-shaped data events seen (any chunk with choices, usage or timings)."""
+        usual = self._usual
+        return self._events if usual is None else self._events + usual.count
+
+    @property
+    def token_events(self) -> int:
+        """Data events that carried output text (token events)."""
+        usual = self._usual
+        return self._token_events if usual is None else self._token_events + usual.count
 
     def feed(self, data: bytes) -> tuple[int, bytes]:
         """(token events in this piece, the bytes to send on: `data` itself unless stripping)."""
@@ -177,7 +187,7 @@ class WireReader:
         self.response_id, self.response_model = head.id, head.model
 
     def _chunk(self, chunk: Chunk) -> tuple[bool, bool]:
-        self.events += 1
+        self._events += 1
         if chunk.error is not None and self.error is None:
             self.error = chunk.error
         if chunk.choices and any(choice.finish_reason for choice in chunk.choices):
@@ -188,7 +198,7 @@ class WireReader:
         if chunk.timings is not None:
             apply_timings(self.report, chunk.timings)
         if chunk_has_text(chunk):
-            self.token_events += 1
+            self._token_events += 1
             return True, False
         return False, not chunk.choices and chunk.usage is not None
 

@@ -1,6 +1,6 @@
 """Which hot path runs and how to choose it, and the compiled functions against their
 pure-Python twins on random input: the bucket search, the gaps between marks, the timeline's
-chunk marks and the live-window update."""
+chunk marks, the live-window update and the timings comment."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 import sys
 from bisect import bisect_left
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,7 @@ def test_using_rebinds_every_hot_function() -> None:
             assert Exchange.send is module.exchange_send
             assert hotpath.gaps_s is module.gaps_s
             assert hotpath.window_add is module.window_add
+            assert hotpath.timings_comment is module.timings_comment
             from middleware import histograms, settle
 
             assert histograms.bucket_counts is settle.bucket_counts is module.bucket_counts
@@ -71,6 +73,18 @@ def test_using_rebinds_every_hot_function() -> None:
 
 FLOATS = st.floats(allow_nan=True, allow_infinity=True, width=64)
 VALUES = st.lists(FLOATS | st.integers(-(2**60), 2**60) | st.booleans(), max_size=60)
+# Seconds as a timeline makes them (ns * 1e-9), the ties "%.6f" rounds to even (k + 0.5
+# millionths that a double holds exactly), the values either side of them, and anything else.
+SECONDS = (
+    st.integers(0, 10**15).map(lambda ns: ns * 1e-9)
+    | st.integers(0, 2**20).map(lambda k: (2 * k + 1) / 2**7)
+    | st.integers(0, 2**40).map(lambda k: float(np.nextafter((k + 0.5) / 1e6, np.inf)))
+    | st.integers(0, 2**40).map(lambda k: float(np.nextafter((k + 0.5) / 1e6, -np.inf)))
+    | st.sampled_from([0.0078125, -0.0, 0.0, 2.0**40 / 1e6, 1e300, -1.5, 5e-7])
+    | FLOATS
+    | st.integers(0, 10**9)
+)
+PHASE_NAMES = ("network_s", "queue_s", "prefill_s", "decode_s", "other_s")
 
 
 @settings(max_examples=300, deadline=None)
@@ -231,3 +245,25 @@ def test_exchange_send_agrees(
     assert drive_exchange("compiled", content_type, strip_usage, messages) == drive_exchange(
         "pure-python", content_type, strip_usage, messages
     )
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(SECONDS | st.none(), min_size=len(PHASE_NAMES), max_size=len(PHASE_NAMES)),
+    SECONDS,
+    SECONDS | st.none(),
+    st.integers(0, 10**6),
+)
+def test_timings_comment_agrees(phases: list[Any], e2e: Any, ttft: Any, output_tokens: int) -> None:
+    """Every number as "%.6f" writes it (correctly rounded, ties to even), on both paths."""
+    built = compiled()
+    breakdown = SimpleNamespace(
+        **dict(zip(PHASE_NAMES, phases, strict=True)),
+        e2e_s=e2e,
+        ttft_s=ttft,
+        output_tokens=output_tokens,
+    )
+    expected = _hotpath_py.timings_comment(breakdown, PHASE_NAMES)
+    assert built.timings_comment(breakdown, PHASE_NAMES) == expected
+    assert expected.startswith(b": llm-slo-timings {") and expected.endswith(b"}\n\n")
+    assert b'"e2e_s":%.6f' % e2e in expected
