@@ -12,12 +12,15 @@ twin, so no input behaves differently.
 """
 
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
-from cpython.list cimport PyList_GET_ITEM
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.math cimport floor, signbit
 from libc.stdint cimport int64_t
 from libc.string cimport memchr, memcmp, memcpy, strlen
+
+import bisect as _bisect
 
 from middleware import _hotpath_py as _py
 from middleware.wire_chunk import NOT_DECODED, decode_chunk
@@ -441,3 +444,60 @@ def timings_comment(breakdown, names):
     tokens = b',"output_tokens":%d}\n\n' % (breakdown.output_tokens,)
     at = _put(out, at, PyBytes_AS_STRING(tokens), len(tokens))
     return PyBytes_FromStringAndSize(out, at)
+
+
+cdef Py_ssize_t _bucket_of(object bounds, object value) except -2:
+    """`bisect_left(bounds, value)` over C doubles, for a tuple or list of bounds; -1 where a C
+    compare might not be Python's (an item or the value not `_exact`): the caller bisects."""
+    cdef double x, limit
+    cdef Py_ssize_t low = 0, high, middle
+    cdef bint is_tuple = type(bounds) is tuple
+    if not is_tuple and type(bounds) is not list:
+        return -1
+    if not _exact(value, &x):
+        return -1
+    high = PyTuple_GET_SIZE(bounds) if is_tuple else PyList_GET_SIZE(bounds)
+    while low < high:
+        middle = (low + high) >> 1
+        item = <object>(PyTuple_GET_ITEM(bounds, middle) if is_tuple else PyList_GET_ITEM(bounds, middle))
+        if not _exact(item, &limit):
+            return -1
+        if limit < x:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+def observe_values(plan, values, trace_id):
+    """`_hotpath_py.observe_values`: the bucket search over C doubles."""
+    cdef Py_ssize_t index
+    if len(plan) != len(values):  # what zip(strict=True) says
+        return _py.observe_values(plan, values, trace_id)
+    for value, pair in zip(values, plan):
+        if value is None:
+            continue
+        series, takes_exemplar = pair
+        if takes_exemplar and trace_id:
+            series.observe(value, trace_id)
+            continue
+        bounds = series.bounds
+        index = _bucket_of(bounds, value)
+        if index < 0:
+            index = _bisect.bisect_left(bounds, value)
+        counts = series.counts
+        counts[index] += 1
+        series.sum += value
+
+
+def count_in_columns(pending, columns, breakdown):
+    """`_hotpath_py.count_in_columns`: the bucket search over C doubles."""
+    cdef Py_ssize_t index
+    for field, start, bounds in columns:
+        value = getattr(breakdown, field)
+        if value is None:
+            continue
+        index = _bucket_of(bounds, value)
+        if index < 0:
+            index = _bisect.bisect_left(bounds, value)
+        pending[start + index] += 1

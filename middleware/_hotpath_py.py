@@ -8,7 +8,9 @@ in `_hotpath.pyx`; `tests/unit/test_hotpath_agree.py` holds them to it.
 - `gaps_s`: the inter-token gaps of a request's marks (per request, one per token);
 - `bucket_counts`: the histogram bucket search (`middleware.histograms`);
 - `window_add`: the live-window update (`middleware.live.windows.WindowSet.add`);
-- `timings_comment`: the server's timings at a stream's end (`middleware.reporting`).
+- `timings_comment`: the server's timings at a stream's end (`middleware.reporting`);
+- `observe_values`: one request's values into their histogram series (`middleware.metrics`);
+- `count_in_columns`: one request's latencies into a live window's columns (`middleware.live`).
 """
 
 from __future__ import annotations
@@ -169,3 +171,27 @@ def timings_comment(breakdown: Any, names: tuple[str, ...]) -> bytes:
         b"" if ttft is None else b',"ttft_s":%.6f' % ttft,
         breakdown.output_tokens,
     )
+
+
+def observe_values(plan: Sequence[Any], values: Sequence[Any], trace_id: str | None) -> None:
+    """Each value (None: not observed) into its `HistogramSeries` of `plan` (`(series,
+    takes_exemplar)` pairs, in the values' order): its bucket (`bisect_left` on the series'
+    bounds) and its sum; with `trace_id`, a series that takes exemplars keeps it."""
+    for value, (series, takes_exemplar) in zip(values, plan, strict=True):
+        if value is None:
+            continue
+        if takes_exemplar and trace_id:
+            series.observe(value, trace_id)
+        else:
+            series.counts[bisect_left(series.bounds, value)] += 1
+            series.sum += value
+
+
+def count_in_columns(pending: list[float], columns: Sequence[Any], breakdown: Any) -> None:
+    """One request's latencies into a live window's pending counts: for each `(field, start,
+    bounds)` of `columns`, the Breakdown's `field` (None: not counted) adds 1 to the column
+    `start + bisect_left(bounds, value)`."""
+    for field, start, bounds in columns:
+        value = getattr(breakdown, field)
+        if value is not None:
+            pending[start + bisect_left(bounds, value)] += 1

@@ -6,7 +6,8 @@ twin `middleware._hotpath_py`. Chosen once, at import; both behave the same.
 
 The middleware, the wire parser, the timeline, the histograms and the live windows take their
 per-event functions from here (`token_events_in`, `decoded_has_text`, `exchange_send`,
-`chunk_sent`, `gaps_s`, `bucket_counts`, `window_add`, `timings_comment`).
+`chunk_sent`, `gaps_s`, `bucket_counts`, `window_add`, `timings_comment`,
+`observe_values`, `count_in_columns`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ HOT_FUNCTIONS = (
     "bucket_counts",
     "window_add",
     "timings_comment",
+    "observe_values",
+    "count_in_columns",
 )
 
 
@@ -63,3 +66,5 @@ gaps_s = impl.gaps_s
 bucket_counts = impl.bucket_counts
 window_add = impl.window_add
 timings_comment = impl.timings_comment
+observe_values = impl.observe_values
+count_in_columns = impl.count_in_columns

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import Any
@@ -37,6 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_TYPE
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
+import middleware.hotpath as hotpath
 from middleware.engine_series import EngineSeries
 from middleware.headroom import HeadroomCollector
 from middleware.histograms import BucketCounts, FlushOnCollect, bucket_counts
@@ -230,15 +230,8 @@ class MetricSet:
             for value, (child, _) in zip(values, bound.plan, strict=True):
                 if value is not None:
                     child.observe(value)
-        else:  # our HistogramSeries, inlined: this runs for every request
-            for value, (series, takes_exemplar) in zip(values, bound.plan, strict=True):
-                if value is None:
-                    continue
-                if takes_exemplar and trace_id:
-                    series.observe(value, trace_id)
-                else:
-                    series.counts[bisect_left(series.bounds, value)] += 1
-                    series.sum += value
+        else:  # our HistogramSeries, in one hot-path call: this runs for every request
+            hotpath.observe_values(bound.plan, values, trace_id)
         gaps = breakdown.itl_s
         if gaps:
             itl = bound.itl

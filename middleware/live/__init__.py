@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from bisect import bisect_left
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+import middleware.hotpath as hotpath
 from middleware.breakdown import measured_fields
 from middleware.clock import Clock, SystemClock
 from middleware.histograms import BucketCounts, bucket_counts
@@ -171,10 +171,7 @@ class TierWindows:
             pending = self._pending
             pending[layout.outcome_column[outcome]] += 1
             if outcome == "ok" and breakdown is not None:
-                for field, start, bounds in self._latency_columns:
-                    value = getattr(breakdown, field)
-                    if value is not None:
-                        pending[start + bisect_left(bounds, value)] += 1
+                hotpath.count_in_columns(pending, self._latency_columns, breakdown)
                 itl_start = self._itl_start
                 if itl_start is not None and breakdown.itl_s:
                     if itl_counts is None:

@@ -87,7 +87,8 @@ class RecordWriter:
         if self._closed:
             self._write_now(record)
             return
-        self._ensure_writer()
+        if self._writer is None:
+            self._ensure_writer()
         try:
             self._queue.put_nowait(record)
         except queue.Full:
@@ -96,7 +97,9 @@ class RecordWriter:
         if self._closed:  # close() drained the queue between the check and the put
             self._write_now(None)
             return
-        if self._healthy and self._queue.qsize() >= self.batch_size:
+        # Only a hint to wake the writer early (its timer wakes it anyway): the queue's length,
+        # read without taking its lock as `qsize()` would, once per record.
+        if self._healthy and len(self._queue.queue) >= self.batch_size:
             self._wake.set()
 
     def _write_now(self, record: Mapping[str, Any] | Any | None) -> None:

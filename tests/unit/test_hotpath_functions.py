@@ -1,6 +1,7 @@
 """Which hot path runs and how to choose it, and the compiled functions against their
 pure-Python twins on random input: the bucket search, the gaps between marks, the timeline's
-chunk marks, the live-window update and the timings comment."""
+chunk marks, the live-window update, the timings comment and the per-request bucket counts of
+the histograms and the live windows."""
 
 from __future__ import annotations
 
@@ -66,6 +67,8 @@ def test_using_rebinds_every_hot_function() -> None:
             assert hotpath.gaps_s is module.gaps_s
             assert hotpath.window_add is module.window_add
             assert hotpath.timings_comment is module.timings_comment
+            assert hotpath.observe_values is module.observe_values
+            assert hotpath.count_in_columns is module.count_in_columns
             from middleware import histograms, settle
 
             assert histograms.bucket_counts is settle.bucket_counts is module.bucket_counts
@@ -267,3 +270,54 @@ def test_timings_comment_agrees(phases: list[Any], e2e: Any, ttft: Any, output_t
     assert built.timings_comment(breakdown, PHASE_NAMES) == expected
     assert expected.startswith(b": llm-slo-timings {") and expected.endswith(b"}\n\n")
     assert b'"e2e_s":%.6f' % e2e in expected
+
+
+BOUNDS = st.lists(FLOATS | st.integers(-(2**60), 2**60), max_size=12).map(sorted) | st.just([])
+OBSERVED = FLOATS | st.integers(-(2**60), 2**60) | st.none()
+
+
+def _series_plan(bounds: list[list[Any]], takes: list[bool]) -> list[tuple[Any, bool]]:
+    from middleware.prom_export import HistogramSeries
+
+    return [
+        (HistogramSeries(tuple(each) if index % 2 else each), take)  # type: ignore[arg-type]
+        for index, (each, take) in enumerate(zip(bounds, takes, strict=True))
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.integers(0, 6), st.sampled_from([None, "", "4bf92f3577b34da6"]))
+def test_histogram_observations_agree(data: Any, size: int, trace_id: str | None) -> None:
+    """Each value lands in the bucket `bisect_left` picks and in the sum, on both paths; a
+    series that takes exemplars keeps the trace id."""
+    built = compiled()
+    bounds = [data.draw(BOUNDS) for _ in range(size)]
+    takes = [data.draw(st.booleans()) for _ in range(size)]
+    rounds = data.draw(st.lists(st.lists(OBSERVED, min_size=size, max_size=size), max_size=4))
+    plans = [_series_plan(bounds, takes), _series_plan(bounds, takes)]
+    for values in rounds:
+        _hotpath_py.observe_values(plans[0], tuple(values), trace_id)
+        built.observe_values(plans[1], tuple(values), trace_id)
+    for (pure, _), (fast, _) in zip(*plans, strict=True):
+        assert fast.counts == pure.counts
+        assert str(fast.sum) == str(pure.sum)  # nan too
+        assert [e and e[:2] for e in fast.exemplars] == [e and e[:2] for e in pure.exemplars]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.integers(0, 6))
+def test_live_column_counts_agree(data: Any, size: int) -> None:
+    built = compiled()
+    columns, start = [], 0
+    for index in range(size):
+        bounds = data.draw(BOUNDS)
+        columns.append((f"field_{index}", start, tuple(bounds) if index % 2 else bounds))
+        start += len(bounds) + 1
+    rounds = data.draw(st.lists(st.lists(OBSERVED, min_size=size, max_size=size), max_size=4))
+    pending: list[list[float]] = [[0.0] * start, [0.0] * start]
+    for values in rounds:
+        breakdown = SimpleNamespace(**{f"field_{i}": value for i, value in enumerate(values)})
+        _hotpath_py.count_in_columns(pending[0], columns, breakdown)
+        built.count_in_columns(pending[1], columns, breakdown)
+    assert pending[1] == pending[0]
+    assert sum(pending[0]) == sum(value is not None for values in rounds for value in values)
