@@ -186,12 +186,14 @@ class Scheduler:
         spec, size = self.num_speculative, self.block_size
         # Most steps every decoding sequence already has room for its next token, or the free
         # blocks cover all that lack it: then nobody is preempted and only those grow (in the
-        # same order as below, so the same blocks go to the same sequences).
+        # same order as below, so the same blocks go to the same sequences). Without speculation
+        # nothing is looked ahead (lookahead(0) is 0): no call per running sequence per step.
         short = [
             (s, needed)
             for s in self.running
             if s.prefilled
-            and len(s.block_table) * size < (needed := s.num_tokens + s.lookahead(spec))
+            and len(s.block_table) * size
+            < (needed := s.num_tokens + (s.lookahead(spec) if spec else 0))
         ]
         if not short:
             return
