@@ -69,6 +69,9 @@ cdef class UsualEvent:
     cdef bytes tail
     cdef readonly Py_ssize_t count
 
+    def __init__(self):
+        raise TypeError("UsualEvent is made by the compiled scan only (`_token_events_in`)")
+
 
 def token_events_in(reader, data):
     """How many token events one piece of a stream carried (`_hotpath_py.token_events_in`)."""
@@ -90,7 +93,7 @@ cdef object _token_events_in(object reader, object data):
         return 0
     usual = reader._usual
     if usual is not None and _same_shape(
-        start, size, (<UsualEvent>usual).head, (<UsualEvent>usual).tail
+        start, size, (<UsualEvent?>usual).head, (<UsualEvent>usual).tail
     ):
         # The stream's usual token event again, other text: no scan of the rest.
         (<UsualEvent>usual).count += 1
@@ -105,7 +108,7 @@ cdef object _token_events_in(object reader, object data):
         fresh.tail = PyBytes_FromStringAndSize(
             <const char*>span.closing, start + size - span.closing
         )
-        fresh.count = 1 if usual is None else (<UsualEvent>usual).count + 1
+        fresh.count = 1 if usual is None else (<UsualEvent?>usual).count + 1
         reader._usual = fresh
         return 1
     payload = PyBytes_FromStringAndSize(<const char*>start + 6, size - 8)
@@ -192,6 +195,8 @@ def exchange_send(exchange, message):
     body_marks.append(started)
     if carried:
         if carried == 1:
+            # Whatever appends token marks sets the first token's byte (`_chunk_sent_tokens`,
+            # `count_every_chunk`): with marks already there it is set, no need to read it.
             if len(token_marks) == 0 and parts[1].first_token_byte_ns is None:
                 parts[1].first_token_byte_ns = started
             token_marks.append(started)
@@ -417,8 +422,10 @@ def timings_comment(breakdown, names):
     for name in <tuple>names:
         if type(name) is not str:
             return _py.timings_comment(breakdown, names)
-        room += len(<str>name) + 80
-    if room + 200 > _COMMENT_SIZE:
+        PyUnicode_AsUTF8AndSize(name, &size)  # bytes, not characters, go in the buffer
+        room += size + 80  # the quotes, the colon, the comma and a number of at most 64
+    tokens = b',"output_tokens":%d}\n\n' % (breakdown.output_tokens,)
+    if room + len(tokens) + 200 > _COMMENT_SIZE:  # the head, e2e and TTFT: under 200
         return _py.timings_comment(breakdown, names)
     at = _put(out, at, b": llm-slo-timings {", 19)
     for name in <tuple>names:
@@ -441,7 +448,6 @@ def timings_comment(breakdown, names):
         at = _put_seconds(out, at, ttft)
     if at < 0:
         return _py.timings_comment(breakdown, names)
-    tokens = b',"output_tokens":%d}\n\n' % (breakdown.output_tokens,)
     at = _put(out, at, PyBytes_AS_STRING(tokens), len(tokens))
     return PyBytes_FromStringAndSize(out, at)
 

@@ -255,7 +255,7 @@ def test_exchange_send_agrees(
     st.lists(SECONDS | st.none(), min_size=len(PHASE_NAMES), max_size=len(PHASE_NAMES)),
     SECONDS,
     SECONDS | st.none(),
-    st.integers(0, 10**6),
+    st.integers(0, 10**6) | st.integers(0, 10**4000),
 )
 def test_timings_comment_agrees(phases: list[Any], e2e: Any, ttft: Any, output_tokens: int) -> None:
     """Every number as "%.6f" writes it (correctly rounded, ties to even), on both paths."""
@@ -321,3 +321,26 @@ def test_live_column_counts_agree(data: Any, size: int) -> None:
         built.count_in_columns(pending[1], columns, breakdown)
     assert pending[1] == pending[0]
     assert sum(pending[0]) == sum(value is not None for values in rounds for value in values)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.text(min_size=1, max_size=40) | st.text(alphabet="é日🙂", min_size=600, max_size=900),
+        min_size=1,
+        max_size=4,
+        unique=True,
+    ),
+    SECONDS,
+)
+def test_timings_comment_agrees_on_any_field_names(names: list[str], value: Any) -> None:
+    """Long and non-ASCII names (more bytes than characters) and a huge token count go to the
+    twin rather than past the compiled path's buffer."""
+    built = compiled()
+    names = [name for name in names if name.isidentifier()] or ["phase_s"]
+    breakdown = SimpleNamespace(
+        **dict.fromkeys(names, value), e2e_s=value, ttft_s=value, output_tokens=10**3000
+    )
+    expected = _hotpath_py.timings_comment(breakdown, tuple(names))
+    assert built.timings_comment(breakdown, tuple(names)) == expected
+    assert expected.endswith(b"0}\n\n")
