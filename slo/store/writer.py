@@ -13,8 +13,8 @@ record is written before `add()` returns, on the calling thread, instead of bein
 
 from __future__ import annotations
 
+import collections
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -56,7 +56,15 @@ class RecordWriter:
         self.dropped = 0  # records lost: only when even the spool file cannot be written
         self.spooled = 0  # records written to the spool file
         self.replayed = 0  # spooled records since inserted into the database
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        # Records waiting for the writer: a deque, appended to and popped from without a lock
+        # (each is atomic), because `queue.Queue.put` takes a lock and notifies a condition on
+        # every record, about 10k instructions of a request's report. `queue_size` bounds it
+        # (checked before each append, so threads adding at once may pass it by a few).
+        self._queue: collections.deque[Any] = collections.deque()
+        self._queue_size = queue_size
+        # flush() waits on this until nothing is queued and the writer holds no batch.
+        self._drained = threading.Condition()
+        self._holding = 0  # records the writer took and has not stored or spooled yet
         self._count_lock = threading.Lock()
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
@@ -89,27 +97,26 @@ class RecordWriter:
             return
         if self._writer is None:
             self._ensure_writer()
-        try:
-            self._queue.put_nowait(record)
-        except queue.Full:
+        queued = self._queue
+        if len(queued) >= self._queue_size:
             self._spool([record])
             return
+        queued.append(record)
         if self._closed:  # close() drained the queue between the check and the put
             self._write_now(None)
             return
-        # Only a hint to wake the writer early (its timer wakes it anyway): the queue's length,
-        # read without taking its lock as `qsize()` would, once per record.
-        if self._healthy and len(self._queue.queue) >= self.batch_size:
+        # Wake the writer early when a full batch waits (its timer wakes it anyway).
+        if self._healthy and len(queued) >= self.batch_size:
             self._wake.set()
 
     def _write_now(self, record: Mapping[str, Any] | Any | None) -> None:
         """Write `record` and whatever waits in the queue on this thread (the writer is gone)."""
         with self._late_lock:
             if record is not None:
-                try:
-                    self._queue.put_nowait(record)
-                except queue.Full:
+                if len(self._queue) >= self._queue_size:
                     self._spool([record])
+                else:
+                    self._queue.append(record)
             spooled = self.spooled
             # While the database is out, a late record waits for the next retry no longer than
             # it takes to spool it: the caller is a request, it cannot wait out a backoff.
@@ -156,13 +163,11 @@ class RecordWriter:
         """Replay the spool, then drain the queue into the database. On an outage the queue
         stays the in-memory buffer, or goes to the spool when someone waits (`spill`)."""
         up = try_database and self._replay()
+        queued, take = self._queue, self._queue.popleft
         while up or spill:
-            batch: list[Any] = []
-            while len(batch) < self.batch_size:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
+            with self._drained:  # taken and counted in one step: flush() sees one or the other
+                batch = [take() for _ in range(min(self.batch_size, len(queued)))]
+                self._holding = len(batch)
             if not batch:
                 return
             try:
@@ -171,8 +176,9 @@ class RecordWriter:
                 if not up:
                     self._spool(batch[stored:])
             finally:
-                for _ in batch:
-                    self._queue.task_done()
+                with self._drained:
+                    self._holding = 0
+                    self._drained.notify_all()
 
     def _store(self, records: list[Any]) -> int:
         """Insert records; returns how many from the front are done (stored, or dropped as
@@ -279,9 +285,11 @@ class RecordWriter:
     def flush(self) -> None:
         """Wait until every queued record is in the database or, while it is out, the spool."""
         if self._writer is not None and not self._closed:
-            self._urgent.set()
-            self._wake.set()
-            self._queue.join()
+            with self._drained:
+                while self._queue or self._holding:
+                    self._urgent.set()
+                    self._wake.set()
+                    self._drained.wait()
 
     def close(self) -> None:
         """Write everything (to the database if it is up, else to the spool), then stop."""
@@ -293,7 +301,7 @@ class RecordWriter:
             self._wake.set()
             self._writer.join()
         with self._late_lock:  # records that raced past `add`'s closed check
-            if not self._queue.empty():
+            if self._queue:
                 self._pump(try_database=self._healthy, spill=True)
             left = self.spool.has_records
             self.spool.close()

@@ -75,6 +75,31 @@ def test_add_is_batched_in_the_background(tmp_path: Path) -> None:
         assert len(store.query(tier="premium")) == 400
 
 
+def test_flush_waits_for_records_added_from_many_threads_at_once(tmp_path: Path) -> None:
+    """The queue is a lock-free deque: records added from several threads while the writer
+    drains and flush() waits are each written once, and flush() returns only when all are."""
+    records = [record_from_dict(r) for r in sample_records(2000)]
+    with RecordStore(tmp_path / "r.db", batch_size=37, flush_interval_s=0.001) as store:
+        start = threading.Barrier(5)
+
+        def add_share(share: list[Any]) -> None:
+            start.wait()
+            for record in share:
+                store.add(record)
+
+        threads = [threading.Thread(target=add_share, args=(records[i::4],)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        start.wait()
+        store.flush()  # may return before the adds end: then it saw a moment with none queued
+        for thread in threads:
+            thread.join()
+        store.flush()
+        assert store.written == 2000 and store.spooled == 0 and store.dropped == 0
+        written = {r.request_id for r in store.query()}
+        assert written == {r.request_id for r in records}
+
+
 def test_add_spools_instead_of_blocking_when_the_queue_is_full(tmp_path: Path) -> None:
     store = RecordStore(str(tmp_path / "r.db"), queue_size=5)
     gate = threading.Event()
