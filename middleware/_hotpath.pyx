@@ -194,14 +194,7 @@ def exchange_send(exchange, message):
     carried = _token_events_in(parts[0], body)
     body_marks.append(started)
     if carried:
-        if carried == 1:
-            # Whatever appends token marks sets the first token's byte (`_chunk_sent_tokens`,
-            # `count_every_chunk`): with marks already there it is set, no need to read it.
-            if len(token_marks) == 0 and parts[1].first_token_byte_ns is None:
-                parts[1].first_token_byte_ns = started
-            token_marks.append(started)
-        else:
-            _chunk_sent_tokens(parts[1], started, carried)
+        _token_marks_sent(parts[1], token_marks, started, carried)
         return parts[4](message)
     return exchange._sent_quiet_chunk(message)
 
@@ -215,17 +208,21 @@ def chunk_sent(timeline, started_ns, token_events=1):
 cdef object _chunk_sent(object timeline, object started_ns, object token_events):
     timeline.body_chunk_ns.append(started_ns)
     if token_events:
-        _chunk_sent_tokens(timeline, started_ns, token_events)
+        _token_marks_sent(timeline, timeline.token_chunk_ns, started_ns, token_events)
 
 
-cdef object _chunk_sent_tokens(object timeline, object started_ns, object token_events):
-    marks = timeline.token_chunk_ns
+cdef inline object _token_marks_sent(
+    object timeline, list marks, object started_ns, object token_events
+):
+    """`token_events` marks at `started_ns` on `marks` (the timeline's `token_chunk_ns`), the
+    first token's byte set by the first. Whatever appends token marks sets that byte (here,
+    `count_every_chunk`), so with marks already there it is set: read only while none are."""
+    if len(marks) == 0 and timeline.first_token_byte_ns is None:
+        timeline.first_token_byte_ns = started_ns
     if token_events == 1:
         marks.append(started_ns)
     else:
         marks.extend([started_ns] * token_events)
-    if timeline.first_token_byte_ns is None:
-        timeline.first_token_byte_ns = started_ns
 
 
 def gaps_s(times):
@@ -286,11 +283,8 @@ def bucket_counts(bounds, values):
     cdef Py_ssize_t position = 0, index, end, low, high, middle
     cdef double limits[_MOST_BOUNDS]
     cdef double value, limit
-    if last > _MOST_BOUNDS:
+    if _limits_of(bounds, limits) < 0:
         return _py.bucket_counts(bounds, ordered)
-    for index in range(last):
-        if not _exact(bounds[index], &limits[index]):
-            return _py.bucket_counts(bounds, ordered)
     for index in range(size):
         if not PyFloat_CheckExact(<object>PyList_GET_ITEM(ordered, index)):
             return _py.bucket_counts(bounds, ordered)
@@ -412,21 +406,21 @@ cdef Py_ssize_t _put_seconds(char* out, Py_ssize_t at, object value) except -1:
     return _put(out, at, PyBytes_AS_STRING(text), len(text))
 
 
-def timings_comment(breakdown, names):
+def timings_comment(breakdown, names, seconds):
     """The final SSE comment (`_hotpath_py.timings_comment`), written in C."""
     cdef char out[_COMMENT_SIZE]
-    cdef Py_ssize_t at = 0, size, room = 0
+    cdef Py_ssize_t at = 0, size, room = 0, index = 0
     cdef const char* key
-    if type(names) is not tuple:
-        return _py.timings_comment(breakdown, names)
+    if type(names) is not tuple or type(seconds) is not tuple or len(names) != len(seconds):
+        return _py.timings_comment(breakdown, names, seconds)
     for name in <tuple>names:
         if type(name) is not str:
-            return _py.timings_comment(breakdown, names)
+            return _py.timings_comment(breakdown, names, seconds)
         PyUnicode_AsUTF8AndSize(name, &size)  # bytes, not characters, go in the buffer
         room += size + 80  # the quotes, the colon, the comma and a number of at most 64
     tokens = b',"output_tokens":%d}\n\n' % (breakdown.output_tokens,)
     if room + len(tokens) + 200 > _COMMENT_SIZE:  # the head, e2e and TTFT: under 200
-        return _py.timings_comment(breakdown, names)
+        return _py.timings_comment(breakdown, names, seconds)
     at = _put(out, at, b": llm-slo-timings {", 19)
     for name in <tuple>names:
         key = PyUnicode_AsUTF8AndSize(name, &size)
@@ -436,10 +430,10 @@ def timings_comment(breakdown, names):
         out[at] = b'"'
         at = _put(out, at + 1, key, size)
         at = _put(out, at, b'":', 2)
-        value = getattr(breakdown, name)
-        at = _put_seconds(out, at, 0.0 if not value else value)
+        at = _put_seconds(out, at, <object>PyTuple_GET_ITEM(seconds, index))
+        index += 1
         if at < 0:
-            return _py.timings_comment(breakdown, names)
+            return _py.timings_comment(breakdown, names, seconds)
     at = _put(out, at, b',"e2e_s":', 9)
     at = _put_seconds(out, at, breakdown.e2e_s)
     ttft = breakdown.ttft_s
@@ -447,14 +441,29 @@ def timings_comment(breakdown, names):
         at = _put(out, at, b',"ttft_s":', 10)
         at = _put_seconds(out, at, ttft)
     if at < 0:
-        return _py.timings_comment(breakdown, names)
+        return _py.timings_comment(breakdown, names, seconds)
     at = _put(out, at, PyBytes_AS_STRING(tokens), len(tokens))
     return PyBytes_FromStringAndSize(out, at)
 
 
+cdef Py_ssize_t _limits_of(object bounds, double* limits) except -2:
+    """The bounds as C doubles in `limits` (room for _MOST_BOUNDS); how many, or -1 where they
+    are more, or a C compare with one might not be Python's (not `_exact`)."""
+    cdef Py_ssize_t size = len(bounds), index
+    if size > _MOST_BOUNDS:
+        return -1
+    for index in range(size):
+        if not _exact(bounds[index], &limits[index]):
+            return -1
+    return size
+
+
 cdef Py_ssize_t _bucket_of(object bounds, object value) except -2:
     """`bisect_left(bounds, value)` over C doubles, for a tuple or list of bounds; -1 where a C
-    compare might not be Python's (an item or the value not `_exact`): the caller bisects."""
+    compare might not be Python's (an item or the value not `_exact`): the caller bisects.
+    It walks the bounds in place, as `_bisect_left` walks a C array: converting them first
+    (`_limits_of`) costs every bound per value, about 14k instructions of a request's report
+    where the walk reads only log2 of them."""
     cdef double x, limit
     cdef Py_ssize_t low = 0, high, middle
     cdef bint is_tuple = type(bounds) is tuple

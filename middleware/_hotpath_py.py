@@ -152,11 +152,11 @@ def window_add(
 _COMMENT_TEMPLATES: dict[tuple[str, ...], bytes] = {}
 
 
-def timings_comment(breakdown: Any, names: tuple[str, ...]) -> bytes:
-    """The final SSE comment (`: llm-slo-timings {...}`): the phases `names` (Breakdown
-    attributes, each also its JSON key; an unknown one as 0), e2e and, when known, TTFT in
-    seconds to the microsecond ("%.6f": correctly rounded), then output_tokens. Compact JSON,
-    %-formatted in one step from a template made once."""
+def timings_comment(breakdown: Any, names: tuple[str, ...], seconds: Sequence[float]) -> bytes:
+    """The final SSE comment (`: llm-slo-timings {...}`): the phases' `seconds` under their
+    JSON keys `names` (in the same order), the breakdown's e2e and, when known, TTFT, all in
+    seconds to the microsecond ("%.6f": correctly rounded), then its output_tokens. Compact
+    JSON, %-formatted in one step from a template made once."""
     template = _COMMENT_TEMPLATES.get(names)
     if template is None:
         template = _COMMENT_TEMPLATES[names] = (
@@ -166,7 +166,7 @@ def timings_comment(breakdown: Any, names: tuple[str, ...]) -> bytes:
         )
     ttft = breakdown.ttft_s
     return template % (
-        *[getattr(breakdown, name) or 0.0 for name in names],
+        *seconds,
         breakdown.e2e_s,
         b"" if ttft is None else b',"ttft_s":%.6f' % ttft,
         breakdown.output_tokens,

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from slo.sli import PHASES
+
 if TYPE_CHECKING:
     from middleware.timeline import RequestTimeline
 
@@ -40,17 +42,22 @@ class Breakdown:
     tokens_source: str = "chunks"
 
     @property
+    def phase_seconds(self) -> tuple[float, ...]:
+        """The additive parts, unknown ones as 0, in PHASES order: they sum to e2e."""
+        return (
+            self.network_s,
+            self.queue_s or 0.0,
+            self.prefill_s or 0.0,
+            self.queue_prefill_s or 0.0,
+            self.decode_s,
+            self.detokenize_s,
+            self.other_s,
+        )
+
+    @property
     def phases(self) -> dict[str, float]:
-        """The additive parts (unknown ones as 0), in PHASES order: they sum to e2e."""
-        return {
-            "network": self.network_s,
-            "queue": self.queue_s or 0.0,
-            "prefill": self.prefill_s or 0.0,
-            "queue_prefill": self.queue_prefill_s or 0.0,
-            "decode": self.decode_s,
-            "detokenize": self.detokenize_s,
-            "other": self.other_s,
-        }
+        """`phase_seconds` by phase name (slo.sli.PHASES)."""
+        return dict(zip(PHASES, self.phase_seconds, strict=True))
 
     @classmethod
     def _of(cls, fields: dict[str, Any]) -> Breakdown:

@@ -35,7 +35,7 @@ _SERVER_TIMING = ", ".join(f"{name};dur=%.3f" for name in PHASES)
 
 def server_timing_value(breakdown: Breakdown) -> str:
     """A `Server-Timing` value in milliseconds (the standard header browsers and tools read)."""
-    value = _SERVER_TIMING % tuple(seconds * 1000 for seconds in breakdown.phases.values())
+    value = _SERVER_TIMING % tuple(seconds * 1000 for seconds in breakdown.phase_seconds)
     if breakdown.ttft_s is not None:
         value += ", ttft;dur=%.3f" % (breakdown.ttft_s * 1000)
     return value + ", e2e;dur=%.3f" % (breakdown.e2e_s * 1000)
@@ -44,10 +44,11 @@ def server_timing_value(breakdown: Breakdown) -> str:
 def timings_comment(breakdown: Breakdown) -> bytes:
     """The final SSE comment (`: ...`) carrying the server's timings; SSE clients ignore comments.
 
-    Compact JSON: the phases, e2e and TTFT in seconds to the microsecond, then output_tokens
-    (written in C where the hot path is built: `middleware.hotpath.timings_comment`).
+    Compact JSON: the phases (`Breakdown.phase_seconds`, under their record fields), e2e and TTFT
+    in seconds to the microsecond, then output_tokens (written in C where the hot path is
+    built: `middleware.hotpath.timings_comment`).
     """
-    return hotpath.timings_comment(breakdown, PHASE_FIELDS)
+    return hotpath.timings_comment(breakdown, PHASE_FIELDS, breakdown.phase_seconds)
 
 
 # The record takes every Breakdown field under its own name (a latency SLI's record field is

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -252,7 +253,7 @@ def test_exchange_send_agrees(
 
 @settings(max_examples=500, deadline=None)
 @given(
-    st.lists(SECONDS | st.none(), min_size=len(PHASE_NAMES), max_size=len(PHASE_NAMES)),
+    st.lists(SECONDS, min_size=len(PHASE_NAMES), max_size=len(PHASE_NAMES)),
     SECONDS,
     SECONDS | st.none(),
     st.integers(0, 10**6) | st.integers(0, 10**4000),
@@ -260,16 +261,14 @@ def test_exchange_send_agrees(
 def test_timings_comment_agrees(phases: list[Any], e2e: Any, ttft: Any, output_tokens: int) -> None:
     """Every number as "%.6f" writes it (correctly rounded, ties to even), on both paths."""
     built = compiled()
-    breakdown = SimpleNamespace(
-        **dict(zip(PHASE_NAMES, phases, strict=True)),
-        e2e_s=e2e,
-        ttft_s=ttft,
-        output_tokens=output_tokens,
-    )
-    expected = _hotpath_py.timings_comment(breakdown, PHASE_NAMES)
-    assert built.timings_comment(breakdown, PHASE_NAMES) == expected
+    breakdown = SimpleNamespace(e2e_s=e2e, ttft_s=ttft, output_tokens=output_tokens)
+    seconds = tuple(phases)
+    expected = _hotpath_py.timings_comment(breakdown, PHASE_NAMES, seconds)
+    assert built.timings_comment(breakdown, PHASE_NAMES, seconds) == expected
     assert expected.startswith(b": llm-slo-timings {") and expected.endswith(b"}\n\n")
     assert b'"e2e_s":%.6f' % e2e in expected
+    for name, value in zip(PHASE_NAMES, phases, strict=True):
+        assert b'"%s":%.6f' % (name.encode(), value) in expected
 
 
 BOUNDS = st.lists(FLOATS | st.integers(-(2**60), 2**60), max_size=12).map(sorted) | st.just([])
@@ -335,14 +334,25 @@ def test_live_column_counts_agree(data: Any, size: int) -> None:
 )
 def test_timings_comment_agrees_on_any_field_names(names: list[str], value: Any) -> None:
     """Long and non-ASCII names (more bytes than characters) and a huge token count go to the
-    twin rather than past the compiled path's buffer."""
+    twin rather than past the compiled path's buffer. (Names are JSON keys written as they
+    are, and the twin's template holds them: identifiers, as the record fields are.)"""
     built = compiled()
-    taken = {"e2e_s", "ttft_s", "output_tokens"}  # and dunders: the namespace's own attributes
-    names = [n for n in names if n.isidentifier() and not n.startswith("__") and n not in taken]
-    names = names or ["phase_s"]
-    breakdown = SimpleNamespace(
-        **dict.fromkeys(names, value), e2e_s=value, ttft_s=value, output_tokens=10**3000
-    )
-    expected = _hotpath_py.timings_comment(breakdown, tuple(names))
-    assert built.timings_comment(breakdown, tuple(names)) == expected
+    names = [name for name in names if name.isidentifier()] or ["phase_s"]
+    breakdown = SimpleNamespace(e2e_s=value, ttft_s=value, output_tokens=10**3000)
+    seconds = (value,) * len(names)
+    expected = _hotpath_py.timings_comment(breakdown, tuple(names), seconds)
+    assert built.timings_comment(breakdown, tuple(names), seconds) == expected
     assert expected.endswith(b"0}\n\n")
+
+
+def test_timings_comment_refuses_seconds_that_do_not_match_the_names() -> None:
+    """Fewer seconds than names (or not a tuple) goes to the twin, which says so; never a
+    read past the tuple."""
+    built = compiled()
+    breakdown = SimpleNamespace(e2e_s=1.0, ttft_s=None, output_tokens=3)
+    for implementation in (built, _hotpath_py):
+        with pytest.raises(TypeError):
+            implementation.timings_comment(breakdown, ("a_s", "b_s"), (0.5,))
+    assert built.timings_comment(breakdown, ("a_s",), [0.5]) == _hotpath_py.timings_comment(
+        breakdown, ("a_s",), (0.5,)
+    )
