@@ -199,6 +199,52 @@ def exchange_send(exchange, message):
     return exchange._sent_quiet_chunk(message)
 
 
+cdef class MeasuredOffer:
+    """`_hotpath_py.measured_offer`'s offer, in one C call per piece."""
+
+    cdef object exchange, wire, timeline, now_ns, below_offer
+    cdef list body_marks, token_marks
+
+    def __cinit__(self):
+        self.exchange = None
+
+    def __call__(self, body):
+        exchange = self.exchange
+        if exchange is None:
+            raise TypeError("MeasuredOffer is made by measured_offer only")
+        if not exchange.is_stream:
+            return False
+        started = self.now_ns()
+        if not self.below_offer(body):
+            return False
+        carried = _token_events_in(self.wire, body)
+        self.body_marks.append(started)
+        if carried:
+            _token_marks_sent(self.timeline, self.token_marks, started, carried)
+        elif self.wire.done and not exchange.delivered:
+            exchange.delivered = True
+            self.timeline.last_byte_sent(self.now_ns())
+        return True
+
+
+def measured_offer(exchange, below_offer):
+    """`_hotpath_py.measured_offer`: the piece's checks, marks and scan in C (the timeline's
+    mark lists, held for the request: they are only ever changed in place)."""
+    timeline = exchange.timeline
+    body_marks, token_marks = timeline.body_chunk_ns, timeline.token_chunk_ns
+    if type(body_marks) is not list or type(token_marks) is not list:
+        return _py.measured_offer(exchange, below_offer)
+    cdef MeasuredOffer offer = MeasuredOffer()
+    offer.exchange = exchange
+    offer.wire = exchange.wire
+    offer.timeline = timeline
+    offer.now_ns = exchange.now_ns
+    offer.below_offer = below_offer
+    offer.body_marks = body_marks
+    offer.token_marks = token_marks
+    return offer
+
+
 def chunk_sent(timeline, started_ns, token_events=1):
     """A body chunk handed to `send` at `started_ns` with `token_events` token events
     (`_hotpath_py.chunk_sent`)."""

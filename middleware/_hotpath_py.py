@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_left, bisect_right
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -88,6 +88,30 @@ def exchange_send(exchange: Any, message: Any) -> Awaitable[None]:
                 return send(message)  # type: ignore[no-any-return]
             return exchange._sent_quiet_chunk(message)  # type: ignore[no-any-return]
     return exchange._send_message(message)  # type: ignore[no-any-return]
+
+
+def measured_offer(exchange: Any, below_offer: Callable[[bytes], bool]) -> Callable[[bytes], bool]:
+    """The measured request's direct write of a stream's middle piece
+    (`middleware.exchange_direct`): while the answer is an SSE stream and the server below
+    takes the piece (`below_offer` wrote it: True), the piece is marked and read as
+    `Exchange.send` marks and reads a middle chunk, the clock read before the write. False:
+    nothing was written or marked, and the piece goes through `send`."""
+    timeline, wire, now_ns = exchange.timeline, exchange.wire, exchange.now_ns
+
+    def offer(body: bytes) -> bool:
+        if not exchange.is_stream:
+            return False
+        started = now_ns()
+        if not below_offer(body):
+            return False
+        carried = token_events_in(wire, body)
+        chunk_sent(timeline, started, carried)
+        if not carried and wire.done and not exchange.delivered:
+            exchange.delivered = True
+            timeline.last_byte_sent(now_ns())
+        return True
+
+    return offer
 
 
 def chunk_sent(timeline: Any, started_ns: int, token_events: int = 1) -> None:

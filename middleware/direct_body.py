@@ -13,6 +13,9 @@ A server that can write the current response's body pieces itself offers that in
 - `ready()`: True while a piece may be written now (the response has started, is chunked, not
   finished, the client is connected and not pushing back); else the app sends as usual.
 - `write(body)`: writes one body piece (`more_body` true), as `send` would have.
+- `offer(body)`: `write` it if `ready()` (True), else False. A server or a layer may give its
+  own, doing both in one call (a stream's middle piece pays one call instead of three); it
+  must answer exactly as `ready` and `write` would.
 
 A layer that wants to see every piece (the latency middleware) wraps the offer with its own
 `send`, `ready` and `write`, and puts its wrapper in the scope in its place
@@ -33,17 +36,22 @@ EXTENSION = "llm_slo.direct_body"
 class DirectBody:
     """An offer to write the current response's streamed body pieces directly."""
 
-    __slots__ = ("ready", "send", "write")
+    __slots__ = ("offer", "ready", "send", "write")
 
     def __init__(
-        self, send: Send, ready: Callable[[], bool], write: Callable[[bytes], None]
+        self,
+        send: Send,
+        ready: Callable[[], bool],
+        write: Callable[[bytes], None],
+        offer: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.send = send
         self.ready = ready
         self.write = write
+        # Write `body` now if the server can (True); False: send it through `send` instead.
+        self.offer: Callable[[bytes], bool] = self._ready_then_write if offer is None else offer
 
-    def offer(self, body: bytes) -> bool:
-        """Write `body` now if the server can (True); False: send it through `send` instead."""
+    def _ready_then_write(self, body: bytes) -> bool:
         if self.ready():
             self.write(body)
             return True

@@ -4,12 +4,14 @@ When the server below offers direct writes for the request's `send`, the exchang
 app above its own: valid for `exchange.send`, ready only while the answer is an SSE stream (a
 plain reply's body is kept for its usage, through `send`) and the server's offer is ready, and
 writing a piece marks and reads it exactly as `Exchange.send` marks and reads a stream chunk
-in the middle of the stream, then hands it to the server's `write`. The stream's start and its
-last message still go through `send`, where the stream is settled.
+in the middle of the stream, then hands it to the server's `write`. Its `offer`, what the
+upstream connection calls per piece, is `hotpath.measured_offer`: the same in one call. The
+stream's start and its last message still go through `send`, where the stream is settled.
 """
 
 from __future__ import annotations
 
+import middleware.hotpath as hotpath
 from middleware.direct_body import DirectBody
 from middleware.exchange import Exchange
 
@@ -48,4 +50,8 @@ def measured_direct_body(exchange: Exchange, below: DirectBody) -> DirectBody:
             exchange.delivered = True
             timeline.last_byte_sent(now_ns())
 
-    return DirectBody(exchange.send, ready, write_as_is)
+    # What the upstream connection calls for each piece: readiness, the server's write, the
+    # marks and the scan in one hot-path call (compiled where built), over the server's own
+    # one-call offer.
+    offer = hotpath.measured_offer(exchange, below.offer)
+    return DirectBody(exchange.send, ready, write_as_is, offer)

@@ -6,7 +6,7 @@ twin `middleware._hotpath_py`. Chosen once, at import; both behave the same.
 
 The middleware, the wire parser, the timeline, the histograms and the live windows take their
 per-event functions from here (`token_events_in`, `decoded_has_text`, `exchange_send`,
-`chunk_sent`, `gaps_s`, `bucket_counts`, `window_add`, `timings_comment`,
+`measured_offer`, `chunk_sent`, `gaps_s`, `bucket_counts`, `window_add`, `timings_comment`,
 `observe_values`, `count_in_columns`).
 """
 
@@ -23,6 +23,7 @@ HOT_FUNCTIONS = (
     "token_events_in",
     "decoded_has_text",
     "exchange_send",
+    "measured_offer",
     "chunk_sent",
     "gaps_s",
     "bucket_counts",
@@ -61,6 +62,7 @@ IMPLEMENTATION: str = impl.IMPLEMENTATION
 token_events_in = impl.token_events_in
 decoded_has_text = impl.decoded_has_text
 exchange_send = impl.exchange_send
+measured_offer = impl.measured_offer
 chunk_sent = impl.chunk_sent
 gaps_s = impl.gaps_s
 bucket_counts = impl.bucket_counts

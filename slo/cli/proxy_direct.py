@@ -43,4 +43,17 @@ def _offer(cycle: RequestResponseCycle) -> DirectBody:
         if body:
             write_to_client(b"%x\r\n%s\r\n" % (len(body), body))
 
-    return DirectBody(cycle.send, ready, write)
+    def offer(body: bytes) -> bool:  # ready, then write: one call per piece
+        if (
+            cycle.chunked_encoding is True
+            and cycle.response_started
+            and not cycle.response_complete
+            and not flow.write_paused
+            and not cycle.disconnected
+        ):
+            if body:
+                write_to_client(b"%x\r\n%s\r\n" % (len(body), body))
+            return True
+        return False
+
+    return DirectBody(cycle.send, ready, write, offer)

@@ -31,7 +31,8 @@ TABLE = "llm_slo_request_records"
 
 
 def _counting_protocol(counts: Counter[str]) -> type[DirectBodyProtocol]:
-    """The real protocol, its offers' writes and refusals counted."""
+    """The real protocol, its offers' writes and refusals counted (whether a piece comes
+    through the one-call `offer` or through `ready` and `write`)."""
 
     class Counting(DirectBodyProtocol):
         def on_headers_complete(self) -> None:
@@ -39,7 +40,7 @@ def _counting_protocol(counts: Counter[str]) -> type[DirectBodyProtocol]:
             offer = self.scope.get("extensions", {}).get(EXTENSION)
             if offer is None:
                 return
-            write, ready = offer.write, offer.ready
+            write, ready, one_call = offer.write, offer.ready, offer.offer
 
             def counted_write(body: bytes) -> None:
                 counts["direct"] += 1
@@ -50,7 +51,12 @@ def _counting_protocol(counts: Counter[str]) -> type[DirectBodyProtocol]:
                 counts["ready" if answer else "refused"] += 1
                 return answer
 
-            offer.write, offer.ready = counted_write, counted_ready
+            def counted_offer(body: bytes) -> bool:
+                taken = one_call(body)
+                counts["direct" if taken else "refused"] += 1
+                return taken
+
+            offer.write, offer.ready, offer.offer = counted_write, counted_ready, counted_offer
 
     return Counting
 

@@ -188,6 +188,19 @@ SSE_PIECES = st.sampled_from(
 MESSAGE = st.tuples(SSE_PIECES, st.booleans(), st.sampled_from(["dict", "other type", "mapping"]))
 
 
+def left_by(exchange: Exchange) -> tuple[Any, ...]:
+    """What an exchange's messages left: the timeline's marks, `delivered`, the wire's counts."""
+    timeline, wire = exchange.timeline, exchange.wire
+    return (
+        timeline.body_chunk_ns,
+        timeline.token_chunk_ns,
+        timeline.first_token_byte_ns,
+        timeline.last_byte_ns,
+        exchange.delivered,
+        (wire.events, wire.token_events, wire.done, wire.finished, wire.finish_reasons),
+    )
+
+
 def drive_exchange(
     name: str, content_type: bytes, strip_usage: bool, messages: list[tuple[bytes, bool, str]]
 ) -> tuple[Any, ...]:
@@ -216,17 +229,7 @@ def drive_exchange(
             elif kind == "mapping":
                 message = MappingProxyType(message)
             await exchange.send(message)
-        wire = exchange.wire
-        return (
-            sent,
-            timeline.body_chunk_ns,
-            timeline.token_chunk_ns,
-            timeline.first_token_byte_ns,
-            timeline.last_byte_ns,
-            exchange.delivered,
-            exchange.complete,
-            (wire.events, wire.token_events, wire.done, wire.finished, wire.finish_reasons),
-        )
+        return (sent, *left_by(exchange), exchange.complete)
 
     with using(name):
         return asyncio.run(run())
@@ -249,6 +252,62 @@ def test_exchange_send_agrees(
     assert drive_exchange("compiled", content_type, strip_usage, messages) == drive_exchange(
         "pure-python", content_type, strip_usage, messages
     )
+
+
+def drive_direct(
+    name: str, pieces: list[tuple[bytes, bool]], through_send_only: bool
+) -> tuple[Any, ...]:
+    """A stream's middle pieces on implementation `name`, each offered to the measured direct
+    write (`middleware.exchange_direct`) over a server that is ready or not as scripted, and
+    sent through `Exchange.send` where the offer is refused (as `slo proxy` does); or, with
+    `through_send_only`, all sent. What reached the client, in order, the marks and counts."""
+    import asyncio
+
+    from middleware.direct_body import DirectBody
+    from middleware.exchange_direct import measured_direct_body
+
+    out: list[bytes] = []
+    server = {"ready": True}
+
+    async def below(message: Any) -> None:
+        if message.get("body"):
+            out.append(message["body"])
+
+    async def run() -> tuple[Any, ...]:
+        clock = ScriptedClock()
+        timeline = RequestTimeline.begin("r", clock)
+        exchange = Exchange(timeline, None, below, clock.now_ns, replay=[])
+        start = {"type": "http.response.start", "status": 200}
+        start["headers"] = [(b"content-type", b"text/event-stream")]
+        offer = measured_direct_body(
+            exchange, DirectBody(below, lambda: server["ready"], out.append)
+        ).offer
+        refused_before_start = offer(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
+        await exchange.send(start)
+        for body, ready in pieces:
+            clock.advance_ms(1)
+            server["ready"] = ready
+            if through_send_only or not offer(body):
+                await exchange.send({"type": "http.response.body", "body": body, "more_body": True})
+        return (refused_before_start, out, *left_by(exchange))
+
+    with using(name):
+        return asyncio.run(run())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(SSE_PIECES.filter(bool), st.booleans()), max_size=12))
+def test_a_direct_write_is_measured_as_a_sent_piece(pieces: list[tuple[bytes, bool]]) -> None:
+    """On both paths, a piece the server takes straight from the offer leaves the same marks,
+    counts and bytes, in the same order, as the same piece sent through `Exchange.send`; one
+    refused (the server pushing back, or no stream yet) leaves nothing. (The upstream never
+    offers an empty piece: httptools hands over body bytes only.)"""
+    compiled()
+    through_send = drive_direct("pure-python", pieces, through_send_only=True)
+    for name in ("compiled", "pure-python"):
+        direct = drive_direct(name, pieces, through_send_only=False)
+        assert direct[0] is False  # before the response starts, it is not a stream yet
+        assert direct[1:] == through_send[1:]
 
 
 @settings(max_examples=500, deadline=None)
