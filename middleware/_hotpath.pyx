@@ -325,11 +325,12 @@ def bucket_counts(bounds, values):
     """`(index, count)` per touched bucket, `bisect_left(bounds, value)` placing a value
     (`_hotpath_py.bucket_counts`): the same sort and the same bisects, over C doubles."""
     cdef list ordered = sorted(values)
-    cdef Py_ssize_t size = len(ordered), last = len(bounds)
+    cdef Py_ssize_t size = len(ordered), last
     cdef Py_ssize_t position = 0, index, end, low, high, middle
     cdef double limits[_MOST_BOUNDS]
     cdef double value, limit
-    if _limits_of(bounds, limits) < 0:
+    last = _limits_of(bounds, limits)  # the bounds' one length, the one searched
+    if last < 0:
         return _py.bucket_counts(bounds, ordered)
     for index in range(size):
         if not PyFloat_CheckExact(<object>PyList_GET_ITEM(ordered, index)):

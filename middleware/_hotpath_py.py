@@ -120,9 +120,12 @@ def chunk_sent(timeline: Any, started_ns: int, token_events: int = 1) -> None:
     chunk arrived together: each is a mark, with gaps of 0 between them."""
     timeline.body_chunk_ns.append(started_ns)
     if token_events:
-        timeline.token_chunk_ns.extend([started_ns] * token_events)
-        if timeline.first_token_byte_ns is None:
+        marks = timeline.token_chunk_ns
+        # Whatever appends token marks sets the first token's byte (here, `count_every_chunk`):
+        # it is set by the first mark, and read only while there is none (as compiled).
+        if not marks and timeline.first_token_byte_ns is None:
             timeline.first_token_byte_ns = started_ns
+        marks.extend([started_ns] * token_events)
 
 
 def gaps_s(times: list[int]) -> tuple[float, ...]:

@@ -15,7 +15,8 @@ A server that can write the current response's body pieces itself offers that in
 - `write(body)`: writes one body piece (`more_body` true), as `send` would have.
 - `offer(body)`: `write` it if `ready()` (True), else False. A server or a layer may give its
   own, doing both in one call (a stream's middle piece pays one call instead of three); it
-  must answer exactly as `ready` and `write` would.
+  must answer exactly as `ready` and `write` would. It is fixed when the offer is made: a
+  layer changes what is written by wrapping the offer (all three), never by editing one.
 
 A layer that wants to see every piece (the latency middleware) wraps the offer with its own
 `send`, `ready` and `write`, and puts its wrapper in the scope in its place
@@ -49,13 +50,22 @@ class DirectBody:
         self.ready = ready
         self.write = write
         # Write `body` now if the server can (True); False: send it through `send` instead.
-        self.offer: Callable[[bytes], bool] = self._ready_then_write if offer is None else offer
+        self.offer = _ready_then_write(ready, write) if offer is None else offer
 
-    def _ready_then_write(self, body: bytes) -> bool:
-        if self.ready():
-            self.write(body)
+
+def _ready_then_write(
+    ready: Callable[[], bool], write: Callable[[bytes], None]
+) -> Callable[[bytes], bool]:
+    """`ready`, then `write`, as one offer (a closure: a bound method kept on the instance
+    would make every offer a reference cycle, its request's objects left to the collector)."""
+
+    def offer(body: bytes) -> bool:
+        if ready():
+            write(body)
             return True
         return False
+
+    return offer
 
 
 def direct_body(scope: Scope, send: Send) -> DirectBody | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -61,10 +62,13 @@ class RecordWriter:
         # every record, about 10k instructions of a request's report. `queue_size` bounds it
         # (checked before each append, so threads adding at once may pass it by a few).
         self._queue: collections.deque[Any] = collections.deque()
-        self._queue_size = queue_size
-        # flush() waits on this until nothing is queued and the writer holds no batch.
+        # 0 or less: no bound, as queue.Queue's maxsize meant.
+        self._queue_size = queue_size if queue_size > 0 else sys.maxsize
+        # flush() waits on this until nothing is queued and no batch is held.
         self._drained = threading.Condition()
-        self._holding = 0  # records the writer took and has not stored or spooled yet
+        # Records taken from the queue and not yet stored or spooled, by every drain at once
+        # (the writer's last round and a late `_write_now` may overlap while closing).
+        self._holding = 0
         self._count_lock = threading.Lock()
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
@@ -167,7 +171,7 @@ class RecordWriter:
         while up or spill:
             with self._drained:  # taken and counted in one step: flush() sees one or the other
                 batch = [take() for _ in range(min(self.batch_size, len(queued)))]
-                self._holding = len(batch)
+                self._holding += len(batch)
             if not batch:
                 return
             try:
@@ -177,7 +181,7 @@ class RecordWriter:
                     self._spool(batch[stored:])
             finally:
                 with self._drained:
-                    self._holding = 0
+                    self._holding -= len(batch)
                     self._drained.notify_all()
 
     def _store(self, records: list[Any]) -> int:

@@ -20,7 +20,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 PIECE = (
@@ -49,6 +48,7 @@ async def _offer_pieces(generic: bool) -> None:
     from middleware.clock import SystemClock
     from middleware.exchange import Exchange
     from middleware.timeline import RequestTimeline
+    from tests.helpers.cycle_standin import cycle_standin
 
     if generic:
         layers: tuple[Any, ...] = (proxy_direct, exchange_direct)
@@ -59,15 +59,7 @@ async def _offer_pieces(generic: bool) -> None:
         pass
 
     written: list[bytes] = []
-    cycle: Any = SimpleNamespace(  # what the server offer reads of uvicorn's cycle
-        flow=SimpleNamespace(write_paused=False),
-        transport=SimpleNamespace(write=written.append),
-        chunked_encoding=True,
-        response_started=True,
-        response_complete=False,
-        disconnected=False,
-        send=below,
-    )
+    cycle = cycle_standin(written.append, below)
     timeline = RequestTimeline.begin("r", SystemClock())
     no_receive: Any = None  # the request is not read here
     exchange = Exchange(timeline, no_receive, below, time.perf_counter_ns, replay=[])

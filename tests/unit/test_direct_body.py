@@ -115,3 +115,29 @@ async def _relay(pieces: list[bytes], readiness: list[bool], draw: random.Random
             await asyncio.sleep(0)  # let the task run now and then, or not
     await asyncio.wait_for(relay, 5)
     return delivered
+
+
+def test_the_proxy_servers_one_call_offer_answers_as_ready_then_write() -> None:
+    """`slo proxy`'s server offer (`slo.cli.proxy_direct`) in every state of uvicorn's cycle
+    and flow control: it writes, and says True, exactly when `ready()` is True (an empty piece
+    is taken and writes nothing), so the one call never drifts from the two."""
+    import itertools
+
+    from slo.cli.proxy_direct import _offer
+    from tests.helpers.cycle_standin import cycle_standin
+
+    for chunked, started, complete, paused, gone in itertools.product(
+        (True, False, None), (True, False), (True, False), (True, False), (True, False)
+    ):
+        for body in (b"data: x\n\n", b""):
+            written: list[bytes] = []
+            state = {"chunked": chunked, "started": started, "complete": complete}
+            state |= {"paused": paused, "gone": gone}
+            offer = _offer(cycle_standin(written.append, _send, **state))
+            ready = offer.ready()
+            assert offer.offer(body) is ready
+            framed = [b"%x\r\n%s\r\n" % (len(body), body)] if body else []
+            assert written == (framed if ready else [])
+            written.clear()
+            offer.write(body)  # what `ready` and `write` do, one after the other
+            assert written == framed

@@ -113,10 +113,21 @@ def test_gaps_agree(marks: list[int]) -> None:
     assert compiled().gaps_s(marks) == _hotpath_py.gaps_s(marks)
 
 
-@given(st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 3)), max_size=30))
-def test_chunk_marks_agree(chunks: list[tuple[int, int]]) -> None:
+@given(
+    st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 3)), max_size=30),
+    st.lists(st.integers(0, 2**62), max_size=2),
+    st.none() | st.integers(0, 2**62),
+)
+def test_chunk_marks_agree(
+    chunks: list[tuple[int, int]], marks_before: list[int], first_before: int | None
+) -> None:
+    """Both paths leave the same marks and first token's byte, from any start (token marks
+    already there or not, the first token's byte set or not, however inconsistent)."""
     clock = ScriptedClock()
     timelines = [RequestTimeline.begin("r", clock) for _ in range(2)]
+    for timeline in timelines:
+        timeline.token_chunk_ns.extend(marks_before)
+        timeline.first_token_byte_ns = first_before
     for at, events in chunks:
         compiled().chunk_sent(timelines[0], at, events)
         _hotpath_py.chunk_sent(timelines[1], at, events)
@@ -255,12 +266,14 @@ def test_exchange_send_agrees(
 
 
 def drive_direct(
-    name: str, pieces: list[tuple[bytes, bool]], through_send_only: bool
+    name: str, pieces: list[tuple[bytes, bool]], through_send_only: bool, ticking: bool = False
 ) -> tuple[Any, ...]:
     """A stream's middle pieces on implementation `name`, each offered to the measured direct
     write (`middleware.exchange_direct`) over a server that is ready or not as scripted, and
     sent through `Exchange.send` where the offer is refused (as `slo proxy` does); or, with
-    `through_send_only`, all sent. What reached the client, in order, the marks and counts."""
+    `through_send_only`, all sent. What reached the client, in order, the marks and counts;
+    `ticking`: the exchange's clock moves 1 ns at every read, and each direct write also
+    records the time it ran (last)."""
     import asyncio
 
     from middleware.direct_body import DirectBody
@@ -276,11 +289,22 @@ def drive_direct(
     async def run() -> tuple[Any, ...]:
         clock = ScriptedClock()
         timeline = RequestTimeline.begin("r", clock)
-        exchange = Exchange(timeline, None, below, clock.now_ns, replay=[])
+        written_at: list[tuple[int, int]] = []
+
+        def now_ns() -> int:
+            clock.ns += ticking
+            return clock.ns
+
+        def write(body: bytes) -> None:
+            clock.ns += ticking
+            written_at.append((len(out), clock.ns))  # the piece's place among all, its time
+            out.append(body)
+
+        exchange = Exchange(timeline, None, below, now_ns, replay=[])
         start = {"type": "http.response.start", "status": 200}
         start["headers"] = [(b"content-type", b"text/event-stream")]
         offer = measured_direct_body(
-            exchange, DirectBody(below, lambda: server["ready"], out.append)
+            exchange, DirectBody(below, lambda: server["ready"], write)
         ).offer
         refused_before_start = offer(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
         await exchange.send(start)
@@ -289,7 +313,7 @@ def drive_direct(
             server["ready"] = ready
             if through_send_only or not offer(body):
                 await exchange.send({"type": "http.response.body", "body": body, "more_body": True})
-        return (refused_before_start, out, *left_by(exchange))
+        return (refused_before_start, out, *left_by(exchange), written_at)
 
     with using(name):
         return asyncio.run(run())
@@ -307,7 +331,18 @@ def test_a_direct_write_is_measured_as_a_sent_piece(pieces: list[tuple[bytes, bo
     for name in ("compiled", "pure-python"):
         direct = drive_direct(name, pieces, through_send_only=False)
         assert direct[0] is False  # before the response starts, it is not a stream yet
-        assert direct[1:] == through_send[1:]
+        assert direct[1:-1] == through_send[1:-1]
+    # With a clock that moves at every read: both paths read it alike, and a piece written
+    # directly is marked with a time read before the write ran.
+    ticked = [
+        drive_direct(name, pieces, False, ticking=True) for name in ("compiled", "pure-python")
+    ]
+    assert ticked[0] == ticked[1]
+    body_marks, written_at = ticked[1][2], ticked[1][-1]
+    assert len(body_marks) == len(ticked[1][1])  # one mark per piece, in the pieces' order
+    for place, written in written_at:
+        assert body_marks[place] < written
+    assert len(written_at) == sum(1 for _, ready in pieces if ready)
 
 
 @settings(max_examples=500, deadline=None)

@@ -100,6 +100,17 @@ def test_flush_waits_for_records_added_from_many_threads_at_once(tmp_path: Path)
         assert written == {r.request_id for r in records}
 
 
+def test_a_queue_size_of_zero_means_no_bound(tmp_path: Path) -> None:
+    """As `queue.Queue(maxsize=0)` meant: records wait in memory, none go to the spool."""
+    records = [record_from_dict(r) for r in sample_records(300)]
+    with RecordStore(tmp_path / "r.db", queue_size=0, flush_interval_s=60) as store:
+        for record in records:
+            store.add(record)
+        assert store.spooled == 0
+        store.flush()
+        assert store.written == 300 and store.spooled == 0 and store.dropped == 0
+
+
 def test_add_spools_instead_of_blocking_when_the_queue_is_full(tmp_path: Path) -> None:
     store = RecordStore(str(tmp_path / "r.db"), queue_size=5)
     gate = threading.Event()
