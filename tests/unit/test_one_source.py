@@ -274,6 +274,15 @@ def test_phases_agree_everywhere() -> None:
     assert tuple(LATENCY_FIELDS[phase] for phase in PHASES) == PHASE_FIELDS
     breakdown = _breakdown()
     assert tuple(breakdown.phases) == PHASES
+    # `phase_seconds` names its fields one by one: each value is its own phase's field, in
+    # PHASE_FIELDS order, an unknown (None) one as 0.
+    distinct = dataclasses.replace(
+        breakdown, **{field: 0.001 * (place + 1) for place, field in enumerate(PHASE_FIELDS)}
+    )
+    assert distinct.phase_seconds == tuple(getattr(distinct, field) for field in PHASE_FIELDS)
+    unknown = dataclasses.replace(distinct, queue_s=None, prefill_s=None, queue_prefill_s=None)
+    assert unknown.phase_seconds == tuple(getattr(unknown, f) or 0.0 for f in PHASE_FIELDS)
+    assert unknown.phases == dict(zip(PHASES, unknown.phase_seconds, strict=True))
     assert [part.split(";")[0] for part in server_timing_value(breakdown).split(", ")] == [
         *PHASES,
         "ttft",
