@@ -16,10 +16,10 @@ them (speculative decoding, or `fuse_steps` off), while such a tier decodes (or 
 prefill of the tiers below it without a TPOT objective waits (at most
 `LOWER_PREFILL_MAX_WAIT_S` in a row; a tier above it never waits): a chunk is a second forward
 pass in the step, which costs more than the premium decode itself on a small model, so it
-would be the ITL tail. And for `TPOT_TIER_RECENT_S` after such
-a tier was last seen, the steps between its requests stay within `IDLE_STEP_TPOTS` of its
-TPOT objective: a request that arrives waits for the step in flight, and a full-budget step
-beside every batch decode would land on its TTFT. The two kinds of step (a TPOT-bound tier
+would be the ITL tail. And for `TPOT_TIER_RECENT_S` after such a tier was last seen (or the
+server started), the steps between its requests stay within `IDLE_STEP_TPOTS` of its TPOT
+objective: a request that arrives waits for the step in flight, and a full-budget step beside
+every batch decode would land on its TTFT. The two kinds of step (a TPOT-bound tier
 decoding, or only recently seen) keep caps of their own.
 """
 
@@ -100,6 +100,10 @@ class SloPolicy:
         self.chunk_cap: int | None = None  # prefill tokens per step while TPOT-bound
         self.decode_context_cap: int | None = None  # lower-tier decode context per step
         self._tpot_tier_seen_ns: dict[int, int] = {}  # priority -> when last seen
+        # The first step planned (see `step_tpot_s`): a server that has just started counts
+        # every TPOT-bound tier as seen then, so a flood that comes before premium's first
+        # request does not run full-budget steps (150 ms on bundled:tiny) that request waits on.
+        self._started_ns: int | None = None
         # Which kind of step was planned last (BUSY, IDLE or None), and the caps each kind
         # keeps while the other is in use.
         self._regime: str | None = None
@@ -184,13 +188,17 @@ class SloPolicy:
         """The time a step must fit, as a TPOT: the tightest TPOT objective among the
         sequences this step decodes, prefills or keeps waiting (a request being prefilled
         counts, or its first step, its TTFT, would run uncapped); else, while such a tier was
-        seen in the last `TPOT_TIER_RECENT_S`, `IDLE_STEP_TPOTS` of its objective or
+        seen in the last `TPOT_TIER_RECENT_S` (the first step planned counts as seeing every
+        one of them: a fresh server expects its tiers), `IDLE_STEP_TPOTS` of its objective or
         `IDLE_STEP_TTFT_SHARE` of its TTFT objective, whichever is less (a bound that also
         holds while a looser TPOT-bound tier decodes: its next request waits for this step).
         Also switches the caps to this kind of step's, and notes the most important TPOT-bound
         tier running (decoding or prefilling), whose lower tiers' prefill waits."""
         seen = self._tpot_tier_seen_ns
         priorities = self._tpot_priorities
+        if self._started_ns is None:  # the first step: the server starts expecting them
+            self._started_ns = now_ns
+            seen.update(dict.fromkeys(priorities, now_ns))
         bound_running = [s for s in running if s.priority in priorities]
         bound = bound_running + [s for s in waiting if s.priority in priorities]
         self._tpot_running_priority = min((s.priority for s in bound_running), default=None)

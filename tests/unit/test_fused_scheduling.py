@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 
 from engine.kv_cache import BlockAllocator
 from engine.policies import PrefillTimeModel, TierObjective, create_policy
-from engine.policies.slo import COLD_START_CHUNK_TOKENS
+from engine.policies.slo import COLD_START_CHUNK_TOKENS, TPOT_TIER_RECENT_S
 from engine.scheduler import Scheduler
 from tests.unit.test_tier_scheduling import BLOCK, SECOND, make_sequence, run_plan
 
@@ -122,6 +122,22 @@ def test_a_fresh_server_caps_the_chunk_beside_its_first_premium_request() -> Non
     scheduler.policy.after_step(0.004, 0.01, [premium], 4096, 0, prefill_tokens=256)
     assert scheduler.policy.chunk_cap is not None
     assert scheduler.policy.chunk_cap <= COLD_START_CHUNK_TOKENS * 1.25
+
+
+def test_a_flood_before_the_first_premium_request_runs_capped_steps() -> None:
+    """A fresh server expects its TPOT-bound tier: a lower tier's flood that comes first is
+    prefilled COLD_START_CHUNK_TOKENS a step, not the whole budget (a 4096-token step is 150
+    ms on bundled:tiny, and premium's first request would wait for it); once the tier has not
+    been seen for TPOT_TIER_RECENT_S, the steps take the whole budget again."""
+    policy = create_policy("slo", objectives=OBJECTIVES, fused_steps=True)
+    scheduler = Scheduler(BlockAllocator(4096), BLOCK, 8, 4096, policy=policy)
+    for index in range(3):
+        scheduler.add(make_sequence(f"batch-{index}", 2, 3000, index, 0, max_tokens=10))
+    plan = scheduler.schedule(SECOND)
+    assert plan.prefill_tokens == COLD_START_CHUNK_TOKENS
+    run_plan(scheduler, plan)
+    later = int((1 + TPOT_TIER_RECENT_S + 1) * SECOND)
+    assert scheduler.schedule(later).prefill_tokens == 4096
 
 
 def test_a_cap_starts_where_the_step_time_model_says_a_step_fits() -> None:

@@ -294,17 +294,20 @@ def test_lower_tiers_decode_in_turns_while_a_tpot_bound_tier_decodes() -> None:
     premium = make_sequence("premium", 0, 8, 6, 0, max_tokens=1000)
     for sequence in batch:
         scheduler.add(sequence)
-    for step in range(5):  # prefill the batch: 2400 tokens, 512 a step
+    step = 0
+    while not all(s.prefilled for s in batch):  # prefill the batch: 2400 tokens, capped
+        assert step < 20, "the batch's prefill did not finish"  # (a fresh server's steps)
         run_plan(scheduler, scheduler.schedule(step))
+        step += 1
     scheduler.add(premium)
-    run_plan(scheduler, scheduler.schedule(5))
+    run_plan(scheduler, scheduler.schedule(step))
     assert all(s.prefilled for s in [*batch, premium])
     policy = scheduler.policy
     policy.after_step(1.0, 0.01, [premium, *batch], 512, 0)  # a slow step: the caps halve
     assert policy.decode_context_cap is not None and policy.decode_context_cap < 6 * 400
     turns: dict[str, int] = {}
-    for step in range(6, 18):
-        plan = scheduler.schedule(step)
+    for turn in range(step + 1, step + 13):
+        plan = scheduler.schedule(turn)
         assert premium in plan.decodes  # the TPOT-bound tier decodes every step
         assert plan.waiting_decodes == len(batch) + 1 - len(plan.decodes) > 0
         for sequence in plan.decodes:
@@ -357,7 +360,10 @@ def test_steps_stay_bounded_between_a_tpot_bound_tiers_requests_for_a_while() ->
     policy = Policy("slo", objectives=objectives)
     premium = make_sequence("premium", 0, 8, 0, 0)
     batch = make_sequence("batch", 2, 400, 1, 0)
-    assert policy.step_tpot_s([batch], [], 0) is None  # never seen: no bound
+    # A fresh server expects its TPOT-bound tiers: its first step is bounded as if between
+    # their requests (then not for long without one: see the last line).
+    first = policy.step_tpot_s([batch], [], 0)
+    assert first is not None and 0.01 < first <= 0.05
     assert policy.step_tpot_s([premium, batch], [], SECOND) == 0.01  # decoding: its objective
     between = policy.step_tpot_s([batch], [], 2 * SECOND)  # gone, seen a second ago
     assert between is not None and 0.01 < between <= 0.05
