@@ -155,6 +155,9 @@ class SloPolicy:
         self._decodes = sum(1 for s in running if s.prefilled)
         if not model.ready or not waiting:
             return []
+        with_objective = self._ttft_priorities
+        if not any(s.priority in with_objective and not s.output_ids for s in waiting):
+            return []  # most steps under a flood: nobody waiting could be shed, no ranking
         ahead = sum(s.num_tokens - s.num_cached for s in running if not s.prefilled)
         order = sorted(waiting, key=lambda s: (s.priority, self.rank(s, now_ns, tokens_per_step)))
         shed: list[Sequence] = []
