@@ -59,6 +59,7 @@ def tighter_spec(tmp: Path) -> Path:
     return path
 
 
+@pytest.mark.timeout(int(DRAWS * ROUNDS * 3 * (SECONDS + 15)) + 300)  # engine loads, drains
 @pytest.mark.parametrize("which", ["example", "tighter"])
 def test_every_draw_keeps_premium_and_beats_fifo_and_priority(which: str, tmp_path: Path) -> None:
     path = EXAMPLE if which == "example" else tighter_spec(tmp_path)
