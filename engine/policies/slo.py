@@ -17,7 +17,7 @@ prefill of the tiers below it without a TPOT objective waits (at most
 `LOWER_PREFILL_MAX_WAIT_S` in a row; a tier above it never waits): a chunk is a second forward
 pass in the step, which costs more than the premium decode itself on a small model, so it
 would be the ITL tail. And for `TPOT_TIER_RECENT_S` after such a tier was last seen (or the
-server started), the steps between its requests stay within `IDLE_STEP_TPOTS` of its TPOT
+server's first step), the steps between its requests stay within `IDLE_STEP_TPOTS` of its TPOT
 objective: a request that arrives waits for the step in flight, and a full-budget step beside
 every batch decode would land on its TTFT. The two kinds of step (a TPOT-bound tier
 decoding, or only recently seen) keep caps of their own.
