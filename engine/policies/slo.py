@@ -100,10 +100,10 @@ class SloPolicy:
         self.chunk_cap: int | None = None  # prefill tokens per step while TPOT-bound
         self.decode_context_cap: int | None = None  # lower-tier decode context per step
         self._tpot_tier_seen_ns: dict[int, int] = {}  # priority -> when last seen
-        # The first step planned (see `step_tpot_s`): a server that has just started counts
-        # every TPOT-bound tier as seen then, so a flood that comes before premium's first
-        # request does not run full-budget steps (150 ms on bundled:tiny) that request waits on.
-        self._started_ns: int | None = None
+        # Whether a step was planned yet (see `step_tpot_s`): the first counts as a sighting of
+        # every TPOT-bound tier, so for TPOT_TIER_RECENT_S a flood that comes before premium's
+        # first request does not run full-budget steps (150 ms on bundled:tiny) it waits on.
+        self._first_step_planned = False
         # Which kind of step was planned last (BUSY, IDLE or None), and the caps each kind
         # keeps while the other is in use.
         self._regime: str | None = None
@@ -116,9 +116,6 @@ class SloPolicy:
         objective = self.objectives.get(sequence.priority)
         ttft_s = objective.ttft_s if objective and objective.ttft_s else self.default_ttft_s
         return sequence.arrival_ns + int(ttft_s * 1e9)
-
-    def has_ttft_objective(self, sequence: Sequence) -> bool:
-        return sequence.priority in self._ttft_priorities
 
     def rank(self, sequence: Sequence, now_ns: int, tokens_per_step: int) -> tuple[float, int, int]:
         remaining = sequence.num_tokens - sequence.num_cached
@@ -155,22 +152,25 @@ class SloPolicy:
         self._decodes = sum(1 for s in running if s.prefilled)
         if not model.ready or not waiting:
             return []
-        with_objective = self._ttft_priorities
-        if not any(s.priority in with_objective and not s.output_ids for s in waiting):
+        if not any(self._may_be_shed(s) for s in waiting):
             return []  # most steps under a flood: nobody waiting could be shed, no ranking
         ahead = sum(s.num_tokens - s.num_cached for s in running if not s.prefilled)
         order = sorted(waiting, key=lambda s: (s.priority, self.rank(s, now_ns, tokens_per_step)))
         shed: list[Sequence] = []
         for sequence in order:
             work = sequence.num_tokens - sequence.num_cached
-            eligible = not sequence.output_ids and self.has_ttft_objective(sequence)
             predicted_ns = model.predict_s(ahead + work, tokens_per_step, self._decodes) * 1e9
-            if eligible and now_ns + predicted_ns > self.ttft_deadline_ns(sequence):
+            late = now_ns + predicted_ns > self.ttft_deadline_ns(sequence)
+            if late and self._may_be_shed(sequence):
                 shed.append(sequence)
             else:
                 ahead += work
         shed.sort(key=lambda s: -s.priority)  # the lowest tier is given up on first
         return [(sequence, SHED_TTFT_OUT_OF_REACH) for sequence in shed]
+
+    def _may_be_shed(self, sequence: Sequence) -> bool:
+        """Its tier has a TTFT objective and it has streamed nothing yet."""
+        return not sequence.output_ids and sequence.priority in self._ttft_priorities
 
     # ------------------------------------------------------------------- step shaping
     def shape_step(
@@ -199,8 +199,8 @@ class SloPolicy:
         tier running (decoding or prefilling), whose lower tiers' prefill waits."""
         seen = self._tpot_tier_seen_ns
         priorities = self._tpot_priorities
-        if self._started_ns is None:  # the first step: the server starts expecting them
-            self._started_ns = now_ns
+        if not self._first_step_planned:  # a fresh server expects them: a sighting now
+            self._first_step_planned = True
             seen.update(dict.fromkeys(priorities, now_ns))
         bound_running = [s for s in running if s.priority in priorities]
         bound = bound_running + [s for s in waiting if s.priority in priorities]

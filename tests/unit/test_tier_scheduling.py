@@ -361,13 +361,15 @@ def test_steps_stay_bounded_between_a_tpot_bound_tiers_requests_for_a_while() ->
     premium = make_sequence("premium", 0, 8, 0, 0)
     batch = make_sequence("batch", 2, 400, 1, 0)
     # A fresh server expects its TPOT-bound tiers: its first step is bounded as if between
-    # their requests (then not for long without one: see the last line).
+    # their requests, and not for long without one.
     first = policy.step_tpot_s([batch], [], 0)
     assert first is not None and 0.01 < first <= 0.05
-    assert policy.step_tpot_s([premium, batch], [], SECOND) == 0.01  # decoding: its objective
-    between = policy.step_tpot_s([batch], [], 2 * SECOND)  # gone, seen a second ago
+    assert policy.step_tpot_s([batch], [], 20 * SECOND) is None  # not seen since: no bound
+    # Then premium comes: its own sighting bounds the steps after it, for a while.
+    assert policy.step_tpot_s([premium, batch], [], 21 * SECOND) == 0.01  # decoding: its TPOT
+    between = policy.step_tpot_s([batch], [], 22 * SECOND)  # gone, seen a second ago
     assert between is not None and 0.01 < between <= 0.05
-    assert policy.step_tpot_s([batch], [], 30 * SECOND) is None  # not seen for long: no bound
+    assert policy.step_tpot_s([batch], [], 50 * SECOND) is None  # not seen for long: no bound
 
 
 def test_steps_between_requests_leave_room_for_the_ttft_of_the_next_one() -> None:
@@ -383,11 +385,13 @@ def test_steps_between_requests_leave_room_for_the_ttft_of_the_next_one() -> Non
     premium = make_sequence("premium", 0, 8, 0, 0)
     standard = make_sequence("standard", 1, 8, 1, 0)
     batch = make_sequence("batch", 2, 400, 2, 0)
-    assert policy.step_tpot_s([premium, batch], [], 0) == 0.02  # decoding: its TPOT objective
-    assert policy.step_tpot_s([batch], [], SECOND) == pytest.approx(0.05)  # between requests
-    assert policy.step_tpot_s([standard, batch], [], SECOND) == pytest.approx(0.05)
+    assert policy.step_tpot_s([batch], [], 0) is not None  # a fresh server: bounded a while
+    start = 60 * SECOND  # after that while, premium comes: its sighting is what bounds now
+    assert policy.step_tpot_s([premium, batch], [], start) == 0.02  # decoding: its TPOT
+    assert policy.step_tpot_s([batch], [], start + SECOND) == pytest.approx(0.05)  # between
+    assert policy.step_tpot_s([standard, batch], [], start + SECOND) == pytest.approx(0.05)
     # Premium not seen for long: the standard tier's own TPOT objective bounds its steps.
-    assert policy.step_tpot_s([standard, batch], [], 60 * SECOND) == pytest.approx(0.1)
+    assert policy.step_tpot_s([standard, batch], [], start + 60 * SECOND) == pytest.approx(0.1)
 
 
 def test_a_more_important_tier_never_waits_for_a_tpot_bound_one() -> None:
