@@ -99,11 +99,11 @@ class SloPolicy:
         self._decodes = 0  # decoding sequences when the step was planned: they share its steps
         self.chunk_cap: int | None = None  # prefill tokens per step while TPOT-bound
         self.decode_context_cap: int | None = None  # lower-tier decode context per step
-        self._tpot_tier_seen_ns: dict[int, int] = {}  # priority -> when last seen
-        # Whether a step was planned yet (see `step_tpot_s`): the first counts as a sighting of
-        # every TPOT-bound tier, so for TPOT_TIER_RECENT_S a flood that comes before premium's
-        # first request does not run full-budget steps (150 ms on bundled:tiny) it waits on.
-        self._first_step_planned = False
+        # priority -> when last seen; empty until the first step planned, which counts as a
+        # sighting of every TPOT-bound tier (see `step_tpot_s`): for TPOT_TIER_RECENT_S a flood
+        # that comes before premium's first request does not run full-budget steps (150 ms on
+        # bundled:tiny) that request waits on.
+        self._tpot_tier_seen_ns: dict[int, int] = {}
         # Which kind of step was planned last (BUSY, IDLE or None), and the caps each kind
         # keeps while the other is in use.
         self._regime: str | None = None
@@ -160,8 +160,9 @@ class SloPolicy:
         for sequence in order:
             work = sequence.num_tokens - sequence.num_cached
             predicted_ns = model.predict_s(ahead + work, tokens_per_step, self._decodes) * 1e9
-            late = now_ns + predicted_ns > self.ttft_deadline_ns(sequence)
-            if late and self._may_be_shed(sequence):
+            if self._may_be_shed(sequence) and (
+                now_ns + predicted_ns > self.ttft_deadline_ns(sequence)
+            ):
                 shed.append(sequence)
             else:
                 ahead += work
@@ -199,8 +200,7 @@ class SloPolicy:
         tier running (decoding or prefilling), whose lower tiers' prefill waits."""
         seen = self._tpot_tier_seen_ns
         priorities = self._tpot_priorities
-        if not self._first_step_planned:  # a fresh server expects them: a sighting now
-            self._first_step_planned = True
+        if not seen and priorities:  # the first step: a fresh server expects them
             seen.update(dict.fromkeys(priorities, now_ns))
         bound_running = [s for s in running if s.priority in priorities]
         bound = bound_running + [s for s in waiting if s.priority in priorities]
