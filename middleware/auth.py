@@ -13,10 +13,11 @@ A request carries its key as `Authorization: Bearer KEY` or `X-API-Key: KEY`. A 
 unknown key gets 401 with a generic message; a key over its limits gets 429 with Retry-After.
 
 `ApiKeyMiddleware` is the ASGI layer: stacked inside `LatencyMiddleware` (which does it for
-you with `auth=`), its refusals are measured and recorded like any answer. What it tells the
-layers around it goes in `scope["state"]`: `api_key_id`, the `tier` and `priority` the key
-decides, and `charge_tokens(tokens)`, which the measuring layer calls with the request's prompt
-and output tokens once they are counted (the key's tokens-per-minute bucket).
+you with `SecurityConfig(auth=)`), its refusals are measured and recorded like any answer. What
+it tells the layers around it goes in `scope["state"]`: `api_key_id`, the `tier` and
+`priority` the key decides, and `charge_tokens(tokens)`, which the measuring layer calls with
+the request's prompt and output tokens once they are counted (the key's tokens-per-minute
+bucket).
 """
 
 from __future__ import annotations

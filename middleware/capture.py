@@ -1,7 +1,7 @@
 """Opt-in capture of request and response content into spans, redacted and bounded.
 
 Off by default: no prompt or completion text goes into records, spans, logs or metric labels.
-Turned on (`LatencyMiddleware(..., capture=ContentCapture())`, with tracing on), the request's
+Turned on (`MiddlewareConfig.of(capture=ContentCapture())`, with tracing on), the request's
 SERVER span carries the GenAI conventions' opt-in attributes `gen_ai.input.messages` and
 `gen_ai.output.messages` (JSON strings in the conventions' message schema: a role and parts
 per message, `middleware.otel.messages`), every text after every redaction pattern replaced

@@ -14,15 +14,19 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
 
 from middleware.auth import ApiKeyAuth, ApiKeyMiddleware
 from middleware.bridge import EngineBridge
 from middleware.capture import CaptureMiddleware, ContentCapture
 from middleware.clock import Clock, SystemClock
+from middleware.config import (
+    EngineSpansConfig,
+    MiddlewareConfig,
+    TelemetryConfig,
+)
 from middleware.direct_body import direct_body, put_direct_body
 from middleware.endpoints import serve_metrics, serve_slo
 from middleware.exchange import Exchange
@@ -34,7 +38,6 @@ from middleware.lifespan import Lifespan
 from middleware.live import LiveSLO
 from middleware.metrics import MetricSet
 from middleware.otel import GenAIMetrics, ModelLabels
-from middleware.otel.conventions import FALLBACK_PROVIDER
 from middleware.otel.models import MODELS_PATH, read_models_listing
 from middleware.otel.request import operation_for_route
 from middleware.otel.sdk import metrics_wanted
@@ -50,7 +53,6 @@ from middleware.wire_io import ask_for_usage
 from slo.spec import SLOSpec
 from slo.store import RecordStore
 
-DEFAULT_LLM_ROUTES = ("/v1/completions", "/v1/chat/completions")
 OTHER_ROUTE = "other"
 
 
@@ -91,56 +93,32 @@ class LatencyMiddleware:
         store: RecordStore | str | None = "sqlite:///slo-records.db",
         *,
         model: str = "unknown",
-        llm_routes: Iterable[str] = DEFAULT_LLM_ROUTES,
-        metrics_path: str = "/metrics",
-        slo_path: str = "/slo",
+        config: MiddlewareConfig | None = None,
         clock: Clock | None = None,
-        tracer_provider: Any | None = None,
-        registry: Any | None = None,
-        server_timing: bool = True,
-        gpu_stats: Callable[[], Iterable[Any]] | None = None,
-        alertmanager_url: str | None = None,
-        auth: ApiKeyAuth | str | Path | None = None,
-        capture: ContentCapture | None = None,
-        inject_usage: bool = False,
-        traces_path: str | None = "/v1/traces",
-        engine_spans: Literal["auto", "always", "never"] = "auto",
-        engine_span_wait_s: float = 10.0,
-        propagate_trace: bool | None = None,
-        provider_name: str = FALLBACK_PROVIDER,
-        models: Iterable[str] = (),
-        genai_metrics: bool | None = None,
-        meter_provider: Any | None = None,
-        metric_readers: Iterable[Any] = (),
-        report_delay_s: float = 0.0,
     ) -> None:
-        self.app = app
+        """`config`: routes, telemetry, engine spans, reporting and security
+        (`middleware.config`); `clock`: where durations are read (a `ScriptedClock` in tests)."""
+        self.config = config = config if config is not None else MiddlewareConfig()
         self.spec = _load_spec(spec)
         self.store = _open_store(store)
         self.model = model
         self.clock = clock or SystemClock()
-        self.metrics_path = metrics_path
-        self.slo_path = slo_path
-        self.llm_routes = _measured_routes(llm_routes, self.spec)
-        self.server_timing = server_timing
-        self.gpu_stats = gpu_stats
-        self._set_up_telemetry(registry, tracer_provider, provider_name, models, alertmanager_url)
-        self.genai = self._genai_metrics(
-            provider_name, genai_metrics, meter_provider, list(metric_readers)
-        )
-        self.tracer.genai = self.genai
-        self.auth = _load_auth(auth, self.spec)
-        self.capture = capture
-        self.app = self._stack(app, self.auth, capture)
-        # Ask streamed requests for `usage` (stream_options.include_usage) so counts are exact
-        # on engines that report it; the usage chunk is kept from clients that did not ask.
-        self.inject_usage = inject_usage
-        self._set_up_engine_spans(traces_path, engine_spans, engine_span_wait_s, propagate_trace)
+        routes = config.routes
+        self.metrics_path, self.slo_path = routes.metrics_path, routes.slo_path
+        self.llm_routes = _measured_routes(routes.llm_routes, self.spec)
+        self._set_up_telemetry(config.telemetry, config.reporting.alertmanager_url)
+        self.auth = _load_auth(config.security.auth, self.spec)
+        self.capture = config.security.capture
+        self.app = self._stack(app, self.auth, self.capture)
+        self._set_up_engine_spans(config.engine_spans, routes.traces_path)
         # Reports may wait a moment (`middleware.later`): whatever reads them runs them first.
-        self._later = Later(report_delay_s)
+        self._later = Later(config.reporting.report_delay_s)
         self.lifespan = Lifespan(self.close, before_close=self._later.run_now)
         self.reporter = self._reporter()
-        self._set_up_request_path(traces_path)
+        self._set_up_request_path(routes.traces_path)
+        # Read per request: kept here, not looked up through the config each time.
+        self._inject_usage = config.reporting.inject_usage
+        self._server_timing = config.reporting.server_timing
 
     def _set_up_request_path(self, traces_path: str | None) -> None:
         """Request ids, and the routes measured without a lookup."""
@@ -171,58 +149,51 @@ class LatencyMiddleware:
             epoch_offset_ns=time.time_ns() - time.perf_counter_ns(),
         )
 
-    def _set_up_telemetry(
-        self,
-        registry: Any | None,
-        tracer_provider: Any | None,
-        provider_name: str,
-        models: Iterable[str],
-        alertmanager_url: str | None,
-    ) -> None:
-        """Metrics, request spans, engine-step bridge and live SLOs."""
-        self.metrics = MetricSet(self.spec, self.model, registry, routes=self.llm_routes)
+    def _set_up_telemetry(self, telemetry: TelemetryConfig, alertmanager_url: str | None) -> None:
+        """Metrics, request spans, gen_ai.* metrics, engine-step bridge and live SLOs."""
+        self.gpu_stats = telemetry.gpu_stats
+        self.metrics = MetricSet(self.spec, self.model, telemetry.registry, routes=self.llm_routes)
         self.span_drops = DropCounter()
         # GenAI conventions (middleware.otel): model names become metric attributes only from
-        # this allow-list (configured, or listed at /v1/models); gen_ai.* metrics on the SDK's
-        # MeterProvider (OTLP per OTEL_*) and on /metrics, beside the llm_slo_* series, when
-        # OpenTelemetry is on (middleware.otel.sdk.metrics_wanted): off costs nothing.
+        # this allow-list (configured, or listed at /v1/models).
         model = self.model
-        self.model_labels = ModelLabels([*models, *([model] if model != "unknown" else [])])
-        self.tracer = RequestTracer(
-            tracer_provider, self.span_drops, provider_name=provider_name, labels=self.model_labels
+        self.model_labels = ModelLabels(
+            [*telemetry.models, *([model] if model != "unknown" else [])]
         )
+        self.tracer = RequestTracer(
+            telemetry.tracer_provider,
+            self.span_drops,
+            provider_name=telemetry.provider_name,
+            labels=self.model_labels,
+        )
+        self.genai = self._genai_metrics(telemetry)
+        self.tracer.genai = self.genai
         self.bridge = EngineBridge(on_step=self.metrics.observe_engine_step)
         self.live = LiveSLO(self.spec, clock=self.clock, alertmanager_url=alertmanager_url)
 
-    def _set_up_engine_spans(
-        self,
-        traces_path: str | None,
-        engine_spans: Literal["auto", "always", "never"],
-        wait_s: float,
-        propagate_trace: bool | None,
-    ) -> None:
+    def _set_up_engine_spans(self, spans: EngineSpansConfig, traces_path: str | None) -> None:
         """Engine request spans (OTLP at `traces_path`) joined to the records: see
         middleware.intake.join for when a report waits for its span, and how long."""
         self.traces_path = traces_path
-        self.span_join = SpanJoin(wait_s, expect=engine_spans, intake=traces_path is not None)
+        self.span_join = SpanJoin(spans.wait_s, expect=spans.expect, intake=traces_path is not None)
         # Send the app (the engine, or `slo proxy`'s upstream) a traceparent of our request
         # span and an X-Request-Id; by default when our spans are exported (else the parent
         # would name a span no backend has), and always behind `slo proxy`.
-        self.propagate_trace = self.tracer.enabled if propagate_trace is None else propagate_trace
+        propagate = spans.propagate_trace
+        self.propagate_trace = self.tracer.enabled if propagate is None else propagate
 
-    def _genai_metrics(
-        self,
-        provider_name: str,
-        wanted: bool | None,
-        meter_provider: Any | None,
-        readers: list[Any],
-    ) -> GenAIMetrics | None:
-        """The gen_ai.* metrics, when OpenTelemetry is on (`metrics_wanted`): off costs
+    def _genai_metrics(self, telemetry: TelemetryConfig) -> GenAIMetrics | None:
+        """The gen_ai.* metrics on the SDK's MeterProvider (OTLP per OTEL_*) and on /metrics,
+        beside the llm_slo_* series, when OpenTelemetry is on (`metrics_wanted`): off costs
         nothing."""
-        if not metrics_wanted(wanted, self.tracer.enabled, meter_provider, readers):
+        readers = list(telemetry.metric_readers)
+        meter_provider = telemetry.meter_provider
+        if not metrics_wanted(
+            telemetry.genai_metrics, self.tracer.enabled, meter_provider, readers
+        ):
             return None
         return GenAIMetrics(
-            provider=provider_name,
+            provider=telemetry.provider_name,
             labels=self.model_labels,
             registry=self.metrics.registry,
             operations={operation_for_route(route) for route in self.llm_routes},
@@ -341,7 +312,7 @@ class LatencyMiddleware:
         clock = self.clock
         replay: list[Message] = []
         strip_usage = False
-        if self.inject_usage and scope.get("method") == "POST":
+        if self._inject_usage and scope.get("method") == "POST":
             strip_usage = await ask_for_usage(scope, receive, replay)
             if replay and not replay[-1].get("more_body", False):
                 timeline.body_received(clock.now_ns())
@@ -352,7 +323,7 @@ class LatencyMiddleware:
             time.perf_counter_ns if isinstance(clock, SystemClock) else clock.now_ns,
             replay=replay,
             strip_usage=strip_usage,
-            server_timing=self.server_timing,
+            server_timing=self._server_timing,
             keep_request=self.tracer.wants_requests,
             server=scope.get("server"),
         )

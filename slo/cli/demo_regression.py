@@ -134,15 +134,17 @@ def _profile(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> Profi
     return Profile(600, (means[0], means[1]), (ttft[0], ttft[1]), _mean(before, "tpot_s"))
 
 
-def _serve_measured(server: DemoServer, spec: Path, store_url: str) -> Any:
+def _serve_measured(
+    server: DemoServer, args: argparse.Namespace, spec: Path, store_url: str
+) -> Any:
     """Put a latency middleware judging by `spec` in front of the engine (the previous
     one's engine hooks removed); returns it, for the caller to close."""
-    from middleware import LatencyMiddleware
+    from slo.cli.common.middleware import build_middleware
 
     if server.hooks is not None:
         server.engine.remove_hooks(server.hooks)
-    middleware = LatencyMiddleware(
-        server.bare, spec=spec, store=store_url, model=server.engine.name
+    middleware = build_middleware(
+        server.bare, args, spec=spec, store=store_url, model=server.engine.name
     )
     server.hooks = middleware.engine_hooks()
     server.engine.add_hooks(server.hooks)
@@ -156,7 +158,7 @@ def _calibrate(server: DemoServer, args: argparse.Namespace, out: Path) -> tuple
     store.unlink(missing_ok=True)
     spec = resources.files("slo").joinpath("examples/regression.yaml")
     with resources.as_file(spec) as spec_path:
-        middleware = _serve_measured(server, spec_path, f"sqlite:///{store}")
+        middleware = _serve_measured(server, args, spec_path, f"sqlite:///{store}")
     calibration = Phase("calibration")
     asyncio.run(_act(server.base_url, calibration, args.calm, watch=False))
     middleware.close()
@@ -171,7 +173,7 @@ def _live(
 ) -> tuple[Any, tuple[Phase, Phase], float]:
     """Healthy, then every prefill `delay_s` longer. Returns the middleware (closed by the
     caller), the two acts and the moment prefill slowed."""
-    middleware = _serve_measured(server, live_spec, store_url)
+    middleware = _serve_measured(server, args, live_spec, store_url)
     healthy, slow = Phase("healthy"), Phase(f"prefill {FACTOR:g}x slower")
     _say(f"healthy: premium at {RATE_PER_S:g} requests/s for {args.calm:g}s")
     asyncio.run(_act(server.base_url, healthy, args.calm, watch=True))

@@ -47,7 +47,7 @@ def build(
 ) -> Built:
     """The app `slo proxy` serves, from its flags; `listing`: the upstream's, already read
     (a worker takes its parent's), `scrape`: read the engine's /metrics (one worker does)."""
-    from middleware import LatencyMiddleware
+    from slo.cli.common.middleware import build_middleware
 
     proxy = _proxy_app(args)
     scrape_url = _metrics_url(args.upstream_metrics, proxy.upstream_url)
@@ -55,16 +55,10 @@ def build(
     if listing is None:
         listing = _provider_and_models(args.provider_name, proxy.upstream_url, proxy.pool.tls)
     provider_name, listed = listing
-    middleware = LatencyMiddleware(
+    middleware = build_middleware(
         limit_addresses(proxy, args),
-        spec=args.spec,
-        store=args.store,
+        args,
         model=model,
-        alertmanager_url=args.alertmanager_url,
-        auth=args.api_keys,
-        inject_usage=args.inject_usage,
-        engine_spans=args.engine_spans,
-        engine_span_wait_s=args.engine_span_wait,
         propagate_trace=True,  # the engine's span then lands in our trace, found by its id
         provider_name=provider_name,
         models=listed,

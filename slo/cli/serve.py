@@ -176,18 +176,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _measured(app: ASGIApp, engine: Engine, args: argparse.Namespace) -> LatencyMiddleware:
     """The latency middleware around `app`, fed by the engine's hooks."""
-    from middleware import LatencyMiddleware
+    from slo.cli.common.middleware import build_middleware
 
-    middleware = LatencyMiddleware(
-        app,
-        spec=args.spec,
-        store=args.store,
-        model=engine.name,
-        gpu_stats=engine.gpu_stats,
-        alertmanager_url=args.alertmanager_url,
-        auth=args.api_keys,
-        provider_name=args.provider_name,
-    )
+    middleware = build_middleware(app, args, model=engine.name, gpu_stats=engine.gpu_stats)
     engine.add_hooks(middleware.engine_hooks())
     if engine.cold_start is not None:
         middleware.observe_cold_start(engine.cold_start.total_s)

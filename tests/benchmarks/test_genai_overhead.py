@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from middleware.config import MiddlewareConfig
 from tests.benchmarks.bench_record import ROOT, load_average, stamp, table, write_section
 from tests.benchmarks.test_middleware_overhead import (
     FRAMEWORKS,
@@ -65,9 +66,15 @@ def middleware(tmp: Path, make_app: Callable[[], Any], *, spans: bool, genai: An
     store = f"sqlite:///{tmp / f'{spans}-{genai}.db'}"
     readers = [InMemoryMetricReader()] if spans and genai is None else []  # an SDK reader
     return LatencyMiddleware(
-        make_app(), store=store, model="m", tracer_provider=provider,
-        genai_metrics=True if genai == "prometheus" else genai, metric_readers=readers,
-    )  # fmt: skip
+        make_app(),
+        store=store,
+        model="m",
+        config=MiddlewareConfig.of(
+            tracer_provider=provider,
+            genai_metrics=True if genai == "prometheus" else genai,
+            metric_readers=readers,
+        ),
+    )
 
 
 ALL_ON, ALL_ON_GENAI = "all on, no gen_ai metrics", "all on (default: + gen_ai metrics)"

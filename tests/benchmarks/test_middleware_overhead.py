@@ -27,6 +27,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from middleware.config import MiddlewareConfig
+
 pytest.importorskip("opentelemetry.instrumentation.asgi")
 pytest.importorskip("starlette_exporter")
 pytest.importorskip("prometheus_fastapi_instrumentator")
@@ -103,7 +105,10 @@ def ours_all_on(tmp: Path, make_app: Callable[[], Any]) -> Any:
     provider = TracerProvider()
     provider.add_span_processor(counting_batch_processor(NullSpanExporter(), DropCounter()))
     return LatencyMiddleware(
-        make_app(), store=f"sqlite:///{tmp / 'ours.db'}", model="m", tracer_provider=provider
+        make_app(),
+        store=f"sqlite:///{tmp / 'ours.db'}",
+        model="m",
+        config=MiddlewareConfig.of(tracer_provider=provider),
     )
 
 

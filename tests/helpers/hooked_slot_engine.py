@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from middleware.config import MiddlewareConfig
 from middleware.types import Receive, Scope, Send
 from tests.helpers.slot_server import _chunk, _json  # the same SSE chunks and JSON replies
 
@@ -122,8 +123,13 @@ def build(spec_path: str, slots: int, prefill_s: float, decode_s: float) -> Any:
 
     spec = SLOSpec.load(spec_path)
     engine = HookedSlotEngine(slots, prefill_s, decode_s, {t.name: t.priority for t in spec.tiers})
-    app = LatencyMiddleware(engine, spec=spec, store=None, model="slots",
-                            registry=CollectorRegistry())  # fmt: skip
+    app = LatencyMiddleware(
+        engine,
+        spec=spec,
+        store=None,
+        model="slots",
+        config=MiddlewareConfig.of(registry=CollectorRegistry()),
+    )
     engine.hooks = app.engine_hooks()
     return app
 

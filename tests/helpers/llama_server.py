@@ -29,6 +29,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from middleware.config import MiddlewareConfig
+
 LLM_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
 
@@ -137,5 +139,7 @@ def create_app() -> Any:
         # inject_usage: streamed requests ask the engine for usage on the client's behalf.
         # llama-cpp-python accepts stream_options and still sends none, so the counts stay
         # chunk-based; the client must see exactly what it would have seen without it.
-        app = LatencyMiddleware(app, store=store, model="tiny-llama", inject_usage=True)
+        app = LatencyMiddleware(
+            app, store=store, model="tiny-llama", config=MiddlewareConfig.of(inject_usage=True)
+        )
     return app

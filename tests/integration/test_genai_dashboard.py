@@ -18,6 +18,7 @@ import pytest
 from dashboards import PanelQuery, panel_queries, render_dashboard, substitute
 from dashboards.genai_row import GROUP
 from middleware import LatencyMiddleware
+from middleware.config import MiddlewareConfig
 from middleware.otel.conventions import CHAT, TEXT_COMPLETION
 from slo.genai import OPERATION, REQUEST_MODEL, prometheus_label
 from slo.spec import SLOSpec
@@ -48,7 +49,10 @@ def test_every_genai_panel_has_data_split_by_its_labels(tmp_path: Path) -> None:
     queries = [q for q in panel_queries(render_dashboard(SLOSpec.default())) if "gen_ai_" in q.expr]
     assert len(queries) == 3 * 3 + 2  # three percentiles of three histograms, two token rates
     app = LatencyMiddleware(
-        failing_upstream(), store=None, model="upstream", models=[MODEL], genai_metrics=True
+        failing_upstream(),
+        store=None,
+        model="upstream",
+        config=MiddlewareConfig.of(models=[MODEL], genai_metrics=True),
     )
     with (
         uvicorn_thread(app) as base_url,

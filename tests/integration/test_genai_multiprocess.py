@@ -17,10 +17,10 @@ from tests.helpers.genai_traffic import REQUESTS
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = """
 import asyncio, sys
-from middleware import LatencyMiddleware
+from middleware import LatencyMiddleware, MiddlewareConfig
 from tests.helpers.genai_traffic import MODEL, failing_upstream, scrape, send_requests
 
-app = LatencyMiddleware(failing_upstream(), store=None, models=[MODEL])
+app = LatencyMiddleware(failing_upstream(), store=None, config=MiddlewareConfig.of(models=[MODEL]))
 asyncio.run(send_requests(app))
 if sys.argv[1] == "scrape":
     print(asyncio.run(scrape(app)))

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from middleware import LatencyMiddleware
+from middleware.config import MiddlewareConfig
 from middleware.tracing import DropCounter, provider_from_environment
 from tests.helpers.genai_traffic import MODEL, REQUESTS, failing_upstream, send_requests
 from tests.helpers.standin_process import OtlpReceiver, otlp_receiver
@@ -40,7 +41,9 @@ def export_through(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch, **en
     tracer_provider = provider_from_environment(DropCounter())
     assert tracer_provider is not None
     app = LatencyMiddleware(
-        failing_upstream(), store=None, models=[MODEL], tracer_provider=tracer_provider
+        failing_upstream(),
+        store=None,
+        config=MiddlewareConfig.of(models=[MODEL], tracer_provider=tracer_provider),
     )
     asyncio.run(send_requests(app))
     app.close()  # the meter provider's shutdown exports what is left

@@ -30,6 +30,7 @@ from starlette.routing import Route
 from engine import Engine
 from engine.api import create_app
 from middleware import LatencyMiddleware
+from middleware.config import MiddlewareConfig
 from slo.arithmetic import verdict
 from slo.spec import SLOSpec
 from slo.store import RecordStore
@@ -49,7 +50,10 @@ def served(
     engine = Engine.from_pretrained(MODEL)
     store = RecordStore(f"sqlite:///{tmp_path_factory.mktemp('records') / 'records.db'}")
     app = LatencyMiddleware(
-        create_app(engine), store=store, model=engine.name, tracer_provider=provider
+        create_app(engine),
+        store=store,
+        model=engine.name,
+        config=MiddlewareConfig.of(tracer_provider=provider),
     )
     engine.add_hooks(app.engine_hooks())
     with uvicorn_thread(app) as base_url:

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from middleware import LatencyMiddleware, ScriptedClock
 from middleware.auth import ApiKeyAuth, hash_key, load_keys
 from middleware.capture import ContentCapture
+from middleware.config import MiddlewareConfig
 from slo.errors import UsageError
 from slo.store import RecordStore
 
@@ -66,7 +67,9 @@ def keys_file(tmp_path: Path, **limits: Any) -> Path:
 
 
 def test_missing_and_wrong_keys_get_the_same_401(tmp_path: Path, store: RecordStore) -> None:
-    app = LatencyMiddleware(echo_app, store=store, auth=keys_file(tmp_path))
+    app = LatencyMiddleware(
+        echo_app, store=store, config=MiddlewareConfig.of(auth=keys_file(tmp_path))
+    )
     missing = asyncio.run(call(app, {}))
     wrong = asyncio.run(call(app, {"authorization": "Bearer nope"}))
     assert missing[0] == wrong[0] == 401
@@ -86,7 +89,10 @@ def test_requests_per_minute_bucket_gives_429_with_retry_after(
 ) -> None:
     clock = ScriptedClock()
     app = LatencyMiddleware(
-        echo_app, store=store, clock=clock, auth=keys_file(tmp_path, requests_per_minute=3)
+        echo_app,
+        store=store,
+        clock=clock,
+        config=MiddlewareConfig.of(auth=keys_file(tmp_path, requests_per_minute=3)),
     )
     headers = {"authorization": f"Bearer {KEY}"}
     statuses = [asyncio.run(call(app, headers))[0] for _ in range(4)]
@@ -146,7 +152,9 @@ def spans_of(capture: ContentCapture | None, body: bytes) -> dict[str, Any]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    app = LatencyMiddleware(echo_app, store=None, tracer_provider=provider, capture=capture)
+    app = LatencyMiddleware(
+        echo_app, store=None, config=MiddlewareConfig.of(tracer_provider=provider, capture=capture)
+    )
     asyncio.run(call(app, {}, body=body))
     (server,) = [s for s in exporter.get_finished_spans() if s.kind.name == "SERVER"]
     return dict(server.attributes or {})

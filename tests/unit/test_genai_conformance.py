@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client.parser import text_string_to_metric_families
 
 from middleware import LatencyMiddleware
+from middleware.config import MiddlewareConfig
 from tests.helpers.genai_traffic import MODEL, REQUESTS, SERVER, failing_upstream, scrape
 from tests.helpers.genai_traffic import send_requests as send
 
@@ -50,9 +51,16 @@ def emitted() -> dict[str, Any]:
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     reader = InMemoryMetricReader()
     app = LatencyMiddleware(
-        failing_upstream(), store=None, model="upstream", models=[MODEL],
-        tracer_provider=tracer_provider, metric_readers=[reader], provider_name="vllm",
-    )  # fmt: skip
+        failing_upstream(),
+        store=None,
+        model="upstream",
+        config=MiddlewareConfig.of(
+            models=[MODEL],
+            tracer_provider=tracer_provider,
+            metric_readers=[reader],
+            provider_name="vllm",
+        ),
+    )
     answers = asyncio.run(send(app))
     assert [a.status_code for a in answers] == [500 if failed else 200 for *_, failed in REQUESTS]
     servers = [s for s in spans.get_finished_spans() if s.kind.name == "SERVER"]

@@ -12,6 +12,7 @@ import httpx
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from middleware import LatencyMiddleware
+from middleware.config import MiddlewareConfig
 from middleware.otel.models import (
     MAX_LISTED_MODELS,
     ModelLabels,
@@ -42,7 +43,11 @@ def otel_attribute_sets(reader: InMemoryMetricReader) -> set[tuple[str, frozense
 
 def test_hostile_model_names_add_only_the_other_series() -> None:
     reader = InMemoryMetricReader()
-    app = LatencyMiddleware(failing_upstream(), store=None, models=[MODEL], metric_readers=[reader])
+    app = LatencyMiddleware(
+        failing_upstream(),
+        store=None,
+        config=MiddlewareConfig.of(models=[MODEL], metric_readers=[reader]),
+    )
     rng = random.Random(24)
 
     async def ask(count: int, name: Any) -> None:
@@ -75,7 +80,9 @@ async def models_listing(scope: Any, receive: Any, send: Any) -> None:
 
 
 def test_listed_models_become_labels() -> None:
-    app = LatencyMiddleware(models_listing, store=None, genai_metrics=False)
+    app = LatencyMiddleware(
+        models_listing, store=None, config=MiddlewareConfig.of(genai_metrics=False)
+    )
     assert app.model_labels.label("qwen-7b") == "other"
 
     async def list_models() -> dict[str, Any]:

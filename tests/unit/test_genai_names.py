@@ -11,6 +11,7 @@ import asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from middleware import LatencyMiddleware
+from middleware.config import MiddlewareConfig
 from slo.genai import INSTRUMENTS, Instrument, prometheus_label, prometheus_name
 from tests.helpers.genai_traffic import MODEL, failing_upstream, scrape
 from tests.helpers.genai_traffic import send_requests as send
@@ -19,7 +20,10 @@ from tests.helpers.genai_traffic import send_requests as send
 def _scraped() -> dict[str, dict[str, set[str]]]:
     """{family: {sample name: label names}} of the gen_ai families on /metrics."""
     app = LatencyMiddleware(
-        failing_upstream(), store=None, model="upstream", models=[MODEL], genai_metrics=True
+        failing_upstream(),
+        store=None,
+        model="upstream",
+        config=MiddlewareConfig.of(models=[MODEL], genai_metrics=True),
     )
     asyncio.run(send(app))
     text = asyncio.run(scrape(app))

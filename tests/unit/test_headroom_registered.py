@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from alerts.autoscaling import render_autoscaling
 from middleware import LatencyMiddleware
+from middleware.config import MiddlewareConfig
 from middleware.metrics import MetricSet
 from middleware.types import Receive, Scope, Send
 from slo.headroom import GAUGE, WINDOW_S
@@ -74,8 +75,13 @@ async def _no_app(scope: Scope, receive: Receive, send: Send) -> None:
 def test_the_middlewares_metrics_endpoint_serves_the_gauge_per_tier(tmp_path: Path) -> None:
     spec_path = tmp_path / "slo.yaml"
     spec_path.write_text(SPEC)
-    app = LatencyMiddleware(_no_app, spec=spec_path, store=None, model="m",
-                            registry=CollectorRegistry())  # fmt: skip
+    app = LatencyMiddleware(
+        _no_app,
+        spec=spec_path,
+        store=None,
+        model="m",
+        config=MiddlewareConfig.of(registry=CollectorRegistry()),
+    )
     try:
         assert _ratios(asyncio.run(_get(app, "/metrics")).decode()) == {
             "premium": 0.0,

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from middleware import LatencyMiddleware
+from middleware.config import MiddlewareConfig
 from middleware.metrics import PER_REQUEST
 from slo.sli import CATALOG, OUTCOMES
 from tests.helpers.tier_specs import make_tier, spec_yaml
@@ -101,7 +102,11 @@ def _middleware(tmp_path: Path) -> LatencyMiddleware:
     spec_path = tmp_path / "slo.yaml"
     spec_path.write_text(SPEC)
     return LatencyMiddleware(
-        _complete, spec=spec_path, store=None, model="m", registry=CollectorRegistry()
+        _complete,
+        spec=spec_path,
+        store=None,
+        model="m",
+        config=MiddlewareConfig.of(registry=CollectorRegistry()),
     )
 
 

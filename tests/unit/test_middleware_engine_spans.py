@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from middleware import LatencyMiddleware, ScriptedClock
+from middleware.config import MiddlewareConfig
 from slo.sli import PHASES
 from slo.store import RecordStore
 from tests.unit.test_middleware_wire import call, only_record, vllm_style_app
@@ -71,7 +72,9 @@ def test_a_span_that_came_before_the_response_ended_splits_the_record(
         assert await post_traces(app, export(TRACE, 0.012, 0.02, 0.025)) == 200
         await inner(scope, receive, send)
 
-    app = LatencyMiddleware(engine, store=store, clock=clock, engine_spans="always")
+    app = LatencyMiddleware(
+        engine, store=store, clock=clock, config=MiddlewareConfig.of(expect="always")
+    )
     stray = export("2" * 32, 0.5, 0.5, 0.5)  # a trace no request of ours is under
 
     async def scenario() -> None:
@@ -93,7 +96,10 @@ def test_a_span_that_came_before_the_response_ended_splits_the_record(
 def test_a_late_span_is_waited_for_and_none_leaves_the_wire_split(store: RecordStore) -> None:
     clock = ScriptedClock()
     app = LatencyMiddleware(
-        vllm_style_app(clock, []), store=store, clock=clock, engine_spans="always"
+        vllm_style_app(clock, []),
+        store=store,
+        clock=clock,
+        config=MiddlewareConfig.of(expect="always"),
     )
     other = "1" * 32
 
@@ -135,8 +141,7 @@ def test_waits_share_one_timer_however_many_requests_wait(store: RecordStore) ->
         vllm_style_app(clock, []),
         store=store,
         clock=clock,
-        engine_spans="always",
-        engine_span_wait_s=0.05,
+        config=MiddlewareConfig.of(expect="always", wait_s=0.05),
     )
     expiries = 0
     expire = app.span_join.expire

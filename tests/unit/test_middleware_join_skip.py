@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from middleware import LatencyMiddleware, ScriptedClock
+from middleware.config import MiddlewareConfig
 from slo.store import RecordStore
 from tests.unit.test_middleware_engine_spans import TRACEPARENT
 from tests.unit.test_middleware_wire import call, vllm_style_app
@@ -49,8 +50,7 @@ def test_only_a_request_a_span_can_find_waits(
         vllm_style_app(clock, []),
         store=store,
         clock=clock,
-        engine_spans="always",
-        traces_path=traces_path,
+        config=MiddlewareConfig.of(expect="always", traces_path=traces_path),
     )
     assert reported(app, clock, store, headers) == written_at_once
     counts = app.span_join.counts

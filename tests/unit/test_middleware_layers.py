@@ -10,6 +10,7 @@ from typing import Any
 from middleware import LatencyMiddleware
 from middleware.auth import ApiKeyAuth, ApiKeyMiddleware
 from middleware.capture import CaptureMiddleware, ContentCapture
+from middleware.config import MiddlewareConfig
 from slo.spec import SLOSpec
 from slo.store import RecordStore
 from tests.unit.test_auth_privacy import KEY, call, echo_app, keys_file
@@ -54,7 +55,9 @@ def test_the_capture_layer_alone_keeps_both_bodies() -> None:
 
 def test_latency_middleware_stacks_the_key_layer_inside(tmp_path: Path) -> None:
     store = RecordStore(f"sqlite:///{tmp_path / 'records.db'}")
-    app = LatencyMiddleware(echo_app, store=store, auth=keys_file(tmp_path))
+    app = LatencyMiddleware(
+        echo_app, store=store, config=MiddlewareConfig.of(auth=keys_file(tmp_path))
+    )
     assert isinstance(app.app, ApiKeyMiddleware)
     asyncio.run(call(app, {}))  # refused, and recorded
     asyncio.run(call(app, {"x-api-key": KEY}))

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from middleware import LatencyMiddleware, ScriptedClock, current_timeline
+from middleware.config import MiddlewareConfig
 from middleware.timeline import RequestTimeline
 from slo.spec import SLOSpec
 from slo.store import RecordStore
@@ -90,8 +91,8 @@ def test_every_phase_exact_and_additive(store: RecordStore) -> None:
         scripted_engine_app(clock, tokens=3),
         store=store,
         clock=clock,
-        server_timing=False,
         model="m",
+        config=MiddlewareConfig.of(server_timing=False),
     )
     asyncio.run(call(app, clock, headers=[(b"x-llm-tier", b"premium")]))
     store.flush()
@@ -152,7 +153,9 @@ def test_without_engine_bridge_chunks_give_ttft_and_itl(store: RecordStore) -> N
             clock.advance_ms(4)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    app = LatencyMiddleware(plain_stream, store=store, clock=clock, server_timing=False)
+    app = LatencyMiddleware(
+        plain_stream, store=store, clock=clock, config=MiddlewareConfig.of(server_timing=False)
+    )
     asyncio.run(call(app, clock, send_ms=0))
     store.flush()
     (record,) = store.query()
@@ -177,7 +180,9 @@ def test_interleaved_streams_never_mix_state(store: RecordStore) -> None:
         tokens = int(dict(scope["headers"])[b"x-tokens"])
         await scripted_engine_app(clock, tokens, yield_between=True)(scope, receive, send)
 
-    app = LatencyMiddleware(routed, store=store, clock=clock, server_timing=False)
+    app = LatencyMiddleware(
+        routed, store=store, clock=clock, config=MiddlewareConfig.of(server_timing=False)
+    )
 
     async def all_at_once() -> None:
         await asyncio.gather(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from middleware import LatencyMiddleware, ScriptedClock
+from middleware.config import MiddlewareConfig
 from slo.records import RequestRecord
 from slo.sli import PHASES
 from slo.store import RecordStore
@@ -103,7 +104,10 @@ def test_a_vllm_style_stream_is_counted_right(store: RecordStore, inject: bool) 
     clock = ScriptedClock()
     requests: list[dict[str, Any]] = []
     app = LatencyMiddleware(
-        vllm_style_app(clock, requests), store=store, clock=clock, inject_usage=inject
+        vllm_style_app(clock, requests),
+        store=store,
+        clock=clock,
+        config=MiddlewareConfig.of(inject_usage=inject),
     )
     sent = asyncio.run(call(app, clock, {"model": "m", "messages": [], "stream": True}))
     record = only_record(store)
@@ -127,7 +131,12 @@ def test_a_vllm_style_stream_is_counted_right(store: RecordStore, inject: bool) 
 
 def test_a_client_that_asked_for_usage_keeps_it(store: RecordStore) -> None:
     clock = ScriptedClock()
-    app = LatencyMiddleware(vllm_style_app(clock, []), store=store, clock=clock, inject_usage=True)
+    app = LatencyMiddleware(
+        vllm_style_app(clock, []),
+        store=store,
+        clock=clock,
+        config=MiddlewareConfig.of(inject_usage=True),
+    )
     body = {"model": "m", "stream": True, "stream_options": {"include_usage": True}}
     sent = asyncio.run(call(app, clock, body))
     assert b'"completion_tokens":6' in body_of(sent)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from middleware import LatencyMiddleware, ScriptedClock
+from middleware.config import MiddlewareConfig
 from middleware.later import Later
 from slo.store import RecordStore
 from tests.unit.test_middleware_wire import call, vllm_style_app
@@ -74,7 +75,10 @@ def requests_counted(metrics_text: bytes) -> float:
 def test_a_reader_counts_the_request_that_just_ended(store: RecordStore, reader: str) -> None:
     clock = ScriptedClock()
     app = LatencyMiddleware(
-        vllm_style_app(clock, []), store=store, clock=clock, report_delay_s=60.0
+        vllm_style_app(clock, []),
+        store=store,
+        clock=clock,
+        config=MiddlewareConfig.of(report_delay_s=60.0),
     )
 
     async def scenario() -> None:
@@ -97,7 +101,10 @@ def test_a_reader_counts_the_request_that_just_ended(store: RecordStore, reader:
 def test_a_waiting_report_goes_out_by_itself_and_at_close(store: RecordStore) -> None:
     clock = ScriptedClock()
     app = LatencyMiddleware(
-        vllm_style_app(clock, []), store=store, clock=clock, report_delay_s=DELAY_S
+        vllm_style_app(clock, []),
+        store=store,
+        clock=clock,
+        config=MiddlewareConfig.of(report_delay_s=DELAY_S),
     )
 
     async def scenario() -> None:
