@@ -29,7 +29,7 @@ from middleware import LatencyMiddleware, ScriptedClock
 from slo.spec import SLOSpec
 from slo.store import RecordStore
 from tests.helpers.tier_specs import make_tier, spec_yaml
-from tests.unit.test_middleware_wire import call, vllm_style_app
+from tests.helpers.scripted_stream import call, vllm_style_app
 
 copy = sys.argv[1]
 assert middleware.__file__.startswith(copy) and slo.__file__.startswith(copy)

@@ -12,8 +12,8 @@ import pytest
 from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
 from slo.spec import SLOSpec
+from tests.helpers.live_traffic import SPEC, feed
 from tests.helpers.polling import wait_until
-from tests.unit.test_live_alerts import SPEC, feed
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from slo.cli import main
+from tests.helpers.mooncake_trace import MOONCAKE, write_trace
 from tests.helpers.slot_server import slot_server_process
-from tests.unit.test_capacity_workloads import MOONCAKE, _trace
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +18,9 @@ pytestmark = pytest.mark.integration
 def test_slo_bench_replays_a_trace_against_a_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    trace = _trace(tmp_path, [dict(line, timestamp=line["timestamp"] / 100) for line in MOONCAKE])
+    trace = write_trace(
+        tmp_path, [dict(line, timestamp=line["timestamp"] / 100) for line in MOONCAKE]
+    )
     out = tmp_path / "run.jsonl"
     with slot_server_process(8, 0.01) as url:
         code = main(

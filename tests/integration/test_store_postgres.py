@@ -15,7 +15,7 @@ from slo.records import record_from_dict
 from slo.store import TABLE, RecordStore
 from tests.conftest import require_or_skip
 from tests.helpers.record_samples import sample_records
-from tests.unit.test_store import check_round_trip
+from tests.helpers.store_round_trip import check_round_trip
 
 pytestmark = pytest.mark.integration
 

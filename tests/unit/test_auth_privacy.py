@@ -14,56 +14,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from middleware import LatencyMiddleware, ScriptedClock
-from middleware.auth import ApiKeyAuth, hash_key, load_keys
+from middleware.auth import ApiKeyAuth, load_keys
 from middleware.capture import ContentCapture
 from middleware.config import MiddlewareConfig
 from slo.errors import UsageError
 from slo.store import RecordStore
-
-KEY = "sk-llmslo-test-key-0123456789"
-
-
-async def echo_app(scope: Any, receive: Any, send: Any) -> None:
-    message = await receive()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [(b"content-type", b"application/json")],
-        }
-    )
-    await send(
-        {
-            "type": "http.response.body",
-            "body": b'{"echo": ' + json.dumps(message.get("body", b"").decode()).encode() + b"}",
-        }
-    )
-
-
-async def call(
-    app: Any, headers: dict[str, str], body: bytes = b"{}", path: str = "/v1/completions"
-) -> tuple[int, dict[bytes, bytes], bytes]:
-    sent: list[dict[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    raw = [(k.encode(), v.encode()) for k, v in headers.items()]
-    await app(
-        {"type": "http", "method": "POST", "path": path, "headers": raw, "state": {}}, receive, send
-    )
-    start = sent[0]
-    return start["status"], dict(start["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
-
-
-def keys_file(tmp_path: Path, **limits: Any) -> Path:
-    path = tmp_path / "keys.yaml"
-    entry = {"id": "acme", "sha256": hash_key(KEY), "tier": "premium", **limits}
-    path.write_text(json.dumps({"keys": [entry]}))
-    return path
+from tests.helpers.api_key_app import KEY, call, echo_app, keys_file
 
 
 def test_missing_and_wrong_keys_get_the_same_401(tmp_path: Path, store: RecordStore) -> None:

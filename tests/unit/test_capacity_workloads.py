@@ -4,7 +4,6 @@ prefixes requests share."""
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from pathlib import Path
 
@@ -12,41 +11,21 @@ import pytest
 
 from slo.capacity.workloads import read_trace, sessions
 from slo.errors import UsageError
-
-# The first lines of AIPerf's Mooncake example (aiperf docs/benchmark_modes/trace_replay.md),
-# a tier added to one, and a line in seconds.
-MOONCAKE = [
-    {"timestamp": 0, "input_length": 655, "output_length": 52, "hash_ids": [46, 47]},
-    {
-        "timestamp": 10535,
-        "input_length": 672,
-        "output_length": 26,
-        "hash_ids": [46, 47],
-        "tier": "premium",
-    },
-    {"timestamp": 27482, "input_length": 655, "output_length": 52, "hash_ids": [46, 47]},
-    {"timestamp": 5000, "input_length": 300, "output_length": 8, "hash_ids": [48]},
-]
-
-
-def _trace(tmp_path: Path, lines: list[object]) -> Path:
-    path = tmp_path / "trace.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return path
+from tests.helpers.mooncake_trace import MOONCAKE, write_trace
 
 
 def test_a_mooncake_trace_replays_in_time_order_and_scales(tmp_path: Path) -> None:
-    requests = read_trace(_trace(tmp_path, MOONCAKE))
+    requests = read_trace(write_trace(tmp_path, MOONCAKE))
     assert [r.offset_s for r in requests] == [0.0, 5.0, 10.535, 27.482]
     assert [(r.input_tokens, r.output_tokens) for r in requests][:2] == [(655, 52), (300, 8)]
     assert [r.tier for r in requests] == [None, None, "premium", None]
-    doubled = read_trace(_trace(tmp_path, MOONCAKE), scale=2.0)
+    doubled = read_trace(write_trace(tmp_path, MOONCAKE), scale=2.0)
     assert [r.offset_s for r in doubled] == [0.0, 2.5, 5.2675, 13.741]
     assert all(len(r.prompt) == r.input_tokens for r in requests)  # one char a token
 
 
 def test_equal_hash_ids_give_equal_prefixes_and_other_ids_do_not(tmp_path: Path) -> None:
-    first, other, second, third = read_trace(_trace(tmp_path, MOONCAKE))
+    first, other, second, third = read_trace(write_trace(tmp_path, MOONCAKE))
     # blocks 46 and 47 are 512 tokens each: the first 655 characters agree
     assert first.prompt == third.prompt
     assert second.prompt[:655] == first.prompt
@@ -54,7 +33,7 @@ def test_equal_hash_ids_give_equal_prefixes_and_other_ids_do_not(tmp_path: Path)
 
 
 def test_a_trace_is_fitted_to_the_context(tmp_path: Path) -> None:
-    requests = read_trace(_trace(tmp_path, MOONCAKE[:1]), max_model_len=300)
+    requests = read_trace(write_trace(tmp_path, MOONCAKE[:1]), max_model_len=300)
     assert (requests[0].input_tokens, requests[0].output_tokens) == (248, 52)
 
 

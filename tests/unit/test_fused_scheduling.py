@@ -17,7 +17,7 @@ from engine.kv_cache import BlockAllocator
 from engine.policies import PrefillTimeModel, TierObjective, create_policy
 from engine.policies.slo import COLD_START_CHUNK_TOKENS, TPOT_TIER_RECENT_S
 from engine.scheduler import Scheduler
-from tests.unit.test_tier_scheduling import BLOCK, SECOND, make_sequence, run_plan
+from tests.helpers.scheduler_steps import BLOCK, SECOND, make_sequence, run_plan
 
 OBJECTIVES = {0: TierObjective(ttft_s=1.0, tpot_s=0.01)}
 

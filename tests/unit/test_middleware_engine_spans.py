@@ -13,10 +13,7 @@ from middleware import LatencyMiddleware, ScriptedClock
 from middleware.config import MiddlewareConfig
 from slo.sli import PHASES
 from slo.store import RecordStore
-from tests.unit.test_middleware_wire import call, only_record, vllm_style_app
-
-TRACE = "0af7651916cd43dd8448eb211c80319c"
-TRACEPARENT = [(b"traceparent", f"00-{TRACE}-b7ad6b7169203331-01".encode())]
+from tests.helpers.scripted_stream import TRACE, TRACEPARENT, call, only_record, vllm_style_app
 
 
 def export(trace_id: str, queue_s: float, prefill_s: float, decode_s: float) -> bytes:

@@ -12,8 +12,7 @@ import pytest
 from middleware import LatencyMiddleware, ScriptedClock
 from middleware.config import MiddlewareConfig
 from slo.store import RecordStore
-from tests.unit.test_middleware_engine_spans import TRACEPARENT
-from tests.unit.test_middleware_wire import call, vllm_style_app
+from tests.helpers.scripted_stream import TRACEPARENT, call, vllm_style_app
 
 REQUEST_ID = [(b"x-request-id", b"client-7")]
 

@@ -13,7 +13,7 @@ from middleware.capture import CaptureMiddleware, ContentCapture
 from middleware.config import MiddlewareConfig
 from slo.spec import SLOSpec
 from slo.store import RecordStore
-from tests.unit.test_auth_privacy import KEY, call, echo_app, keys_file
+from tests.helpers.api_key_app import KEY, call, echo_app, keys_file
 
 ROUTES = ("/v1/completions",)
 

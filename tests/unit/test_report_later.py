@@ -15,7 +15,7 @@ from middleware import LatencyMiddleware, ScriptedClock
 from middleware.config import MiddlewareConfig
 from middleware.later import Later
 from slo.store import RecordStore
-from tests.unit.test_middleware_wire import call, vllm_style_app
+from tests.helpers.scripted_stream import call, vllm_style_app
 
 DELAY_S = 0.05
 
