@@ -128,7 +128,7 @@ def engine_round(engine: Engine, requests: int = 1) -> float:
 
 def test_same_weights_same_logits(shape: tuple) -> None:
     name, directory, gguf_path = shape
-    from tests.unit.test_model_parity import full_logits
+    from tests.helpers.paged_logits import full_logits
 
     llm = load_llama_cpp(gguf_path)
     llm.eval(PROMPT_IDS)

@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
 from engine.config import CheckpointError  # noqa: E402
 from tests.helpers.checkpoints import HF_TINY, write_hf_llama  # noqa: E402
-from tests.unit.test_model_parity import full_logits  # noqa: E402
+from tests.helpers.paged_logits import full_logits  # noqa: E402
 
 PROMPT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun."
 FAMILIES = {
