@@ -10,28 +10,16 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from engine import Engine, SamplingParams  # noqa: E402
+from engine import SamplingParams  # noqa: E402
 from engine.kv_cache import PagedKVCache  # noqa: E402
 from tests.helpers.checkpoints import (  # noqa: E402
     CheckpointFactory,
     checkpoint_fixture,
     make_engine,
 )
+from tests.helpers.paged_logits import full_logits  # noqa: E402
 
 checkpoint = checkpoint_fixture(seed=0)
-
-
-def full_logits(engine: Engine, ids: list[int]) -> torch.Tensor:
-    """Logits at every position of one prompt, through the paged-cache forward."""
-    cache = PagedKVCache(
-        engine.model_config, num_blocks=64, block_size=16, dtype=engine.dtype, device=engine.device
-    )
-    table: list[int] = []
-    cache.ensure_capacity(table, len(ids))
-    batch, positions = cache.build_batch([table], [0], [len(ids)])
-    with torch.inference_mode():
-        hidden = engine.model(torch.tensor([ids]), positions, cache.keys, cache.values, batch)
-        return engine.model.logits(hidden)[0]
 
 
 @pytest.mark.parametrize(
