@@ -221,9 +221,8 @@ cdef class MeasuredOffer:
         self.body_marks.append(started)
         if carried:
             _token_marks_sent(self.timeline, self.token_marks, started, carried)
-        elif self.wire.done and not exchange.delivered:
-            exchange.delivered = True
-            self.timeline.last_byte_sent(self.now_ns())
+        else:
+            exchange.quiet_piece_sent()
         return True
 
 
@@ -282,10 +281,17 @@ def gaps_s(times):
     if size < 2:
         return ()
     cdef list gaps = []
+    # Marks within +-2**62 have differences a long long holds; past that (no clock's, but a
+    # caller's) the subtraction would overflow, so Python's integers take them.
+    cdef long long limit = 1LL << 62
     try:
         before = marks[0]
+        if before >= limit or before <= -limit:
+            return _py.gaps_s(times)
         for index in range(1, size):
             after = marks[index]
+            if after >= limit or after <= -limit:
+                return _py.gaps_s(times)
             gaps.append((<double>(after - before)) * NS)
             before = after
     except (TypeError, OverflowError):  # marks that are not machine integers

@@ -106,9 +106,8 @@ def measured_offer(exchange: Any, below_offer: Callable[[bytes], bool]) -> Calla
             return False
         carried = token_events_in(wire, body)
         chunk_sent(timeline, started, carried)
-        if not carried and wire.done and not exchange.delivered:
-            exchange.delivered = True
-            timeline.last_byte_sent(now_ns())
+        if not carried:
+            exchange.quiet_piece_sent()
         return True
 
     return offer

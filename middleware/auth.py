@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from middleware.clock import Clock, SystemClock
+from middleware.state import request_state
 from middleware.types import ASGIApp, Receive, Scope, Send
 from slo.errors import UsageError
 from slo.spec import SLOSpec
@@ -169,7 +170,7 @@ class ApiKeyMiddleware:
         }
         decision = self.auth.check(headers, self.clock.wall_s())
         key = decision.key
-        state = scope.setdefault("state", {})
+        state = request_state(scope)
         if key is not None:
             state["api_key_id"] = key.id
             tier = (

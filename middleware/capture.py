@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from middleware.otel.messages import input_messages, output_messages
+from middleware.state import request_state
 from middleware.types import ASGIApp, Message, Receive, Scope, Send
 
 DEFAULT_REDACTIONS: tuple[str, ...] = (
@@ -93,7 +94,7 @@ class CaptureMiddleware:
             await self.app(scope, receive, send)
             return
         buffer = CaptureBuffer(self.capture.max_chars * 4)
-        scope.setdefault("state", {})["capture"] = buffer
+        request_state(scope)["capture"] = buffer
 
         async def receive_body() -> Message:
             message = await receive()

@@ -36,12 +36,14 @@ from middleware.intake.propagate import propagate_context
 from middleware.later import Later
 from middleware.lifespan import Lifespan
 from middleware.live import LiveSLO
+from middleware.measured import MeasuredRequest
 from middleware.metrics import MetricSet
 from middleware.otel import GenAIMetrics, ModelLabels
 from middleware.otel.models import MODELS_PATH, read_models_listing
 from middleware.otel.request import operation_for_route
 from middleware.otel.sdk import metrics_wanted
 from middleware.settle import Reporter
+from middleware.state import request_state
 from middleware.timeline import (
     RequestTimeline,
     reset_current_timeline,
@@ -268,7 +270,7 @@ class LatencyMiddleware:
             key.decode("latin-1").lower(): value.decode("latin-1")
             for key, value in scope.get("headers", ())
         }
-        state = scope.setdefault("state", {})
+        state = request_state(scope)
         tier = self.spec.resolve_tier(headers, route, state.get("api_key_id"))
         state["priority"] = tier.priority
         state["request_id"] = request_id
@@ -281,30 +283,20 @@ class LatencyMiddleware:
         below = direct_body(scope, send)  # the server writes stream pieces itself: measure them
         if below is not None:
             put_direct_body(scope, measured_direct_body(exchange, below))
+        request = MeasuredRequest(
+            exchange, timeline, state, tier.name, route, headers, ids, join_keys
+        )
         self.bridge.register(timeline)
         context_token = set_current_timeline(timeline)
-        raised = False
         try:
             await self.app(scope, exchange.receive, exchange.send)
         except BaseException:
-            raised = True
+            request.raised = True
             raise
         finally:
             reset_current_timeline(context_token)
             self.bridge.unregister(timeline)
-            self._later.put(
-                partial(
-                    self.reporter.ended,
-                    exchange,
-                    state,
-                    tier.name,
-                    route,
-                    headers,
-                    raised,
-                    ids,
-                    join_keys,
-                )
-            )
+            self._later.put(partial(self.reporter.ended, request))
 
     async def _exchange(
         self, scope: Scope, receive: Receive, send: Send, timeline: RequestTimeline

@@ -128,13 +128,21 @@ class Exchange:
             message = self._start(message)
         return self._send(message)
 
+    def quiet_piece_sent(self) -> None:
+        """A piece of the stream with no token event went to the server. If it held the
+        stream's `data: [DONE]`, the client has the whole answer, even if it closes before the
+        response's last (empty) message, as the openai client does: the request is delivered,
+        and its last byte was sent now, unless a later message comes. Every path that hands a
+        stream piece over calls this (the hot path's twins and the direct write included)."""
+        if self.wire.done and not self.delivered:
+            self.delivered = True
+            self.timeline.last_byte_sent(self.now_ns())
+
     async def _sent_quiet_chunk(self, message: Message) -> None:
         """A middle chunk with no token event (already marked): it may have held the
         stream's `[DONE]`, after which the client has the whole answer."""
         await self._send(message)
-        if self.wire.done and not self.delivered:
-            self.delivered = True
-            self.timeline.last_byte_sent(self.now_ns())  # unless a later message comes
+        self.quiet_piece_sent()
 
     async def _stream_chunk(self, message: Message, body: bytes) -> None:
         """A chunk in the middle of a stream that the hot path did not take: usage is
@@ -146,9 +154,8 @@ class Exchange:
             message = {**message, "body": sent}
         self._chunk_sent(started, carried)
         await self._send(message)
-        if not carried and self.wire.done and not self.delivered:
-            self.delivered = True
-            self.timeline.last_byte_sent(self.now_ns())  # unless a later message comes
+        if not carried:
+            self.quiet_piece_sent()
 
     async def _last_or_plain(self, message: Message, body: bytes | None) -> None:
         started = self.now_ns()

@@ -33,9 +33,8 @@ def measured_direct_body(exchange: Exchange, below: DirectBody) -> DirectBody:
             carried, sent = feed(body)
             chunk_sent(started, carried)
             write_below(sent)
-            if not carried and wire.done and not exchange.delivered:
-                exchange.delivered = True
-                timeline.last_byte_sent(now_ns())
+            if not carried:
+                exchange.quiet_piece_sent()
 
         return DirectBody(exchange.send, ready, write)
 
@@ -46,9 +45,8 @@ def measured_direct_body(exchange: Exchange, below: DirectBody) -> DirectBody:
         carried = token_events_in(body)
         chunk_sent(started, carried)
         write_below(body)
-        if not carried and wire.done and not exchange.delivered:
-            exchange.delivered = True
-            timeline.last_byte_sent(now_ns())
+        if not carried:
+            exchange.quiet_piece_sent()
 
     # What the upstream connection calls for each piece: readiness, the server's write, the
     # marks and the scan in one hot-path call (compiled where built), over the server's own

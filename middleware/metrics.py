@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -51,6 +51,9 @@ from slo.sli import (
     buckets_for,
 )
 from slo.spec import SLOSpec
+
+if TYPE_CHECKING:
+    from middleware.measured import MeasuredRequest
 
 # Longest a request's observations wait before reaching the metrics while requests come in.
 # A scrape always sees them: reading the registry (or `/metrics`) flushes first.
@@ -187,29 +190,28 @@ class MetricSet:
 
     def observe(
         self,
-        tier: str,
-        route: str,
-        outcome: str,
+        request: MeasuredRequest,
         breakdown: Breakdown | None,
-        input_tokens: int,
         trace_id: str | None,
         itl_counts: BucketCounts | None = None,
     ) -> None:
-        """Count one request; with an ok breakdown, observe its latencies and token counts.
+        """Count one settled request; with an ok breakdown, observe its latencies and token
+        counts.
 
         The counts wait in plain lists and reach the metrics at the next flush: whenever the
         registry is read, and at most FLUSH_EVERY_S later. `itl_counts` are the breakdown's
         gaps already counted on `itl_bounds` (`bucket_counts`), when the caller has them.
         """
-        key = (tier, route, outcome)
+        tier, route = request.tier, request.route
+        key = (tier, route, request.outcome)
         if key not in self._outcomes:  # a label set not created at startup
-            self._outcome(tier, route, outcome)
+            self._outcome(*key)
         bound = None if breakdown is None else self._bound(tier, route)
         with self._lock:
             pending = self._requests_pending
             pending[key] = pending.get(key, 0) + 1
             if bound is not None and breakdown is not None:
-                self._add(bound, breakdown, input_tokens, trace_id, itl_counts)
+                self._add(bound, breakdown, request.input_tokens, trace_id, itl_counts)
             now = time.monotonic()
             if now < self._flush_at:
                 return

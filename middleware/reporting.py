@@ -1,29 +1,20 @@
-"""What the middleware reports about one finished request: outcome, record, span attributes,
+"""What the middleware reports about one finished request: its record, span attributes, and
 server timings for the client."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import middleware.hotpath as hotpath
 from middleware.breakdown import measured_fields
 from middleware.otel.request import GenAIRequest
-from middleware.timeline import Breakdown, RequestTimeline
+from middleware.timeline import Breakdown
 from slo.records import FIELD_NAMES, LIST_FIELDS
-from slo.sli import LATENCY_FIELDS, PHASE_FIELDS, PHASES, outcome_for_status
+from slo.sli import LATENCY_FIELDS, PHASE_FIELDS, PHASES
 
-
-def classify_outcome(
-    status: int, disconnected: bool, complete: bool, hint: str | None, raised: bool
-) -> str:
-    if disconnected and not complete:
-        return "cancelled"
-    if raised:
-        return "server_error"
-    if hint:
-        return hint
-    return outcome_for_status(status)
+if TYPE_CHECKING:
+    from middleware.measured import MeasuredRequest
 
 
 # %-formatted in one step from a template made once. "%.3f" rounds exactly as round(value, 3)
@@ -77,18 +68,15 @@ _EMPTY_RECORD: dict[str, Any] = {
 
 
 def record_fields(
-    timeline: RequestTimeline,
+    request: MeasuredRequest,
     breakdown: Breakdown,
-    tier: str,
     model: str,
-    route: str,
-    outcome: str,
-    status: int,
-    stream: bool,
     trace_id: str | None,
     produced: bool,
 ) -> dict[str, Any]:
-    """One record as a plain dict with every field (the store takes dicts; cheap to build)."""
+    """One record of a settled request as a plain dict with every field (the store takes
+    dicts; cheap to build)."""
+    timeline = request.timeline
     # One literal merging the breakdown's own dict (C speed: as fast as naming every field).
     record = {
         **_EMPTY_RECORD,
@@ -96,12 +84,12 @@ def record_fields(
         "request_id": timeline.request_id,
         "trace_id": trace_id,
         "timestamp": timeline.wall_start_s,
-        "tier": tier,
+        "tier": request.tier,
         "model": model,
-        "route": route,
-        "outcome": outcome,
-        "status_code": status,
-        "stream": stream,
+        "route": request.route,
+        "outcome": request.outcome,
+        "status_code": request.status,
+        "stream": request.exchange.is_stream,
         "input_tokens": timeline.input_tokens,
         "cached_tokens": timeline.cached_tokens,
     }
@@ -114,29 +102,26 @@ def record_fields(
 
 
 def span_attributes(
-    request: GenAIRequest,
-    route: str,
-    tier: str,
-    status: int,
-    timeline: RequestTimeline,
+    genai_request: GenAIRequest,
+    request: MeasuredRequest,
     breakdown: Breakdown,
-    outcome: str,
     output_tokens: int,
 ) -> dict[str, Any]:
     """The request span's attributes: the GenAI conventions' (`middleware.otel.request`), HTTP
     server ones, and ours under `llm_slo.*` (the phases are the child spans)."""
-    attributes = request.span_attributes(timeline.input_tokens, output_tokens)
+    timeline = request.timeline
+    attributes = genai_request.span_attributes(timeline.input_tokens, output_tokens)
     attributes["http.request.method"] = "POST"
-    attributes["http.route"] = route
-    attributes["http.response.status_code"] = status
-    if request.stream and breakdown.ttft_s is not None:
+    attributes["http.route"] = request.route
+    attributes["http.response.status_code"] = request.status
+    if genai_request.stream and breakdown.ttft_s is not None:
         attributes["gen_ai.response.time_to_first_chunk"] = breakdown.ttft_s
     if timeline.cached_tokens:
         attributes["gen_ai.usage.cache_read.input_tokens"] = timeline.cached_tokens
     attributes["llm_slo.request_id"] = timeline.request_id
-    attributes["llm_slo.tier"] = tier
-    attributes["llm_slo.outcome"] = outcome
-    attributes["llm_slo.stream"] = request.stream
+    attributes["llm_slo.tier"] = request.tier
+    attributes["llm_slo.outcome"] = request.outcome
+    attributes["llm_slo.stream"] = genai_request.stream
     attributes["llm_slo.tokens_source"] = breakdown.tokens_source
     if breakdown.ttft_s is not None:
         attributes["llm_slo.ttft_s"] = breakdown.ttft_s

@@ -40,6 +40,7 @@ from engine.api.schema import (
     parse_completion,
     read_json,
 )
+from engine.api.state import EngineRequestState, engine_request_state
 from engine.engine import Engine
 from engine.outputs import (
     EngineOverloaded,
@@ -70,7 +71,7 @@ class Generation:
     stream: RequestStream
     first: RequestOutput  # already awaited, within the first-token deadline
     deadline: Deadline
-    state: dict[str, Any]  # the ASGI scope's state: the outcome is written here for middleware
+    state: EngineRequestState  # the outcome is written here for a middleware in front
 
 
 class OpenAIApi:
@@ -128,7 +129,7 @@ class OpenAIApi:
         return await self._generate(request, chat=True)
 
     async def _generate(self, request: Request, chat: bool) -> Response:
-        state = request.scope.setdefault("state", {})
+        state = engine_request_state(request.scope)
         started = time.monotonic()
         try:
             parsed, stream = await self._submit(request, chat, state)
@@ -146,7 +147,7 @@ class OpenAIApi:
         return await self._complete(request, generation)
 
     async def _submit(
-        self, request: Request, chat: bool, state: dict[str, Any]
+        self, request: Request, chat: bool, state: EngineRequestState
     ) -> tuple[CompletionRequest, RequestStream]:
         """The request read, checked and queued in the engine; an ApiError says why it was not
         (bad input, another model, too large, the engine overloaded or stopping)."""

@@ -5,10 +5,10 @@ off, 504 for a deadline, 500 that keeps the engine's exception in the server log
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from engine.api.limits import Deadline
 from engine.api.schema import ApiError
+from engine.api.state import EngineRequestState
 from engine.outputs import (
     EngineOverloaded,
     EngineStepFailed,
@@ -68,7 +68,7 @@ def internal_error(stream: RequestStream) -> ApiError:
 
 
 async def first_output(
-    stream: RequestStream, deadline: Deadline, state: dict[str, Any]
+    stream: RequestStream, deadline: Deadline, state: EngineRequestState
 ) -> RequestOutput:
     """The request's first output within its first-token deadline; an ApiError when the
     scheduler shed it, the deadline passed (the request is cancelled) or the engine failed.

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 from middleware.direct_body import direct_body
 from middleware.proxy.client import UpstreamConnection, UpstreamError, UpstreamPool
+from middleware.state import request_state
 from middleware.timeline import current_timeline
 from middleware.types import Message, Receive, Scope, Send
 
@@ -313,7 +314,7 @@ class ProxyApp:
         connection: UpstreamConnection | None,
     ) -> None:
         failure = _FAILURES.get(error.kind, _FAILURES["broken"])
-        state = scope.setdefault("state", {})
+        state = request_state(scope)
         state["outcome"] = "timeout" if failure.status == 504 else "server_error"
         # The client learns what kind of failure and what to do; the upstream's address and
         # the socket's or TLS library's words stay in the proxy's log (they map the network).

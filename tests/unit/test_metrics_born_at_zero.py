@@ -136,9 +136,10 @@ def test_every_child_is_exported_at_zero_in_multiprocess_mode(tmp_path: Path) ->
     worker = textwrap.dedent(f"""
         import sys
         from middleware import LatencyMiddleware
+        from tests.helpers.measured import settled_request
         middleware = LatencyMiddleware(None, spec={str(spec_path)!r}, store=None, model="m")
         for _ in range(int(sys.argv[1])):
-            middleware.metrics.observe("premium", "/v1/completions", "ok", None, 0, None)
+            middleware.metrics.observe(settled_request("premium", "/v1/completions"), None, None)
         sys.stdout.write(middleware.metrics.exposition("")[0].decode())
         middleware.close()
     """)

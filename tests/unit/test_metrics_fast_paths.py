@@ -19,6 +19,7 @@ from middleware.metrics import REQUEST_HISTOGRAMS, MetricSet
 from middleware.timeline import Breakdown
 from slo.spec import SLOSpec
 from tests.helpers.hotpath import each_hotpath  # noqa: F401  (runs each test on both hot paths)
+from tests.helpers.measured import settled_request
 
 BOUNDS = (0.001, 0.01, 0.1, 0.25, 1.0, 10.0)
 
@@ -106,7 +107,9 @@ def assert_batched_equals_observe(
         counts = None  # counted by the caller (shared with the live windows) or by observe
         if index % 2 and observed is not None:
             counts = bucket_counts(batched.itl_bounds, observed.itl_s)
-        batched.observe(tier, route, outcome, observed, 7, None, counts)
+        batched.observe(
+            settled_request(tier, route, outcome, input_tokens=7), observed, None, counts
+        )
         # The reference: one prometheus_client call per value, as before batching.
         reference.requests.labels(tier=tier, model="m", route=route, outcome=outcome).inc()
         if observed is None:
@@ -132,12 +135,12 @@ def assert_batched_equals_observe(
 def test_pending_observations_reach_the_metrics_without_a_read(monkeypatch: Any) -> None:
     metrics = MetricSet(SLOSpec.default(), "m", CollectorRegistry(auto_describe=True))
     child = metrics.requests.labels(tier="premium", model="m", route="/r", outcome="ok")
-    metrics.observe("premium", "/r", "ok", None, 0, None)  # the first one flushes at once
+    metrics.observe(settled_request("premium", "/r"), None, None)  # the first one flushes at once
     assert child._value.get() == 1
-    metrics.observe("premium", "/r", "ok", None, 0, None)
+    metrics.observe(settled_request("premium", "/r"), None, None)
     assert child._value.get() == 1  # waiting, at most FLUSH_EVERY_S
     monkeypatch.setattr(metrics, "_flush_at", 0.0)
-    metrics.observe("premium", "/r", "ok", None, 0, None)
+    metrics.observe(settled_request("premium", "/r"), None, None)
     assert child._value.get() == 3
 
 
@@ -170,7 +173,7 @@ def test_our_histograms_expose_what_prometheus_client_does_exemplars_included() 
     for index in range(6):
         observed = breakdown(0.01 * index, (0.002,) * index, None)
         exemplar = trace if index == 2 else None
-        ours.observe("premium", "/r", "ok", observed, 3, exemplar)
+        ours.observe(settled_request("premium", "/r", input_tokens=3), observed, exemplar)
         theirs.labels(tier="premium", model="m", route="/r").observe(
             observed.ttft_s, {"trace_id": trace} if exemplar else None
         )

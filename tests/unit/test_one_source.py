@@ -55,6 +55,7 @@ from slo.sli import (
     SHED_REASONS,
 )
 from slo.spec import SLOSpec
+from tests.helpers.measured import settled_request
 
 ROUTE = "/v1/chat/completions"
 GAPS = 3  # inter-token gaps in the breakdown fed below
@@ -126,7 +127,7 @@ def test_each_latency_histogram_is_fed_from_its_own_field() -> None:
     registry = CollectorRegistry()
     metrics = MetricSet(SPEC, "tiny", registry, routes=(ROUTE,))
     breakdown = _breakdown()
-    metrics.observe("gold", ROUTE, "ok", breakdown, input_tokens=7, trace_id=None)
+    metrics.observe(settled_request("gold", ROUTE, input_tokens=7), breakdown, trace_id=None)
     for name in LATENCY_SLIS:
         metric = CATALOG[name].metric
         labels = {"tier": "gold", "model": "tiny", "route": ROUTE}
@@ -253,17 +254,15 @@ def test_every_catalog_record_field_is_a_record_field_of_its_type() -> None:
 def test_record_the_middleware_writes_has_every_field_from_its_source() -> None:
     timeline = RequestTimeline.begin("r1", ScriptedClock())
     breakdown = _breakdown()
-    produced = record_fields(
-        timeline, breakdown, "gold", "tiny", ROUTE, "ok", 200, True, "t1", produced=True
-    )
+    ok = settled_request("gold", ROUTE, "ok", status=200, stream=True, timeline=timeline)
+    produced = record_fields(ok, breakdown, "tiny", "t1", produced=True)
     assert tuple(produced) == FIELD_NAMES
     for field in (f.name for f in dataclasses.fields(Breakdown)):
         value = getattr(breakdown, field)
         assert produced[field] == (list(value) if isinstance(value, tuple) else value), field
     validate_record(produced)  # the store's own check takes it
-    refused = record_fields(
-        timeline, breakdown, "gold", "tiny", ROUTE, "shed", 429, False, None, produced=False
-    )
+    shed = settled_request("gold", ROUTE, "shed", status=429, stream=False, timeline=timeline)
+    refused = record_fields(shed, breakdown, "tiny", None, produced=False)
     assert tuple(refused) == FIELD_NAMES
     for name, field in LATENCY_FIELDS.items():
         kept = name == "e2e" or name in PHASES  # the timeline's cuts; nothing about tokens

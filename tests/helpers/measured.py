@@ -1,0 +1,39 @@
+"""A settled `MeasuredRequest` made by hand, for tests of what reads one (the record, the
+metrics) without a request going through the middleware."""
+
+from __future__ import annotations
+
+from middleware import ScriptedClock
+from middleware.exchange import Exchange
+from middleware.measured import MeasuredRequest
+from middleware.timeline import RequestTimeline
+from middleware.types import Message
+
+
+async def _no_receive() -> Message:
+    raise AssertionError("a hand-made request receives nothing")
+
+
+async def _no_send(message: Message) -> None:
+    raise AssertionError("a hand-made request sends nothing")
+
+
+def settled_request(
+    tier: str,
+    route: str,
+    outcome: str = "ok",
+    *,
+    status: int = 200,
+    stream: bool = True,
+    input_tokens: int = 0,
+    timeline: RequestTimeline | None = None,
+) -> MeasuredRequest:
+    """A request as `MeasuredRequest.settle` leaves it: its tier, route, outcome and status."""
+    if timeline is None:
+        timeline = RequestTimeline.begin("r1", ScriptedClock())
+    timeline.input_tokens = input_tokens or timeline.input_tokens
+    exchange = Exchange(timeline, _no_receive, _no_send, lambda: 0, replay=[])
+    exchange.is_stream = stream
+    request = MeasuredRequest(exchange, timeline, {}, tier, route, {}, None, None)
+    request.outcome, request.status = outcome, status
+    return request
