@@ -23,13 +23,26 @@ from typing import Any
 
 import numpy as np
 
+from middleware.ring import NUM_SLOTS
 from middleware.wire_chunk import NOT_DECODED, Chunk, decode_chunk
 
 IMPLEMENTATION = "pure-python"
+# The names of `middleware.hotpath.HOT_FUNCTIONS`, as the compiled twin's (a test holds both).
+__all__ = (
+    "bucket_counts",
+    "chunk_sent",
+    "count_in_columns",
+    "decoded_has_text",
+    "exchange_send",
+    "gaps_s",
+    "measured_offer",
+    "observe_values",
+    "timings_comment",
+    "token_events_in",
+    "window_add",
+)
 # Nanoseconds to seconds (the timeline's marks are nanoseconds).
 NS = 1e-9
-# Slots in one ring of a live window: `middleware.live.windows.NUM_SLOTS`.
-NUM_SLOTS = 61
 
 BucketCounts = list[tuple[int, int]]
 

@@ -76,7 +76,7 @@ class WireReader:
         self.finish_reasons: list[str] = []
         self._head_pending = True
         # The compiled hot path's memory of the stream's last usual token event: its bytes
-        # around its text, and how many such events came (`_hotpath.UsualEvent`).
+        # around its text, and how many such events came (`_hotpath._UsualEvent`).
         self._usual: Any = None
         # SSE comment lines (`: ...`), kept when asked (slo bench reads the server's timings).
         self.comments: list[bytes] | None = [] if keep_comments else None

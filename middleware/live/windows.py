@@ -14,10 +14,7 @@ import math
 import numpy as np
 
 import middleware.hotpath as hotpath
-
-SLOTS_PER_WINDOW = 60
-# The current, partly filled slot plus a full window.
-NUM_SLOTS = SLOTS_PER_WINDOW + 1
+from middleware.ring import NUM_SLOTS, SLOTS_PER_WINDOW
 
 
 def window_total(

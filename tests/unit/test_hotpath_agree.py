@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from middleware import _hotpath_py, hotpath
+from middleware.hotpath import compiled
 from middleware.wire import WireReader
 from tests.conftest import require_or_skip
 
@@ -268,3 +269,17 @@ def test_the_usual_delta_is_decided_by_the_byte_scan() -> None:
     ]
     for payload in twists:
         read_both([head, b"data: " + payload + b"\n\n"])
+
+
+def test_each_hot_module_exports_exactly_the_function_list() -> None:
+    twins = [_hotpath_py, *([built] if (built := compiled()) is not None else [])]
+    for module in twins:
+        assert sorted(module.__all__) == sorted(hotpath.HOT_FUNCTIONS), module.__name__
+        defined = {
+            name
+            for name, value in vars(module).items()
+            if not name.startswith("_")
+            and callable(value)
+            and getattr(value, "__module__", None) == module.__name__
+        }
+        assert defined == set(hotpath.HOT_FUNCTIONS), module.__name__
