@@ -12,6 +12,7 @@ import pytest
 from slo.store import RecordStore
 from tests.helpers import skip_guard
 from tests.helpers.checkpoints import llama_checkpoints  # noqa: F401  (a session fixture)
+from tests.helpers.tls import Pki, make_pki
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -32,3 +33,10 @@ def store(tmp_path: Path) -> Iterator[RecordStore]:
     record_store = RecordStore(f"sqlite:///{tmp_path / 'records.db'}")
     yield record_store
     record_store.close()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA with a server certificate (localhost, 127.0.0.1) and a client certificate, made
+    once per module (tests/helpers/tls.py)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))

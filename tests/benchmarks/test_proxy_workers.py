@@ -49,7 +49,7 @@ from tests.benchmarks.test_proxy_overhead import (
     measure,
     process,
 )
-from tests.integration.test_engine_spans_proxy import metric_values, total
+from tests.helpers.metric_samples import metric_values, total
 
 ROUNDS = int(os.environ.get("PROXY_WORKERS_ROUNDS", "3"))
 PER_STREAM = int(os.environ.get("PROXY_WORKERS_PER_STREAM", "12"))

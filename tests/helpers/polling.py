@@ -28,6 +28,11 @@ def wait_until(
         time.sleep(interval_s)
 
 
+def wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """`wait_until` for a condition the failure need not name, polled every 0.2 s."""
+    wait_until(check, timeout_s, "the condition", interval_s=0.2)
+
+
 def wait_until_ready(
     url: str, timeout_s: float = 60.0, process: subprocess.Popen[Any] | None = None
 ) -> None:

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import math
-import sqlite3
 import subprocess
 import sys
 import time
@@ -20,11 +19,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from slo.cli.bench.server import free_port, stop_process
 from slo.sli import CATALOG, PHASES
-from tests.helpers.polling import wait_until_ready
+from tests.helpers.metric_samples import metric_values, total
+from tests.helpers.polling import wait_for, wait_until_ready
+from tests.helpers.record_rows import records
 from tests.helpers.standin_process import standin_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -51,25 +51,6 @@ def slo_proxy(port: int, upstream_url: str, db: Path, *args: str) -> Iterator[st
         assert child.returncode == 0, output
 
 
-def records(db: Path) -> list[dict[str, object]]:
-    with contextlib.closing(sqlite3.connect(db)) as connection:
-        connection.row_factory = sqlite3.Row
-        return [dict(r) for r in connection.execute("SELECT * FROM llm_slo_request_records")]
-
-
-def metric_values(base_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = httpx.get(base_url + "/metrics", timeout=10).text
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def total(values: dict, name: str) -> float:
-    return sum(value for (sample, _labels), value in values.items() if sample == name)
-
-
 async def stream_all(base_url: str, count: int) -> list[int]:
     """`count` concurrent chat streams; the number of content events each got."""
     async with httpx.AsyncClient(timeout=60) as client:
@@ -87,13 +68,6 @@ async def stream_all(base_url: str, count: int) -> list[int]:
             return text.count('"content":"') - text.count('"content":""')
 
         return await asyncio.gather(*(one(index) for index in range(count)))
-
-
-def wait_for(predicate, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
 
 
 def test_100_streams_take_their_engine_spans_phases(tmp_path: Path) -> None:

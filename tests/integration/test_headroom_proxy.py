@@ -13,14 +13,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slo.headroom import GAUGE, WINDOW_S, signals
 from slo.spec import SLOSpec
-from tests.helpers.polling import wait_until
-from tests.helpers.servers import uvicorn_thread
-from tests.integration.test_proxy_engine_metrics import (
+from tests.helpers.engine_metrics_upstream import (
     DEFAULT_TIER,
     EngineWithMetrics,
     chat_through,
     slo_proxy,
 )
+from tests.helpers.polling import wait_until
+from tests.helpers.servers import uvicorn_thread
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

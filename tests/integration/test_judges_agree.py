@@ -21,63 +21,32 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from alerts.policy_tests import Traffic, availability_series
-from alerts.rules import REQUESTS, Links, alert_annotations
+from alerts.rules import REQUESTS, alert_annotations
 from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
 from slo.alert_budget import ALERT_NAME as BUDGET_ALERT
 from slo.alert_rules import alert_rules
-from slo.arithmetic import required_good, verdict
+from slo.arithmetic import verdict
 from slo.check.evaluate import evaluate
 from slo.promql import prom_duration
 from slo.records import RequestRecord
-from slo.spec import SLOSpec
 from slo.units import format_duration
 from tests.helpers.drawn_examples import drawn_examples
-from tests.helpers.promtool import promtool_test_rules
-from tests.helpers.tier_specs import burn_alert, burn_policy, make_tier, spec_yaml
-
-STEP_S = 60
-STEPS = 30
-CHECKS = (5, 10, 15, 20, 25, 30)
-TARGET = "90%"
-# Every window <= 30 steps, so live slots (W/60) are at most half a step: see the docstring.
-SPEC = spec_yaml(
-    make_tier("premium", f"availability >= {TARGET}", priority=0, default=True),
-    window="30m",
-    alert_policy=burn_policy(
-        burn_alert("page", "30m", "5m", 5),
-        burn_alert("page", "20m", "10m", 2),
-        burn_alert("ticket", "30m", "10m", 1),
-        min_events=10,
-        thresholds=(),
-    ),
+from tests.helpers.judged_traffic import (
+    CHECKS,
+    LINKS,
+    ORIGIN_S,
+    SPEC_OBJ,
+    STEP_S,
+    STEPS,
+    traffic,
 )
-# Wall origin on a multiple of every slot, so slot edges fall on whole seconds of the steps.
-ORIGIN_S = 1_800_000_000 - 1_800_000_000 % 3600
-SPEC_OBJ = SLOSpec.from_yaml(SPEC)
+from tests.helpers.promtool import promtool_test_rules
+
 RULES = [r for r in alert_rules(SPEC_OBJ) if r.kind == "burn_rate"]
-LINKS = Links()
 EXAMPLES = 40
-
-
-@st.composite
-def traffic(draw: st.DrawFn) -> Traffic:
-    rates = draw(st.lists(st.integers(0, 12), min_size=STEPS, max_size=STEPS))
-    bad_share = draw(st.lists(st.integers(0, 12), min_size=STEPS, max_size=STEPS))
-    bad = [min(b, n) for b, n in zip(bad_share, rates, strict=True)]
-    good = [n - b for n, b in zip(rates, bad, strict=True)]
-    boundary = draw(st.sampled_from([None, 0, -1]))  # good exactly at the target, or one below
-    if boundary is not None:
-        events = sum(rates)
-        need = required_good(SPEC_OBJ.tiers[0].objectives[0].target, events) + boundary
-        shift = sum(good) - need  # move that many good events of the last step to bad
-        if 0 <= shift <= good[-1]:
-            good[-1] -= shift
-            bad[-1] += shift
-    return Traffic(tuple(good), tuple(bad))
 
 
 def _key(long_s: float, short_s: float) -> tuple[str, str]:

@@ -1,6 +1,7 @@
 """Property: the error-budget-exhausted ticket fires alike in the live judge and in the generated
-rule (through promtool), on the traffic of test_judges_agree (one tier's availability
-objective, per one-minute step, some examples tuned onto the target's boundary).
+rule (through promtool), on the traffic test_judges_agree draws (tests/helpers/judged_traffic.py:
+one tier's availability objective, per one-minute step, some examples tuned onto the target's
+boundary).
 
 The model: at each whole minute, `slo.alert_budget.exhausted` on the SLO window's counts (every
 event since the origin: the window is 30 steps); the alert fires at a check once that held at
@@ -24,8 +25,7 @@ from middleware.live import LiveSLO
 from slo import alert_budget
 from slo.promql import prom_duration
 from tests.helpers.drawn_examples import drawn_examples
-from tests.helpers.promtool import promtool_test_rules
-from tests.integration.test_judges_agree import (
+from tests.helpers.judged_traffic import (
     CHECKS,
     LINKS,
     ORIGIN_S,
@@ -34,6 +34,7 @@ from tests.integration.test_judges_agree import (
     STEPS,
     traffic,
 )
+from tests.helpers.promtool import promtool_test_rules
 
 TIER = SPEC_OBJ.tiers[0]
 OBJECTIVE = TIER.objectives[0]

@@ -21,20 +21,15 @@ from slo.sli import CATALOG
 from tests.helpers.binaries import binary
 from tests.helpers.polling import wait_until
 from tests.helpers.prometheus_process import process, query
+from tests.helpers.proxy_process import tls_proxy
 from tests.helpers.proxy_upstream import OpenAIUpstream
 from tests.helpers.servers import uvicorn_thread
-from tests.helpers.tls import Pki, make_pki
-from tests.integration.test_tls import tls_proxy
+from tests.helpers.tls import Pki
 
 pytestmark = pytest.mark.integration
 
 TOKEN = "ops-7f3a9c2e1b5d4680a1b2c3d4e5f60718"
 ENDPOINTS = [("GET", "/metrics"), ("GET", "/slo"), ("GET", "/slo.html"), ("POST", "/v1/traces")]
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")

@@ -22,17 +22,12 @@ from slo.cli.bench.server import free_port
 from slo.cli.prometheus_source import PrometheusReader
 from slo.errors import UsageError
 from tests.helpers.binaries import binary
-from tests.helpers.tls import Pki, make_pki, wait_until_https_ready
+from tests.helpers.tls import Pki, wait_until_https_ready
 
 pytestmark = pytest.mark.integration
 
 TOKEN = "outbound-token-42"
 ALERT = {"labels": {"alertname": "TLSPushTest", "tier": "premium"}, "annotations": {}}
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def _web_config(pki: Pki, directory: Path) -> Path:

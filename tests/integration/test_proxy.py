@@ -5,11 +5,7 @@ away closes the upstream's stream."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,43 +13,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from slo.cli.bench.server import free_port, stop_process
+from slo.cli.bench.server import free_port
+from tests.helpers.proxy_process import slo_proxy
 from tests.helpers.proxy_upstream import OpenAIUpstream
-from tests.helpers.servers import uvicorn_thread, wait_until_ready
+from tests.helpers.record_rows import records
+from tests.helpers.servers import uvicorn_thread
 
 openai = pytest.importorskip("openai")
 
 pytestmark = pytest.mark.integration
-
-TABLE = "llm_slo_request_records"
-
-
-@contextlib.contextmanager
-def slo_proxy(upstream_url: str, db: Path, *args: str) -> Iterator[str]:
-    """`slo proxy` as a subprocess on a free port; stopped with SIGTERM (records flushed)."""
-    port = free_port()
-    command = [sys.executable, "-m", "slo.cli", "proxy", "--upstream", upstream_url]
-    command += ["--port", str(port), "--store", f"sqlite:///{db}", "--model", "test-upstream"]
-    child = subprocess.Popen(
-        [*command, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_ready(base_url + "/metrics", process=child)  # served by the middleware
-        yield base_url
-    finally:
-        stop_process(child)
-        output = child.stdout.read() if child.stdout is not None else ""
-        if child.stdout is not None:
-            child.stdout.close()
-        assert child.returncode == 0, output
-
-
-def records(db: Path) -> list[dict[str, object]]:
-    with contextlib.closing(sqlite3.connect(db)) as connection:
-        connection.row_factory = sqlite3.Row
-        rows = connection.execute(f"SELECT * FROM {TABLE} ORDER BY timestamp").fetchall()
-    return [dict(row) for row in rows]
 
 
 @pytest.fixture

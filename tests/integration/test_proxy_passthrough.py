@@ -14,8 +14,8 @@ import pytest
 
 from middleware.types import Receive, Scope, Send
 from tests.helpers.openai_fields import REFUSED, WEATHER_TOOL
+from tests.helpers.proxy_process import slo_proxy
 from tests.helpers.servers import uvicorn_thread
-from tests.integration.test_proxy import slo_proxy
 
 pytestmark = pytest.mark.integration
 

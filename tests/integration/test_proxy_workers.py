@@ -24,9 +24,10 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from middleware.intake.relay import relay_dir
 from slo.cli.bench.server import free_port, stop_process
 from slo.sli import CATALOG
-from tests.helpers.polling import wait_until, wait_until_ready
+from tests.helpers.metric_samples import metric_values, total
+from tests.helpers.polling import wait_for, wait_until, wait_until_ready
+from tests.helpers.record_rows import records
 from tests.helpers.standin_process import standin_server
-from tests.integration.test_engine_spans_proxy import metric_values, records, total, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -185,8 +186,9 @@ def test_each_worker_serves_tls_with_the_flags_context(tmp_path: Path) -> None:
     """Each worker makes the listener's TLS context from the same flags (min version 1.2 by
     default): HTTPS on fresh connections reaches both, and a TLS 1.1 client is refused."""
     from tests.helpers.binaries import binary
+    from tests.helpers.https_upstream import tls_upstream
+    from tests.helpers.proxy_process import tls_proxy
     from tests.helpers.tls import make_pki
-    from tests.integration.test_tls import tls_proxy, tls_upstream
 
     pki = make_pki(tmp_path / "pki")
     db = tmp_path / "records.db"

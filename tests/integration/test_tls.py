@@ -11,12 +11,10 @@ serve stops the CLI with one line naming the file.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import ssl
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,70 +24,15 @@ import pytest
 
 from slo.cli.bench.server import free_port, stop_process
 from tests.helpers.binaries import binary
+from tests.helpers.https_upstream import tls_upstream
 from tests.helpers.polling import wait_until_ready
-from tests.helpers.proxy_upstream import OpenAIUpstream
-from tests.helpers.tls import Pki, issue, make_pki, wait_until_https_ready
-from tests.integration.test_proxy import records
+from tests.helpers.proxy_process import tls_proxy
+from tests.helpers.record_rows import records
+from tests.helpers.tls import Pki, issue, make_pki
 
 openai = pytest.importorskip("openai")
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@contextlib.contextmanager
-def tls_upstream(pki: Pki, client_certificates: bool = False) -> Iterator[str]:
-    """The stand-in OpenAI server on HTTPS (uvicorn's own ssl options), in a thread;
-    `client_certificates`: it asks for one signed by the test's CA (mTLS)."""
-    import uvicorn
-
-    port = free_port()
-    mtls = {"ssl_ca_certs": str(pki.ca), "ssl_cert_reqs": ssl.CERT_REQUIRED}
-    config = uvicorn.Config(
-        OpenAIUpstream(),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        ssl_certfile=str(pki.server_cert),
-        ssl_keyfile=str(pki.server_key),
-        **(mtls if client_certificates else {}),  # type: ignore[arg-type]
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"https://127.0.0.1:{port}"
-    try:
-        wait_until_https_ready(url + "/health", pki.client_context(with_client_cert=True))
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-
-
-@contextlib.contextmanager
-def tls_proxy(pki: Pki, upstream_url: str, db: Path, *args: str) -> Iterator[str]:
-    """`slo proxy` serving HTTPS with the test's server certificate; yields its https URL."""
-    port = free_port()
-    command = [sys.executable, "-m", "slo.cli", "proxy", "--upstream", upstream_url]
-    command += ["--port", str(port), "--store", f"sqlite:///{db}", "--model", "tls-upstream"]
-    command += ["--ssl-certfile", str(pki.server_cert), "--ssl-keyfile", str(pki.server_key)]
-    command += ["--upstream-metrics", "off", "--provider-name", "test", *args]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"https://127.0.0.1:{port}"
-    try:
-        context = pki.client_context(with_client_cert=True)
-        wait_until_https_ready(url + "/metrics", context, process=child)
-        yield url
-    finally:
-        stop_process(child)
-        output = child.stdout.read() if child.stdout is not None else ""
-        if child.stdout is not None:
-            child.stdout.close()
-        assert child.returncode == 0, output
 
 
 @pytest.fixture(scope="module")

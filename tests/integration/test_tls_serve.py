@@ -18,8 +18,8 @@ import pytest
 pytest.importorskip("torch")
 
 from slo.cli.bench.server import free_port, stop_process
+from tests.helpers.record_rows import records
 from tests.helpers.tls import Pki, make_pki, wait_until_https_ready
-from tests.integration.test_proxy import records
 
 pytestmark = pytest.mark.integration
 

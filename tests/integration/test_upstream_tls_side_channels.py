@@ -19,7 +19,7 @@ from starlette.routing import Route
 from middleware.otel import fetch_listing
 from middleware.upstream.engine_metrics import EngineMetricsScraper
 from slo.cli.bench.server import free_port
-from tests.helpers.tls import Pki, make_pki, wait_until_https_ready
+from tests.helpers.tls import Pki, wait_until_https_ready
 
 pytestmark = pytest.mark.integration
 
@@ -68,11 +68,6 @@ def https_engine(pki: Pki) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def test_models_listing_uses_the_upstream_tls_context(pki: Pki) -> None:

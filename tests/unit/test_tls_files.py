@@ -20,14 +20,9 @@ from slo.cli.tls import (
     server_tls_from_args,
 )
 from slo.errors import UsageError
-from tests.helpers.tls import Pki, issue, make_pki
+from tests.helpers.tls import Pki, issue
 
 NOW = datetime.datetime.now(datetime.UTC)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def test_validity_is_read_from_the_der_without_cryptography(pki: Pki, tmp_path: Path) -> None:
