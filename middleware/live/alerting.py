@@ -82,27 +82,39 @@ def firing_rules(
 
 
 def budget_firing(
-    tiers: dict[str, TierWindows], window_s: float, min_events: int, now_s: float,
+    tiers: dict[str, TierWindows],
+    window_s: float,
+    min_events: int,
+    now_s: float,
     pending: dict[str, float],
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """Error-budget-exhausted alerts firing now, one per tier and objective Prometheus judges
     (the same objectives, comparison, guard and `for` as the generated rule)."""
     firing: list[dict[str, Any]] = []
     for windows in tiers.values():
         totals = windows.totals(window_s, now_s)
         for objective in budget_objectives(windows.tier):
-            labels = {"alertname": alert_budget.ALERT_NAME,
-                      **alert_budget.budget_labels(windows.tier, objective)}  # fmt: skip
+            labels = {
+                "alertname": alert_budget.ALERT_NAME,
+                **alert_budget.budget_labels(windows.tier, objective),
+            }
             key = repr(sorted(labels.items()))
             events, good = windows.events_and_good(objective, totals)
             if not alert_budget.exhausted(good, events, objective, min_events):
                 pending.pop(key, None)
                 continue
             if now_s - pending.setdefault(key, now_s) >= alert_budget.FOR_S:
-                summary = (f"{windows.tier.name}: {objective.name} has spent its whole error "
-                           f"budget ({events - good:g} bad of {events:g})")  # fmt: skip
-                firing.append({"alertname": alert_budget.ALERT_NAME, "labels": labels,
-                               "annotations": {"summary": summary}})  # fmt: skip
+                summary = (
+                    f"{windows.tier.name}: {objective.name} has spent its whole error "
+                    f"budget ({events - good:g} bad of {events:g})"
+                )
+                firing.append(
+                    {
+                        "alertname": alert_budget.ALERT_NAME,
+                        "labels": labels,
+                        "annotations": {"summary": summary},
+                    }
+                )
     return firing
 
 

@@ -19,10 +19,10 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 
+from middleware.live.burn_table import burn_table
 from middleware.live.windows import SLOTS_PER_WINDOW
-from slo.alert_rules import burn_rules, histogram_quantile
-from slo.arithmetic import attainment, budget_remaining, burn_rate, burning
-from slo.promql import prom_duration
+from slo.alert_rules import histogram_quantile
+from slo.arithmetic import attainment, budget_remaining
 from slo.sli import CATALOG, PHASES
 from slo.units import format_duration, parse_duration
 
@@ -222,7 +222,7 @@ def _tier(
         row["observed"] = observed if observed is not None and math.isfinite(observed) else None
         row["observed_text"] = observed_text(objective, status)
         row["fastest_burn"] = _fastest(status["burn_rates"])
-        row["burn_table"] = _burn_table(live, windows, objective, totals, mine)
+        row["burn_table"] = burn_table(live, windows, objective, totals, mine)
         row["series"] = _series(windows, objective, slots)
         objectives.append(row)
     objectives.sort(key=_worst_first)
@@ -268,68 +268,6 @@ def _fastest(rates: dict[str, float | None]) -> dict[str, Any] | None:
     return {"window": window, "rate": rate}
 
 
-def _fires_now(
-    live: LiveSLO,
-    windows: TierWindows,
-    objective: Objective,
-    totals: dict[float, np.ndarray],
-    policy_rule: Any,
-) -> bool:
-    """Whether the policy rule's alert on this objective fires on the windows' counts now, as
-    every judge decides it (`AlertRule.fires`: guards, dynamic thresholds)."""
-    for rule in burn_rules(live.spec, objective):
-        windows_match = (rule.long_window_s, rule.short_window_s) == (
-            policy_rule.long_window_s, policy_rule.short_window_s)  # fmt: skip
-        if windows_match and all(window in totals for window in rule.counted_windows_s):
-            counts = []
-            for window in rule.counted_windows_s:
-                events, good = windows.events_and_good(objective, totals[window])
-                counts.append((events - good, events))
-            return rule.fires(counts)
-    return False
-
-
-def _burn_table(
-    live: LiveSLO,
-    windows: TierWindows,
-    objective: Objective,
-    totals: dict[float, np.ndarray],
-    firing: list[dict[str, str]],
-) -> list[dict[str, Any]]:
-    """Per burn-rate rule of the policy: the burn rate over its long and short window, and
-    whether it fires (an alert of this objective with these windows is firing) or burns (at
-    least one window above the factor: what fires next if it spreads)."""
-    policy = live.spec.alert_policy
-    rows = []
-    for rule in policy.burn_rates:
-        counts = []  # (bad, events) per window, long then short
-        for window in (rule.long_window_s, rule.short_window_s):
-            events, good = windows.events_and_good(objective, totals[window])
-            counts.append((events - good, events))
-        long_window = prom_duration(rule.long_window_s)
-        short_window = prom_duration(rule.short_window_s)
-        fires = any(
-            labels.get("long_window") == long_window and labels.get("short_window") == short_window
-            for labels in firing
-        )
-        if fires or _fires_now(live, windows, objective, totals, rule):
-            state = "firing"
-        elif any(burning(bad, events, objective.target, rule.factor) for bad, events in counts):
-            state = "burning"
-        elif all(events == 0 for _, events in counts):
-            state = "no_data"
-        else:
-            state = "ok"
-        rows.append({
-            "severity": rule.severity, "factor": rule.factor, "state": state,
-            "long": format_duration(rule.long_window_s),
-            "short": format_duration(rule.short_window_s),
-            "long_rate": burn_rate(*counts[0], objective.target),
-            "short_rate": burn_rate(*counts[1], objective.target),
-        })  # fmt: skip
-    return rows
-
-
 def _series(windows: TierWindows, objective: Objective, slots: np.ndarray) -> dict[str, Any]:
     """Per slot of the range, oldest first: events, the SLI (good / events), the error budget
     left counting from the range's start, and for latency objectives the percentile."""
@@ -373,8 +311,18 @@ def _round(value: float | None) -> float | None:
 
 
 def _overview_row(row: dict[str, Any]) -> dict[str, Any]:
-    keys = ("tier", "objective", "kind", "state", "verdict", "observed_text", "budget_left",
-            "fastest_burn", "events", "firing")  # fmt: skip
+    keys = (
+        "tier",
+        "objective",
+        "kind",
+        "state",
+        "verdict",
+        "observed_text",
+        "budget_left",
+        "fastest_burn",
+        "events",
+        "firing",
+    )
     return {key: row[key] for key in keys}
 
 

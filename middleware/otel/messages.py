@@ -70,15 +70,25 @@ def _message(message: dict[str, Any], budget: _Budget) -> dict[str, Any]:
     role = str(message.get("role", "user"))
     parts = _content_parts(message.get("content"), budget)
     if role == "tool":
-        parts = [{"type": "tool_call_response", "id": message.get("tool_call_id"),
-                  "response": budget.text(message.get("content", ""))}]  # fmt: skip
+        parts = [
+            {
+                "type": "tool_call_response",
+                "id": message.get("tool_call_id"),
+                "response": budget.text(message.get("content", "")),
+            }
+        ]
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else ():
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict):
-            parts.append({"type": "tool_call", "id": call.get("id"),
-                          "name": str(function.get("name") or ""),
-                          "arguments": budget.text(function.get("arguments", ""))})  # fmt: skip
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": call.get("id"),
+                    "name": str(function.get("name") or ""),
+                    "arguments": budget.text(function.get("arguments", "")),
+                }
+            )
     return {"role": role, "parts": parts}
 
 
@@ -93,8 +103,13 @@ def input_messages(chunks: list[bytes], capture: Redactor) -> str:
         return _dump([_message(m, budget) for m in messages if isinstance(m, dict)])
     prompt = request.get("prompt")
     prompts = prompt if isinstance(prompt, list) else [prompt]
-    return _dump([{"role": "user", "parts": _content_parts(p, budget)}
-                  for p in prompts if isinstance(p, str)])  # fmt: skip
+    return _dump(
+        [
+            {"role": "user", "parts": _content_parts(p, budget)}
+            for p in prompts
+            if isinstance(p, str)
+        ]
+    )
 
 
 def _choices_of_stream(chunks: list[bytes]) -> list[dict[str, Any]] | None:

@@ -148,8 +148,12 @@ class GenAIMetrics:
 
     def _bind(self, key: BoundKey) -> _Bound:
         operation, request_model, response_model, error_type = key
-        base = {c.OPERATION: operation, c.PROVIDER: self.provider,
-                c.REQUEST_MODEL: request_model, c.RESPONSE_MODEL: response_model}  # fmt: skip
+        base = {
+            c.OPERATION: operation,
+            c.PROVIDER: self.provider,
+            c.REQUEST_MODEL: request_model,
+            c.RESPONSE_MODEL: response_model,
+        }
         made: dict[str, Cell] = {}
         new: list[Cell] = []
         with self.lock:

@@ -58,14 +58,19 @@ class PrometheusSide:
             labels = list(spec.prometheus_labels)
             if spec.kind == "histogram":
                 self._metrics[spec.name] = Histogram(
-                    spec.prometheus_name, spec.description, labelnames=labels,
-                    buckets=spec.boundaries, registry=registry,
-                )  # fmt: skip
+                    spec.prometheus_name,
+                    spec.description,
+                    labelnames=labels,
+                    buckets=spec.boundaries,
+                    registry=registry,
+                )
             else:  # prometheus_client adds the `_total` suffix itself
                 self._metrics[spec.name] = Counter(
-                    spec.prometheus_name.removesuffix("_total"), spec.description,
-                    labelnames=labels, registry=registry,
-                )  # fmt: skip
+                    spec.prometheus_name.removesuffix("_total"),
+                    spec.description,
+                    labelnames=labels,
+                    registry=registry,
+                )
 
     def add_cell(self, cell: Cell) -> None:
         """Export a new cell from now on (its series appears at once, at 0)."""

@@ -19,9 +19,15 @@ from middleware.upstream.report import UpstreamReport
 
 # The response headers read here (lower case), declared once for the middleware.
 HEADERS = frozenset(
-    (b"x-queue-time", b"x-inference-time", b"x-time-per-token", b"x-generated-tokens",
-     b"x-prompt-tokens", b"x-validation-time")
-)  # fmt: skip
+    (
+        b"x-queue-time",
+        b"x-inference-time",
+        b"x-time-per-token",
+        b"x-generated-tokens",
+        b"x-prompt-tokens",
+        b"x-validation-time",
+    )
+)
 
 
 def _int_header(headers: Mapping[bytes, bytes], name: bytes) -> int | None:
