@@ -95,7 +95,6 @@ def tier_isolation_row() -> Row:
     shed and why, and how finely prefill was chunked."""
     tiers = matcher("tier", "=~", "$tier")
     wait = CATALOG["scheduler_queue_wait"].metric + "_bucket"
-    chunks = CATALOG["prefill_chunks"].metric
     return Row(
         "Tier isolation (engine scheduler)",
         [
@@ -136,22 +135,27 @@ def tier_isolation_row() -> Row:
                     )
                 ],
             ),
-            Panel(
-                "Prefill chunks per step",
-                CATALOG["prefill_chunks"].description,
-                "none",
-                [
-                    Target(
-                        f"{summed_rate(chunks + '_sum', '', *engine_filter())}\n/\n"
-                        f"{summed_rate(chunks + '_count', '', *engine_filter())}",
-                        "mean",
-                    ),
-                    Target(
-                        "histogram_quantile(0.95, "
-                        f"{summed_rate(chunks + '_bucket', 'le', *engine_filter())})",
-                        "p95",
-                    ),
-                ],
+            _prefill_chunks_panel(),
+        ],
+    )
+
+
+def _prefill_chunks_panel() -> Panel:
+    chunks = CATALOG["prefill_chunks"].metric
+    return Panel(
+        "Prefill chunks per step",
+        CATALOG["prefill_chunks"].description,
+        "none",
+        [
+            Target(
+                f"{summed_rate(chunks + '_sum', '', *engine_filter())}\n/\n"
+                f"{summed_rate(chunks + '_count', '', *engine_filter())}",
+                "mean",
+            ),
+            Target(
+                "histogram_quantile(0.95, "
+                f"{summed_rate(chunks + '_bucket', 'le', *engine_filter())})",
+                "p95",
             ),
         ],
     )

@@ -14,9 +14,14 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from slo.cli.paths import output_directory
 from slo.errors import UsageError
+
+if TYPE_CHECKING:
+    from slo.cli.bench.runner import RunResult
+    from slo.spec import SLOSpec
 
 # Mixed tiers at a rate the bundled model on two CPU cores serves with room to spare: the
 # premium lane should look premium. Raise --rate to watch the tiers pull apart.
@@ -31,6 +36,12 @@ DESCRIPTION = (
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    _add_tour_flags(parser)
+    _add_scenario_flags(parser)
+
+
+def _add_tour_flags(parser: argparse.ArgumentParser) -> None:
+    """Where the tour writes, what judges it, and the benchmark it runs."""
     parser.add_argument(
         "--out", default="slo-demo", help="directory to write into (default: %(default)s)"
     )
@@ -55,6 +66,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="stop the benchmark after S seconds (default: %(default)s)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _add_scenario_flags(parser: argparse.ArgumentParser) -> None:
+    """Which scenario runs, and the phases of the overload and regression ones."""
     parser.add_argument("--scenario", choices=("tour", "overload", "regression"),
                         default="tour",
                         help="tour: the whole product on light traffic; overload: a batch "
@@ -100,31 +115,57 @@ def run(args: argparse.Namespace) -> int:
         from slo.cli.demo_regression import run_regression
 
         return run_regression(args)
-    import httpx
+    return _tour(args)
 
-    from slo.check.evaluate import evaluate
-    from slo.check.summary import columns_of
-    from slo.cli.bench.command import describe_stop, execute
-    from slo.cli.bench.options import BenchOptions
-    from slo.cli.bench.server import embedded_server
-    from slo.cli.bench.summary import render_summary
-    from slo.cli.generate import Targets, generate
-    from slo.cli.report.formats import render_text
+
+# What the tour leaves in --out, each file with the line that says what it is.
+Written = list[tuple[Path, str]]
+
+
+def _tour(args: argparse.Namespace) -> int:
     from slo.spec import SLOSpec
 
     began = time.perf_counter()
     out = output_directory(args.out)
-    spec_path = out / "slo.yaml"
-    if args.spec:
-        if Path(args.spec).resolve() != spec_path.resolve():
-            shutil.copyfile(_existing(args.spec), spec_path)
+    spec_path = _write_spec(args.spec, out / "slo.yaml")
+    spec = SLOSpec.load(spec_path)
+    written: Written = [(spec_path, "the SLO spec everything here was judged by")]
+    results = out / "results.jsonl"
+    result = _benchmark(args, spec_path, out, results, written)
+    _judge(spec, result.records, result.elapsed_s)
+    _draw_report(spec, result.records, out, written)
+    _generate(spec_path, out, written)
+    print(f"\nslo demo: done in {time.perf_counter() - began:.0f} s. Files:")
+    for path, description in written:
+        shown = f"{path}/" if path.is_dir() else str(path)
+        print(f"  {shown:<40} {description}")
+    print(f"\nnext: open {out / 'report.html'}")
+    print(f"      slo check --spec {spec_path} --results {results}")
+    return 0
+
+
+def _write_spec(given: str | None, spec_path: Path) -> Path:
+    """OUT/slo.yaml: the given spec copied, or the packaged example."""
+    if given:
+        if Path(given).resolve() != spec_path.resolve():
+            shutil.copyfile(_existing(given), spec_path)
     else:
         spec_path.write_text(
             resources.files("slo").joinpath("examples/slo.yaml").read_text("utf-8"), "utf-8"
         )
-    spec = SLOSpec.load(spec_path)
-    written: list[tuple[Path, str]] = [(spec_path, "the SLO spec everything here was judged by")]
-    results = out / "results.jsonl"
+    return spec_path
+
+
+def _benchmark(
+    args: argparse.Namespace, spec_path: Path, out: Path, results: Path, written: Written
+) -> RunResult:
+    """Serve the bundled engine, send it the benchmark, keep the server's own view of it."""
+    import httpx
+
+    from slo.cli.bench.command import describe_stop, execute
+    from slo.cli.bench.options import BenchOptions
+    from slo.cli.bench.server import embedded_server
+
     store = out / "server-records.db"
     for stale in (
         store,
@@ -158,38 +199,46 @@ def run(args: argparse.Namespace) -> int:
     print(describe_stop(result))
     if not result.records:
         raise UsageError("the benchmark finished no request; see the messages above")
+    return result
 
-    columns = columns_of(result.records)
+
+def _judge(spec: SLOSpec, records: list[dict[str, Any]], elapsed_s: float) -> None:
+    from slo.check.evaluate import evaluate
+    from slo.check.summary import columns_of
+    from slo.cli.bench.summary import render_summary
+    from slo.cli.report.formats import render_text
+
+    columns = columns_of(records)
     print()
-    sys.stdout.write(render_summary(spec, columns, result.elapsed_s))
+    sys.stdout.write(render_summary(spec, columns, elapsed_s))
     print()
     sys.stdout.write(render_text(evaluate(spec, columns)))
 
+
+def _draw_report(spec: SLOSpec, records: list[dict[str, Any]], out: Path, written: Written) -> None:
     _step("drawing the report")
     try:
         from slo.cli.report.command import write_report
 
-        report = write_report(spec, result.records, out / "report.html", "slo demo")
+        report = write_report(spec, records, out / "report.html", "slo demo")
         written.append((report, "charts and verdicts in one offline HTML page"))
     except UsageError as error:  # matplotlib missing: the rest of the tour still stands
         print(f"  skipped report.html: {error}")
 
+
+def _generate(spec_path: Path, out: Path, written: Written) -> None:
+    from slo.cli.generate import Targets, generate
+
     _step("generating dashboards, alert rules and runbooks for the same spec (slo generate)")
     generate(str(spec_path), out, Targets())
-    for folder, description in (("grafana", "Grafana dashboards + provisioning"),
-                                ("prometheus", "recording and alerting rules + promtool tests"),
-                                ("alertmanager", "Alertmanager routing per tier and severity"),
-                                ("runbooks", "one runbook per alert")):  # fmt: skip
+    for folder, description in (
+        ("grafana", "Grafana dashboards + provisioning"),
+        ("prometheus", "recording and alerting rules + promtool tests"),
+        ("alertmanager", "Alertmanager routing per tier and severity"),
+        ("runbooks", "one runbook per alert"),
+    ):
         if (out / folder).exists():
             written.append((out / folder, description))
-
-    print(f"\nslo demo: done in {time.perf_counter() - began:.0f} s. Files:")
-    for path, description in written:
-        shown = f"{path}/" if path.is_dir() else str(path)
-        print(f"  {shown:<40} {description}")
-    print(f"\nnext: open {out / 'report.html'}")
-    print(f"      slo check --spec {spec_path} --results {results}")
-    return 0
 
 
 def _existing(path: str) -> Path:

@@ -33,6 +33,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_security_flags(parser)
     _add_upstream_tls_flags(parser)
+    _add_upstream_flags(parser)
+    _add_engine_telemetry_flags(parser)
+
+
+def _add_upstream_flags(parser: argparse.ArgumentParser) -> None:
+    """How the upstream is reached, how long it may take, and what its requests are labelled."""
     parser.add_argument(
         "--model",
         default="upstream",
@@ -66,6 +72,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="ask streamed requests for usage (stream_options.include_usage) so token counts "
         "are exact on engines that report it; clients that did not ask never see it",
     )
+
+
+def _add_engine_telemetry_flags(parser: argparse.ArgumentParser) -> None:
+    """What the proxy reads from the engine beside its replies: its metrics, its own request
+    spans, its name."""
     parser.add_argument(
         "--upstream-metrics",
         default="auto",

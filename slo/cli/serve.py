@@ -38,6 +38,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_server_flags(parser)
     add_security_flags(parser)
     add_server_header_flag(parser)
+    _add_model_flags(parser)
+    add_engine_flags(parser)
+    _add_api_flags(parser)
+    _add_engine_config_flags(parser)
+    parser.add_argument(
+        "--provider-name",
+        default="llm_slo",
+        help="gen_ai.provider.name on the GenAI-convention spans and metrics "
+        "(default: %(default)s)",
+    )
+
+
+def _add_model_flags(parser: argparse.ArgumentParser) -> None:
+    """The model, what it runs on, and how many requests may wait for it."""
     parser.add_argument(
         "--model",
         default="bundled:tiny",
@@ -57,7 +71,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="requests allowed to wait for a batch slot before new ones get 429 "
         "(default: %(default)s)",
     )
-    add_engine_flags(parser)
+
+
+def _add_api_flags(parser: argparse.ArgumentParser) -> None:
+    """The API around the engine: when it gives a request up, and whether the middleware is
+    there to measure it."""
     parser.add_argument(
         "--request-timeout",
         type=float,
@@ -78,6 +96,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="serve the bare engine API, without latency middleware, /metrics or /slo",
     )
+
+
+def _add_engine_config_flags(parser: argparse.ArgumentParser) -> None:
+    """The engine's own switches (EngineConfig): the serving techniques, and a delay to drill
+    the latency alerts with."""
     parser.add_argument(
         "--enable-prefix-caching",
         action="store_true",
@@ -111,12 +134,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         help="slow every engine step down by this much, to drill latency alerts (default: 0)",
-    )
-    parser.add_argument(
-        "--provider-name",
-        default="llm_slo",
-        help="gen_ai.provider.name on the GenAI-convention spans and metrics "
-        "(default: %(default)s)",
     )
 
 

@@ -297,9 +297,16 @@ def _build_tier(raw: object, index: int, line: int, source: str) -> Tier:
     if not isinstance(default, bool):
         tier_fail(line_of(raw, "default"), f"'default' must be true or false, got {default!r}")
     match = _build_match(raw.get("match"), name, line_of(raw, "match"), tier_fail)
+    objectives = _build_objectives(raw, tier_fail)
+    description = str(raw.get("description", ""))
+    return Tier(name, int(priority), match, objectives, default, description, line)
+
+
+def _build_objectives(raw: Mapping[str, Any], fail: Fail) -> tuple[Objective, ...]:
+    """A tier's objectives: each parsed, none repeated, a goodput one beside a latency one."""
     objectives_raw = raw.get("objectives")
     if not isinstance(objectives_raw, list) or not objectives_raw:
-        tier_fail(
+        fail(
             line_of(raw, "objectives"),
             "has no objectives; add e.g. 'objectives: [p95 ttft <= 500ms]'",
         )
@@ -311,9 +318,9 @@ def _build_tier(raw: object, index: int, line: int, source: str) -> Tier:
         try:
             objective = parse_objective(item, at)
         except ValueError as error:
-            tier_fail(at, str(error))
+            fail(at, str(error))
         if objective.name in seen:
-            tier_fail(
+            fail(
                 at, f"objective {objective.name!r} repeats line {seen[objective.name]}; remove one"
             )
         seen[objective.name] = at
@@ -321,13 +328,12 @@ def _build_tier(raw: object, index: int, line: int, source: str) -> Tier:
     if any(o.kind == "goodput" for o in objectives) and not any(
         o.kind == "latency" for o in objectives
     ):
-        tier_fail(
+        fail(
             line_of(raw, "objectives"),
             "a goodput objective needs at least one latency "
             "objective to define a good request; add e.g. 'p95 ttft <= 500ms'",
         )
-    description = str(raw.get("description", ""))
-    return Tier(name, int(priority), match, tuple(objectives), default, description, line)
+    return tuple(objectives)
 
 
 def _build_match(raw: object, tier_name: str, line: int, fail: Fail) -> MatchRule:

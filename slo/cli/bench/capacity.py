@@ -21,7 +21,7 @@ import httpx
 
 from slo.capacity import result as capacity_file
 from slo.capacity.judge import measured_requests
-from slo.capacity.search import SearchSettings, find_max
+from slo.capacity.search import SearchOutcome, SearchSettings, find_max
 from slo.cli.bench.step import StepReport, StepShape, run_step
 from slo.errors import UsageError
 from slo.spec import SLOSpec
@@ -99,10 +99,31 @@ def search(
 
     outcome = find_max(
         probe,
-        SearchSettings(start=start, resolution=options.resolution, max_steps=options.max_steps,
-                       integer=options.mode == "concurrency", confirmations=options.confirm),
-    )  # fmt: skip
-    document = {
+        SearchSettings(
+            start=start,
+            resolution=options.resolution,
+            max_steps=options.max_steps,
+            integer=options.mode == "concurrency",
+            confirmations=options.confirm,
+        ),
+    )
+    document = _document(outcome, steps, probe_rate, shape, options, base_url, settings)
+    if options.out_dir is not None:
+        capacity_file.write(options.out_dir / "capacity.json", document)
+    return document
+
+
+def _document(
+    outcome: SearchOutcome,
+    steps: list[StepReport],
+    probe_rate: float | None,
+    shape: StepShape,
+    options: CapacityOptions,
+    base_url: str,
+    settings: Any,
+) -> dict[str, Any]:
+    """The capacity document (`slo.capacity.result`): the answer, how it was found, each step."""
+    return {
         "version": capacity_file.VERSION,
         "mode": options.mode,
         "unit": capacity_file.MODES[options.mode],
@@ -115,21 +136,26 @@ def search(
             f"step {s.index} at {s.load:g}: the client fell behind its schedule; that step "
             "says nothing of the server, so the limit lies between max_rate and the lowest "
             "load that failed with the client on time"
-            for s in steps if s.verdict == "client_behind"
+            for s in steps
+            if s.verdict == "client_behind"
         ],
-        "saturation_probe": None if probe_rate is None else {
-            "concurrency": options.probe_concurrency, "finished_rps": round(probe_rate, 4)},
+        "saturation_probe": None
+        if probe_rate is None
+        else {"concurrency": options.probe_concurrency, "finished_rps": round(probe_rate, 4)},
         "per_tier": capacity_file.per_tier([s.to_dict() for s in steps], options.mode),
         "window": _window(shape, options),
-        "workload": {"profile": shape.profile.name, "tier_mix": dict(shape.mix),
-                     "arrival": shape.arrival, "burstiness": shape.burstiness,
-                     "seed": shape.seed, "model": settings.model, "target": base_url},
+        "workload": {
+            "profile": shape.profile.name,
+            "tier_mix": dict(shape.mix),
+            "arrival": shape.arrival,
+            "burstiness": shape.burstiness,
+            "seed": shape.seed,
+            "model": settings.model,
+            "target": base_url,
+        },
         "engine": engine_settings(base_url, settings.model),
         "steps": [s.to_dict() for s in steps],
-    }  # fmt: skip
-    if options.out_dir is not None:
-        capacity_file.write(options.out_dir / "capacity.json", document)
-    return document
+    }
 
 
 def _window(shape: StepShape, options: CapacityOptions) -> dict[str, Any]:

@@ -27,15 +27,31 @@ DESCRIPTION = (
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument(
+    _add_target_flags(parser)
+    _add_load_flags(parser)
+    add_search_flags(parser)
+    _add_tier_flags(parser)
+    _add_run_flags(parser)
+    _add_model_flags(parser)
+    _add_request_flags(parser)
+    add_workload_flags(parser)
+
+
+def _add_target_flags(parser: argparse.ArgumentParser) -> None:
+    """Which server the requests go to: one given by URL, or one started for the run."""
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument(
         "--url", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000"
     )
-    target.add_argument(
+    where.add_argument(
         "--embedded",
         action="store_true",
         help="start `slo serve` (bundled engine + middleware) on 127.0.0.1 for the run",
     )
+
+
+def _add_load_flags(parser: argparse.ArgumentParser) -> None:
+    """How much is sent and at what pace: a rate, a concurrency, or a search for the most."""
     parser.add_argument(
         "--profile",
         choices=list(PROFILES),
@@ -77,7 +93,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
             "the closed-loop twin of --find-max-rate: the most requests in flight every tier holds"
         ),
     )
-    add_search_flags(parser)
+
+
+def _add_tier_flags(parser: argparse.ArgumentParser) -> None:
+    """How requests are drawn into tiers, and the seed behind every draw."""
     parser.add_argument(
         "--tier-mix",
         metavar="T=W,...",
@@ -94,6 +113,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="seed of lengths, prompts, tiers and arrivals (default: %(default)s)",
     )
+
+
+def _add_run_flags(parser: argparse.ArgumentParser) -> None:
+    """How long the run may take, where its records go and what judges them."""
     parser.add_argument(
         "--duration-limit",
         type=float,
@@ -111,6 +134,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--spec", help="SLO spec for goodput and the verdict (default: the packaged example)"
     )
+
+
+def _add_model_flags(parser: argparse.ArgumentParser) -> None:
+    """Which model is asked and how the profile's lengths are fitted to it."""
     parser.add_argument(
         "--model",
         help=(
@@ -135,6 +162,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
             "for all; ~4 for BPE (default: %(default)s)"
         ),
     )
+
+
+def _add_request_flags(parser: argparse.ArgumentParser) -> None:
+    """How each request is sent and waited for."""
     parser.add_argument(
         "--no-stream",
         action="store_true",
@@ -155,7 +186,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="per-request timeout (default: %(default)s)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_workload_flags(parser)
 
 
 def options_from_args(args: argparse.Namespace) -> BenchOptions:

@@ -26,6 +26,23 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
         ),
     )
     search = parser.add_argument_group("capacity search (--find-max-rate, --find-max-concurrency)")
+    _add_bisection_flags(search)
+    _add_window_flags(search)
+    _add_pacing_flags(search)
+    search.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help=(
+            "with --embedded: a flag for `slo serve`, e.g. --serve-arg=--quantization=int8 "
+            "(repeatable)"
+        ),
+    )
+
+
+def _add_bisection_flags(search: argparse._ArgumentGroup) -> None:
+    """When the search stops, and how sure it is of its answer."""
     search.add_argument(
         "--resolution",
         type=float,
@@ -51,6 +68,10 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
             "run sends the search below it (default: %(default)s)"
         ),
     )
+
+
+def _add_window_flags(search: argparse._ArgumentGroup) -> None:
+    """What each step measures: enough requests for the tail, time for queues to build."""
     search.add_argument(
         "--tail-events",
         type=int,
@@ -80,6 +101,10 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
             "ones (default: %(default)s)"
         ),
     )
+
+
+def _add_pacing_flags(search: argparse._ArgumentGroup) -> None:
+    """Where the search starts and what it waits for between steps."""
     search.add_argument(
         "--start",
         type=float,
@@ -101,14 +126,4 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=32,
         help="closed-loop width of the saturation probe (default: %(default)s)",
-    )
-    search.add_argument(
-        "--serve-arg",
-        action="append",
-        default=[],
-        metavar="FLAG",
-        help=(
-            "with --embedded: a flag for `slo serve`, e.g. --serve-arg=--quantization=int8 "
-            "(repeatable)"
-        ),
     )

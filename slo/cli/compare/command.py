@@ -12,7 +12,8 @@ from slo.cli.compare.matrix import VARIANTS, Measurement
 from slo.errors import UsageError
 
 if TYPE_CHECKING:
-    from engine.workloads.compare import VariantRun
+    from engine.workloads.compare import VariantRun, WorkItem
+    from slo.cli.bench.profiles import Profile
 
 HELP = (
     "measure what INT8, prefix caching, speculative decoding and batching buy, or what each "
@@ -29,6 +30,19 @@ DESCRIPTION = (
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    _add_workload_flags(parser)
+    _add_model_flags(parser)
+    _add_run_flags(parser)
+    _add_scheduling_flags(parser)
+    parser.add_argument(
+        "--report",
+        default="slo-compare.html",
+        help="HTML report with the matrix and chart (default: %(default)s)",
+    )
+
+
+def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
+    """What is compared, and the seeded workload each variant is given."""
     parser.add_argument("--profile", default="chat", help="traffic profile (default: %(default)s)")
     parser.add_argument(
         "--variants",
@@ -38,6 +52,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--requests", type=int, default=16, help="requests per variant")
     parser.add_argument("--seed", type=int, default=0, help="workload seed (default: 0)")
+
+
+def _add_model_flags(parser: argparse.ArgumentParser) -> None:
+    """The models, the device, and how the profile's prompts are fitted to them."""
     parser.add_argument(
         "--model", default="bundled:small", help="target model (default: %(default)s)"
     )
@@ -60,6 +78,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a system prompt this long opens every prompt, as in chat (default: %(default)s)",
     )
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+
+
+def _add_run_flags(parser: argparse.ArgumentParser) -> None:
+    """How each variant is run: its arrivals, how many times, on how many CPU threads."""
     parser.add_argument(
         "--rate",
         type=float,
@@ -81,6 +103,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="torch CPU threads; 1 keeps runs steady on a shared machine (default: %(default)s)",
     )
+
+
+def _add_scheduling_flags(parser: argparse.ArgumentParser) -> None:
+    """What only the scheduling variants (--variants fifo,priority,slo) read."""
     parser.add_argument(
         "--spec",
         default=None,
@@ -99,16 +125,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=256,
         help="scheduling variants: the engine's per-step token budget (default: %(default)s)",
     )
-    parser.add_argument(
-        "--report",
-        default="slo-compare.html",
-        help="HTML report with the matrix and chart (default: %(default)s)",
-    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from slo.cli.bench.profiles import get_profile, plan_requests
-    from slo.cli.compare.matrix import format_matrix, parse_variants, render_html, shared_prefix
+    from slo.cli.bench.profiles import get_profile
+    from slo.cli.compare.matrix import format_matrix, parse_variants, render_html
     from slo.cli.compare.scheduling import is_scheduling
 
     if is_scheduling(args.variants):
@@ -116,6 +137,29 @@ def run(args: argparse.Namespace) -> int:
 
         return run_scheduling(args)
     variants = parse_variants(args.variants)
+    _check_counts(args)
+    profile = get_profile(args.profile)
+    work = _work(args, profile)
+    model: str = args.model
+    print(
+        f"slo compare: {len(work)} {profile.name} requests per variant, model {model}, "
+        f"variants {','.join(variants)}",
+        flush=True,
+    )
+    runs = _run_variants(args, variants, work)
+    baseline = runs["baseline"][0]
+    measurements = [
+        median_measurement([measurement(r, baseline) for r in runs[v]]) for v in variants
+    ]
+    print()
+    print(format_matrix(measurements))
+    report = Path(args.report)
+    report.write_text(render_html(measurements, f"slo compare: {profile.name}, {model}"))
+    print(f"\nreport: {report}")
+    return 0
+
+
+def _check_counts(args: argparse.Namespace) -> None:
     requests: int = args.requests
     repeats: int = args.repeats
     rate: float = args.rate
@@ -125,30 +169,39 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--repeats must be at least 1, got {repeats}")
     if rate < 0:
         raise UsageError(f"--rate must be >= 0, got {rate}")
-    profile = get_profile(args.profile)
+
+
+def _work(args: argparse.Namespace, profile: Profile) -> list[WorkItem]:
+    """The seeded requests every variant is sent, each opening with the shared prefix."""
+    from slo.cli.bench.profiles import plan_requests
+    from slo.cli.compare.matrix import shared_prefix
+
     # 0 sends everything at once (a closed loop): no arrival rate in the plan.
     planned = plan_requests(
-        profile, requests, seed=args.seed, max_model_len=args.context, rate=rate or None
+        profile, args.requests, seed=args.seed, max_model_len=args.context, rate=args.rate or None
     )
     try:
-        from engine.workloads.compare import WorkItem, run_variant
+        from engine.workloads.compare import WorkItem
     except ImportError as error:
         raise UsageError(
             f"slo compare runs the bundled engine: pip install 'llm-slo[engine]' ({error})"
         ) from None
     prefix = shared_prefix(args.shared_prefix_chars)
-    work = [WorkItem(prefix + p.prompt, p.max_tokens, p.offset_s) for p in planned]
-    model: str = args.model
-    print(
-        f"slo compare: {len(work)} {profile.name} requests per variant, model {model}, "
-        f"variants {','.join(variants)}",
-        flush=True,
-    )
+    return [WorkItem(prefix + p.prompt, p.max_tokens, p.offset_s) for p in planned]
+
+
+def _run_variants(
+    args: argparse.Namespace, variants: list[str], work: list[WorkItem]
+) -> dict[str, list[VariantRun]]:
+    """Every variant `--repeats` times, interleaved, so a noisy minute hits every variant alike."""
+    from engine.workloads.compare import run_variant
+
+    repeats: int = args.repeats
     runs: dict[str, list[VariantRun]] = {variant: [] for variant in variants}
     for repeat in range(repeats):
-        for variant in variants:  # interleaved, so a noisy minute hits every variant alike
+        for variant in variants:
             variant_run = run_variant(
-                model,
+                args.model,
                 variant,
                 work,
                 draft_model=args.draft_model,
@@ -163,16 +216,7 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
             runs[variant].append(variant_run)
-    baseline = runs["baseline"][0]
-    measurements = [
-        median_measurement([measurement(r, baseline) for r in runs[v]]) for v in variants
-    ]
-    print()
-    print(format_matrix(measurements))
-    report = Path(args.report)
-    report.write_text(render_html(measurements, f"slo compare: {profile.name}, {model}"))
-    print(f"\nreport: {report}")
-    return 0
+    return runs
 
 
 def median_measurement(repeats: list[Measurement]) -> Measurement:

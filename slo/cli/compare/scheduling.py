@@ -16,7 +16,8 @@ from slo.cli.engine_flags import SCHEDULING
 from slo.errors import SpecError, UsageError
 
 if TYPE_CHECKING:
-    from slo.spec import SLOSpec
+    from engine.workloads.overload import OverloadRun
+    from slo.spec import SLOSpec, Tier
 
 POLICIES = SCHEDULING  # the engine's policies, as `slo serve --scheduling` names them
 
@@ -45,13 +46,31 @@ def _spec(path: str | None) -> SLOSpec:
 
 
 def run(args: argparse.Namespace) -> int:
-    from slo.isolation import format_table, goals_missed, summarize_rounds, tier_objectives
+    from slo.isolation import format_table, goals_missed, summarize_rounds
 
     names = [part.strip() for part in args.variants.split(",") if part.strip()]
-    policies = ["fifo"] + [
-        p for p in POLICIES if p in names and p != "fifo"
-    ]  # fifo: the ratio base
+    # fifo first: the base of every ratio.
+    policies = ["fifo", *(p for p in POLICIES if p in names and p != "fifo")]
     spec = _spec(args.spec)
+    tiers = _overload_tiers(spec)
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.duration <= 0:
+        raise UsageError(f"--duration must be a positive number of seconds, got {args.duration}")
+    rows = summarize_rounds(_run_rounds(args, spec, tiers, policies), spec)
+    print()
+    print(format_table(rows))
+    fifo = rows[0]
+    for row in rows[1:]:
+        missed = goals_missed(row, fifo)
+        print(
+            f"{row.policy}: " + ("every goal met" if not missed else "missed " + "; ".join(missed))
+        )
+    return 0
+
+
+def _overload_tiers(spec: SLOSpec) -> dict[str, Tier]:
+    """The spec's tiers by name; the overload sends premium and batch requests."""
     tiers = {tier.name: tier for tier in spec.tiers}
     for needed in ("premium", "batch"):
         if needed not in tiers:
@@ -59,12 +78,17 @@ def run(args: argparse.Namespace) -> int:
                 f"--spec: the overload needs a '{needed}' tier (tiers: {', '.join(tiers)}); "
                 "name your interactive tier premium and your offline tier batch"
             )
-    if args.repeats < 1:
-        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
-    if args.duration <= 0:
-        raise UsageError(f"--duration must be a positive number of seconds, got {args.duration}")
+    return tiers
+
+
+def _run_rounds(
+    args: argparse.Namespace, spec: SLOSpec, tiers: dict[str, Tier], policies: list[str]
+) -> list[tuple[OverloadRun, list[OverloadRun]]]:
+    """`--repeats` rounds of premium alone, then the flood under each policy."""
+    from slo.isolation import tier_objectives
+
     try:
-        from engine.workloads.overload import OverloadRun, OverloadWorkload, run_overload
+        from engine.workloads.overload import OverloadWorkload, run_overload
     except ImportError as error:
         raise UsageError(
             f"slo compare runs the bundled engine: pip install 'llm-slo[engine]' ({error})"
@@ -96,18 +120,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {label} {policy if flood else 'alone':<9} {result.wall_s:5.1f}s", flush=True)
         return result
 
-    rounds = []
+    rounds: list[tuple[OverloadRun, list[OverloadRun]]] = []
     for index in range(args.repeats):
         label = f"round {index + 1}/{args.repeats}"
         alone = overload(label, "fifo", flood=False)
         rounds.append((alone, [overload(label, p) for p in policies]))
-    rows = summarize_rounds(rounds, spec)
-    print()
-    print(format_table(rows))
-    fifo = rows[0]
-    for row in rows[1:]:
-        missed = goals_missed(row, fifo)
-        print(
-            f"{row.policy}: " + ("every goal met" if not missed else "missed " + "; ".join(missed))
-        )
-    return 0
+    return rounds
