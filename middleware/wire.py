@@ -7,7 +7,8 @@ Used by the middleware (on the bytes the app sends) and by `slo bench` (on the b
   finish-only and usage-only chunks, comments and `[DONE]` are not token events.
 - `usage` (a plain body, or the last chunk of a stream with `stream_options.include_usage`)
   gives exact counts; vLLM's `continuous_usage_stats` puts a cumulative usage in every chunk.
-  llama.cpp's `timings` rides in the last chunk or the body (`middleware.upstream.llamacpp`).
+  llama.cpp's `timings` rides in the last chunk or the body
+  (`middleware.upstream.engines.llamacpp`).
 - Without usage the count is the number of token events, and says so (`tokens_source`).
 
 Per chunk the cost is a bytes search and, for chunks that look like data, one msgspec decode

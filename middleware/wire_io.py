@@ -9,7 +9,8 @@ import msgspec
 
 from middleware.timeline import RequestTimeline
 from middleware.types import Message, Receive, Scope
-from middleware.upstream import apply_tgi_headers, response_headers
+from middleware.upstream import read_response_headers
+from middleware.upstream.registry import RESPONSE_HEADERS
 from middleware.wire import WireReader
 
 # The request body is parsed and, when usage is asked for, written again on every streamed
@@ -18,8 +19,8 @@ _decode_request = msgspec.json.Decoder().decode
 _encode_request = msgspec.json.Encoder().encode
 # A plain (not streamed) JSON body is kept for its usage up to this size.
 MAX_READ_BODY = 4 << 20
-# Response headers an upstream adapter reads (TGI's timing headers), from the registry.
-UPSTREAM_HEADERS = response_headers()
+# Response headers an upstream adapter reads, from the registry (`EngineAdapter.headers`).
+UPSTREAM_HEADERS = RESPONSE_HEADERS
 
 
 async def ask_for_usage(scope: Scope, receive: Receive, replay: list[Message]) -> bool:
@@ -71,9 +72,9 @@ def keep_body(response: Any, body: bytes) -> None:
 def read_upstream_headers(
     timeline: RequestTimeline, wire: WireReader, headers: dict[bytes, bytes]
 ) -> None:
-    """Phases an engine put in its response headers (TGI): `headers` holds the
-    UPSTREAM_HEADERS found, by lower-case name."""
-    if apply_tgi_headers(wire.report, headers):
+    """Phases and counts an engine put in its response headers (its adapter's
+    `read_headers`): `headers` holds the UPSTREAM_HEADERS found, by lower-case name."""
+    if read_response_headers(wire.report, headers):
         timeline.take_upstream(wire.report)
 
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from middleware.upstream.report import UpstreamReport
+
 # What an engine span can tell about one request (`SpanPhases` fields) and the engine gauges a
 # `/metrics` family can feed (`slo.sli` catalog names of the engine gauges and counters).
 SPAN_FIELDS = ("queue_s", "prefill_s", "decode_s", "input_tokens", "output_tokens", "request_id")
@@ -54,6 +56,9 @@ def _count(value: Any) -> int | None:
 class EngineAdapter:
     """What one engine reports, by name.
 
+    `headers` are the response headers the engine tells a request's phases or counts in, and
+    `read_headers(report, found)` takes them into the request's `UpstreamReport` (`found`: the
+    headers of `headers` the response carried, by lower-case name; True when it took any).
     `span_attributes` maps a `SPAN_FIELDS` name to the engine's span attribute; latencies are
     in units of `span_unit_s` seconds. `read_span` overrides the attribute map for an engine
     whose spans need more than a lookup. `metrics` maps a `/metrics` family name (as
@@ -62,6 +67,7 @@ class EngineAdapter:
 
     name: str
     headers: frozenset[bytes] = frozenset()
+    read_headers: Callable[[UpstreamReport, Mapping[bytes, bytes]], bool] | None = None
     body_keys: tuple[str, ...] = ()
     span_names: frozenset[str] = frozenset()
     # For an engine whose request span names carry the request (SGLang's " Req 1a2b3c4d").
@@ -72,6 +78,13 @@ class EngineAdapter:
     metrics: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if bool(self.headers) != (self.read_headers is not None):
+            raise ValueError(
+                f"engine adapter {self.name!r}: `headers` and `read_headers` come together "
+                "(the headers it reads, and the function that reads them)"
+            )
+        if any(name != name.lower() for name in self.headers):
+            raise ValueError(f"engine adapter {self.name!r}: name `headers` in lower case")
         unknown = set(self.span_attributes) - set(SPAN_FIELDS)
         if unknown:
             raise ValueError(
@@ -104,6 +117,9 @@ class EngineAdapter:
 
 
 ADAPTERS: dict[str, EngineAdapter] = {}
+# Every response header some adapter reads (lower case), kept up to date by `register`: the
+# exchange looks each response header up here, so an adapter registered later is read too.
+RESPONSE_HEADERS: set[bytes] = set()
 
 
 def register(adapter: EngineAdapter) -> EngineAdapter:
@@ -118,6 +134,7 @@ def register(adapter: EngineAdapter) -> EngineAdapter:
                 f"named {sorted(shared)}; a span name must say which engine sent it"
             )
     ADAPTERS[adapter.name] = adapter
+    RESPONSE_HEADERS.update(adapter.headers)
     return adapter
 
 
@@ -134,4 +151,14 @@ def adapter_for_span(name: str) -> EngineAdapter | None:
 
 def response_headers() -> frozenset[bytes]:
     """Every response header some adapter reads (lower case)."""
-    return frozenset().union(*(adapter.headers for adapter in ADAPTERS.values()))
+    return frozenset(RESPONSE_HEADERS)
+
+
+def read_response_headers(report: UpstreamReport, found: Mapping[bytes, bytes]) -> bool:
+    """Each adapter whose headers the response carried reads them into `report`; True when
+    one took something."""
+    took = False
+    for adapter in ADAPTERS.values():
+        if adapter.read_headers is not None and not adapter.headers.isdisjoint(found):
+            took = adapter.read_headers(report, found) or took
+    return took

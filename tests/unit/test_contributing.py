@@ -14,7 +14,7 @@ PATHS = sorted(
         for path in re.findall(
             r"`((?:slo|middleware|engine|dashboards|alerts|tests|docs)/[^`\s]*)`", PAGE
         )
-        if "<" not in path
+        if "<" not in path and f"`{path}` (new)" not in PAGE  # what a recipe adds
     }
 )
 

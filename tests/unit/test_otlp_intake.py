@@ -91,7 +91,7 @@ def test_a_gzip_bomb_is_refused() -> None:
 
 def test_sglang_and_tgi_spans_are_read_by_their_adapters() -> None:
     from middleware.upstream import adapter_for_span
-    from middleware.upstream.tgi import rust_duration_s
+    from middleware.upstream.engines.tgi import rust_duration_s
 
     assert adapter_for_span(" Req 1a2b3c4d").name == "sglang"  # type: ignore[union-attr]
     assert adapter_for_span("prefill Req 1a2b3c4d").name == "sglang"  # type: ignore[union-attr]

@@ -98,6 +98,7 @@ TGI = register(
     EngineAdapter(
         name="tgi",
         headers=HEADERS,
+        read_headers=apply_tgi_headers,
         span_names=SPAN_NAMES,
         read_span=read_tgi_span,
         metrics={
