@@ -1,11 +1,10 @@
 """One measurement of tests/benchmarks/test_before_after_instructions.py, run under valgrind's
 callgrind: `python instructions_worker.py TREE FRAMEWORK WORKLOAD VARIANT COUNT`.
 
-TREE goes first on sys.path, so `middleware` and the workload (TREE's own
-tests/benchmarks/test_middleware_overhead.py: the same apps and driver in both checkouts) are
-that checkout's. It builds one app (`bare`, `tracing off` or `all on`, a peer for
-test_middleware_instructions.py, or one of test_genai_overhead.py's VARIANTS), warms it up,
-collects garbage, then
+TREE goes first on sys.path, so `middleware` and the workload (TREE's own apps and driver, the
+same in both checkouts: see tree_workload.py for where each keeps them) are that checkout's. It
+builds one app (`bare`, `tracing off` or `all on`, a peer for test_middleware_instructions.py,
+or one of tests/helpers/genai_variants.py's VARIANTS), warms it up, collects garbage, then
 drives COUNT requests inside `sys.call_tracing`: callgrind counts instructions only there
 (`--toggle-collect=sys_call_tracing*`), so imports, set-up and warm-up are left out.
 """
@@ -20,10 +19,13 @@ from pathlib import Path
 
 
 def main() -> None:
+    from tree_workload import workload as workload_of  # this script's folder, before TREE
+
     tree, framework, workload, variant, count = sys.argv[1:6]
     sys.path.insert(0, tree)
     import middleware
-    from tests.benchmarks import test_middleware_overhead as overhead
+
+    overhead = workload_of(tree)
 
     for module in (middleware, overhead):
         if not str(module.__file__).startswith(tree):
@@ -37,8 +39,8 @@ def main() -> None:
         "starlette-exporter": overhead.starlette_exporter,
         "opentelemetry-instrumentation-asgi": overhead.otel_asgi_defaults,
     }
-    if variant not in variants:  # this checkout's gen_ai variants (test_genai_overhead.py)
-        from tests.benchmarks import test_genai_overhead as genai
+    if variant not in variants:  # the gen_ai variants (tests/helpers/genai_variants.py)
+        from tests.helpers import genai_variants as genai
 
         variants.update(genai.VARIANTS)
     make = variants[variant]

@@ -1,7 +1,7 @@
 """One side of tests/benchmarks/test_before_after.py: the middleware of one checkout, timed on
 command. Started as `python middleware_worker.py TREE FRAMEWORK WORKLOAD`; TREE goes first on
-sys.path, so `middleware` and the workload (TREE's own tests/benchmarks/test_middleware_overhead
-.py, the same apps and driver in both checkouts) are that checkout's.
+sys.path, so `middleware` and the workload (TREE's own apps and driver, the same in both
+checkouts: see tree_workload.py for where each keeps them) are that checkout's.
 
 It builds the bare app, the middleware with tracing off and with everything on, warms each up,
 prints `ready`, then for each line naming a variant runs one round of its requests and prints
@@ -17,10 +17,13 @@ from pathlib import Path
 
 
 def main() -> None:
+    from tree_workload import workload as workload_of  # this script's folder, before TREE
+
     tree, framework, workload = sys.argv[1:4]
     sys.path.insert(0, tree)
     import middleware
-    from tests.benchmarks import test_middleware_overhead as overhead
+
+    overhead = workload_of(tree)
 
     for module in (middleware, overhead):
         if not str(module.__file__).startswith(tree):

@@ -13,7 +13,7 @@ from tests.benchmarks.span_intake import (
     RSS_EVERY_S,
     SPANS_PER_EXPORT,
 )
-from tests.benchmarks.test_proxy_overhead import ROUNDS
+from tests.helpers.proxy_load import ROUNDS
 
 
 def figure(value: float) -> str:

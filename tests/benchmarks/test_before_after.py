@@ -10,15 +10,16 @@ The earlier commit (default 3609cdd) is the last one before the work of issues 2
 engine), 23 (the house: one fact in one place, a readable request path) and 24 (the GenAI
 conventions), which all asked that the request path get no slower.
 
-test_middleware_before_after: the apps and workloads of test_middleware_overhead.py (the same
-file in both checkouts), on Starlette and FastAPI, a JSON completion and a 32-chunk stream. Each
-checkout runs in its own process (tests/benchmarks/middleware_worker.py) holding the bare app,
-the middleware with tracing off and with everything on; a third process runs this checkout
-again, so the run shows its own noise (two identical checkouts). Only one process works at a
-time. Per round, each variant's cost is its time per request minus the bare app's in the same
-process and round; the ratio is this checkout's cost over the earlier one's, the median over
-ROUNDS rounds. Goal: at most 1.05 with tracing off and with everything on (5%: what the
-identical pair reads on this machine, shown beside it).
+test_middleware_before_after: the apps and workloads of test_middleware_overhead.py (the same in
+both checkouts; tests/benchmarks/tree_workload.py finds each one's), on Starlette and FastAPI, a
+JSON completion and a 32-chunk stream. Each checkout runs in its own process
+(tests/benchmarks/middleware_worker.py) holding the bare app, the middleware with tracing off
+and with everything on; a third process runs this checkout again, so the run shows its own noise
+(two identical checkouts). Only one process works at a time. Per round, each variant's cost is
+its time per request minus the bare app's in the same process and round; the ratio is this
+checkout's cost over the earlier one's, the median over ROUNDS rounds. Goal: at most 1.05 with
+tracing off and with everything on (5%: what the identical pair reads on this machine, shown
+beside it).
 
 test_proxy_before_after: `slo proxy` of each checkout in front of the same upstream, both
 pinned to one core, the loads of test_proxy_overhead.py (1 stream, 64 steady streams), rounds
@@ -33,11 +34,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import zipfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -46,59 +45,17 @@ from typing import Any
 import pytest
 
 from slo.cli.bench.server import free_port, stop_process
-from tests.benchmarks.bench_record import ROOT, load_average, stamp, table, write_section
+from tests.benchmarks.bench_record import load_average, stamp, table, write_section
 from tests.benchmarks.span_intake import on_core, pinned, two_cores
-from tests.benchmarks.test_proxy_overhead import LOADS, drive, measure, process
+from tests.helpers.before_after import BEFORE, PAGE, TITLE
+from tests.helpers.proxy_load import LOADS, drive, measure, process
 from tests.helpers.servers import wait_until_ready
 
-BEFORE = os.environ.get("LLM_SLO_BENCH_BEFORE", "3609cdd")
-PAGE = ROOT / "docs" / "benchmarks" / "before-after.md"
-TITLE = "Before and after: the request path against an earlier commit"
 ROUNDS = int(os.environ.get("LLM_SLO_BENCH_ROUNDS", "15"))
 PROXY_ROUNDS = int(os.environ.get("LLM_SLO_BENCH_PROXY_ROUNDS", "3"))
 COST_LIMIT = 1.05
 WORKER = Path(__file__).with_name("middleware_worker.py")
 VARIANTS = ("bare", "tracing off", "all on")
-
-
-def export(commit: str, folder: Path) -> Path:
-    """The commit's files in `folder` (no .git: nothing of this checkout leaks in)."""
-    folder.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=False)
-    if archive.returncode != 0:
-        pytest.fail(f"git archive {commit}: {archive.stderr.decode().strip()}")
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("trees")
-    after = export("HEAD", base / "after")
-    # This checkout's compiled hot path, as `pip install -e .` built it (git keeps no builds):
-    # the code it measures is what users run.
-    for built in (ROOT / "middleware").glob("_hotpath*.so"):
-        shutil.copy(built, after / "middleware" / built.name)
-    before = export(BEFORE, base / "before")
-    build_hot_path(before, base / "wheel")
-    return {"before": before, "after": after}
-
-
-def build_hot_path(tree: Path, folder: Path) -> None:
-    """The tree's own compiled hot path (its `.pyx` may differ from this checkout's), built as
-    `pip install` builds it, into the tree. Without it, the installed package's import hook
-    would hand the tree this checkout's extension, which may not fit its Python side."""
-    if not (tree / "middleware" / "_hotpath.pyx").exists():
-        return  # a commit from before the compiled hot path
-    command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder)]
-    built = subprocess.run([*command, str(tree)], capture_output=True, text=True, check=False)
-    if built.returncode != 0:
-        pytest.fail(f"building {tree.name}'s hot path: {built.stderr.strip()[-2000:]}")
-    (wheel,) = folder.glob("*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        for name in archive.namelist():
-            if name.startswith("middleware/_hotpath") and name.endswith(".so"):
-                (tree / name).write_bytes(archive.read(name))
 
 
 class Worker:

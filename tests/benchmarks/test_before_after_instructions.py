@@ -1,5 +1,5 @@
 """Is the mounted middleware no slower than before, counted in CPU instructions? This checkout
-against an earlier commit (tests/benchmarks/test_before_after.py's trees), each request path
+against an earlier commit (the `trees` fixture, tests/benchmarks/conftest.py), each request path
 run under valgrind's callgrind.
 
     python -m pytest tests/benchmarks/test_before_after_instructions.py -o addopts="" -s \
@@ -23,58 +23,25 @@ tighter). Writes its table to docs/benchmarks/before-after.md.
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
-import subprocess
-import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tests.benchmarks.bench_record import load_average, stamp, table, write_section
-from tests.benchmarks.test_before_after import BEFORE, PAGE, TITLE, trees  # noqa: F401
 from tests.conftest import require_or_skip
+from tests.helpers.before_after import BEFORE, PAGE, TITLE
+from tests.helpers.callgrind_counts import COUNTS, instructions_per_request
 
-WORKER = Path(__file__).with_name("instructions_worker.py")
-COUNTS = {"json": 300, "sse-32": 100}  # requests per measurement
 VARIANTS = ("bare", "tracing off", "all on")
 LIMIT = 1.05
 Key = tuple[str, str, str, str]  # side, framework, workload, variant
 HEADER = ["app", "workload", "middleware", "cost before", "cost now", "now / before", "met"]
 
 
-def instructions_per_request(tree: Path, framework: str, workload: str, variant: str) -> float:
-    """Instructions the request path ran per request (callgrind's total over COUNT)."""
-    count = COUNTS[workload]
-    with tempfile.TemporaryDirectory(prefix="callgrind-") as folder:
-        out = Path(folder) / "callgrind.out"
-        command = [
-            "valgrind",
-            "--tool=callgrind",
-            "--collect-atstart=no",
-            "--toggle-collect=sys_call_tracing*",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            str(WORKER),
-            str(tree),
-            framework,
-            "json" if workload == "json" else "sse",
-            variant,
-            str(count),
-        ]
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
-        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tree)
-        assert done.returncode == 0, done.stderr[-3000:]
-        totals = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.M)
-        assert totals, f"no totals in callgrind's output for {tree} {variant}"
-    return int(totals.group(1)) / count
-
-
 @pytest.mark.timeout(3600)
-def test_middleware_instructions_before_after(trees: dict[str, Path]) -> None:  # noqa: F811
+def test_middleware_instructions_before_after(trees: dict[str, Path]) -> None:
     if shutil.which("valgrind") is None:
         require_or_skip("valgrind is not installed (apt-get install valgrind)")
     load_at_start = load_average()

@@ -59,7 +59,8 @@ from tests.benchmarks.span_intake import (
     two_cores,
 )
 from tests.benchmarks.span_intake_page import intake_page, memory_page
-from tests.benchmarks.test_proxy_overhead import (
+from tests.conftest import require_or_skip
+from tests.helpers.proxy_load import (
     LOADS,
     NGINX_CONF,
     ROUNDS,
@@ -72,7 +73,6 @@ from tests.benchmarks.test_proxy_overhead import (
     process_tree,
     summarize,
 )
-from tests.conftest import require_or_skip
 
 PAGE = ROOT / "docs" / "benchmarks" / "engine-span-intake.md"
 TITLE = "Engine span intake: `slo proxy` taking OTLP request spans"

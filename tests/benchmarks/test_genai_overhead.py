@@ -1,6 +1,7 @@
 """What the GenAI-convention telemetry costs per request: the middleware with its `gen_ai.*`
 metrics (SDK MeterProvider with a reader, and /metrics) against the same middleware without
-them, on the apps and workloads of test_middleware_overhead.py.
+them, on the apps and workloads of test_middleware_overhead.py
+(tests/helpers/middleware_workload.py).
 
     python -m pytest tests/benchmarks/test_genai_overhead.py -o addopts="" -s -p no:cacheprovider
 
@@ -25,21 +26,14 @@ import json
 import shutil
 import statistics
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from middleware.config import MiddlewareConfig
 from tests.benchmarks.bench_record import ROOT, load_average, stamp, table, write_section
-from tests.benchmarks.test_middleware_overhead import (
-    FRAMEWORKS,
-    REQUESTS_PER_ROUND,
-    bare,
-    run_requests,
-)
+from tests.helpers.genai_variants import ALL_ON, ALL_ON_GENAI, OFF, OFF_DEFAULT, VARIANTS
+from tests.helpers.middleware_workload import FRAMEWORKS, REQUESTS_PER_ROUND, run_requests
 
 pytest.importorskip("fastapi")
 
@@ -47,47 +41,6 @@ PAGE = ROOT / "docs" / "opentelemetry.md"
 ALL_ON_LIMIT = 1.10
 TRACING_OFF_LIMIT = 1.05
 ROUNDS = 15
-
-
-def middleware(tmp: Path, make_app: Callable[[], Any], *, spans: bool, genai: Any) -> Any:
-    """`genai`: False (none), None (the default: on when OpenTelemetry is), or "prometheus"
-    (on, for /metrics alone)."""
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from opentelemetry.sdk.trace import TracerProvider
-
-    from middleware import LatencyMiddleware
-    from middleware.tracing import DropCounter, counting_batch_processor
-    from tests.benchmarks.null_exporter import NullSpanExporter
-
-    provider = None
-    if spans:
-        provider = TracerProvider()
-        provider.add_span_processor(counting_batch_processor(NullSpanExporter(), DropCounter()))
-    store = f"sqlite:///{tmp / f'{spans}-{genai}.db'}"
-    readers = [InMemoryMetricReader()] if spans and genai is None else []  # an SDK reader
-    return LatencyMiddleware(
-        make_app(),
-        store=store,
-        model="m",
-        config=MiddlewareConfig.of(
-            tracer_provider=provider,
-            genai_metrics=True if genai == "prometheus" else genai,
-            metric_readers=readers,
-        ),
-    )
-
-
-ALL_ON, ALL_ON_GENAI = "all on, no gen_ai metrics", "all on (default: + gen_ai metrics)"
-OFF, OFF_DEFAULT = "tracing off, no gen_ai metrics", "tracing off (default)"
-OFF_PROMETHEUS = "tracing off + gen_ai on /metrics"
-VARIANTS: dict[str, Callable[[Path, Callable[[], Any]], Any]] = {
-    "bare": bare,
-    ALL_ON: lambda t, m: middleware(t, m, spans=True, genai=False),
-    ALL_ON_GENAI: lambda t, m: middleware(t, m, spans=True, genai=None),
-    OFF: lambda t, m: middleware(t, m, spans=False, genai=False),
-    OFF_DEFAULT: lambda t, m: middleware(t, m, spans=False, genai=None),
-    OFF_PROMETHEUS: lambda t, m: middleware(t, m, spans=False, genai="prometheus"),
-}
 
 
 def rounds_of(framework: str, path: str, rounds: int, tmp: Path) -> dict[str, list[float]]:
@@ -169,8 +122,8 @@ INSTRUCTION_VARIANTS = ("bare", ALL_ON, ALL_ON_GENAI, OFF, OFF_DEFAULT)
 @pytest.mark.timeout(7200)  # 20 counts under valgrind: ~20 min on 2 quiet cores
 def test_genai_metrics_cost_in_instructions() -> None:
     """The same goals, in CPU instructions per request (callgrind; see the module's doc)."""
-    from tests.benchmarks.test_before_after_instructions import COUNTS, instructions_per_request
     from tests.conftest import require_or_skip
+    from tests.helpers.callgrind_counts import COUNTS, instructions_per_request
 
     if shutil.which("valgrind") is None:
         require_or_skip("valgrind is not installed (apt-get install valgrind)")

@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.benchmarks.bench_record import ROOT, load_average, stamp, table, write_section
-from tests.benchmarks.test_before_after_instructions import COUNTS, instructions_per_request
 from tests.conftest import require_or_skip
+from tests.helpers.callgrind_counts import COUNTS, instructions_per_request
 
 PAGE = ROOT / "docs" / "benchmarks" / "middleware-overhead.md"
 TITLE = "The middleware: what it adds per request"

@@ -41,7 +41,8 @@ from middleware.intake.relay import relay_dir
 from slo.cli.bench.server import free_port
 from slo.sli import CATALOG
 from tests.benchmarks.bench_record import ROOT, load_average, stamp, table, write_section
-from tests.benchmarks.test_proxy_overhead import (
+from tests.helpers.metric_samples import metric_values, total
+from tests.helpers.proxy_load import (
     EVENTS_PER_STREAM,
     LOADS,
     Load,
@@ -49,7 +50,6 @@ from tests.benchmarks.test_proxy_overhead import (
     measure,
     process,
 )
-from tests.helpers.metric_samples import metric_values, total
 
 ROUNDS = int(os.environ.get("PROXY_WORKERS_ROUNDS", "3"))
 PER_STREAM = int(os.environ.get("PROXY_WORKERS_PER_STREAM", "12"))

@@ -37,7 +37,7 @@ import pytest
 from middleware.proxy.client import UpstreamPool
 from slo.cli.bench.server import free_port, stop_process
 from tests.benchmarks.bench_record import ROOT, load_average, stamp, table, write_section
-from tests.benchmarks.test_proxy_overhead import (
+from tests.helpers.proxy_load import (
     EVENTS_PER_STREAM,
     TOKENS,
     Load,
