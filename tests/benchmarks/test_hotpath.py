@@ -67,7 +67,9 @@ def _chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
 
 
 def streams(seed: int = 7) -> list[list[bytes]]:
-    """vLLM's shape (WIRE.md): role chunk, deltas, finish, usage, [DONE]: EVENTS pieces."""
+    """vLLM's shape: a role chunk (`{"role": "assistant", "content": ""}`), EVENTS - 4 content
+    deltas, a finish chunk (empty delta, finish_reason "stop"), a usage chunk (no choices),
+    `[DONE]`: EVENTS pieces."""
     rng = random.Random(seed)
     made = []
     for _ in range(STREAMS):

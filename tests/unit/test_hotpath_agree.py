@@ -53,7 +53,11 @@ def choice(delta: dict[str, Any] | None, finish: str | None, text: Any = None) -
 
 @st.composite
 def chunk(draw: st.DrawFn) -> dict[str, Any]:
-    """One chunk as the engines write them (WIRE.md), with the odd extra field."""
+    """One chunk as OpenAI-compatible engines stream them: id, `"object":
+    "chat.completion.chunk"`, created, model and choices of index, delta (or a completion's
+    text), logprobs and finish_reason; the delta a role, content, reasoning_content or
+    tool_calls (an empty list too), or a whole message in the chunk. Then the odd extra field:
+    usage (null, or counts), llama.cpp's timings, an error, a float."""
     kind = draw(
         st.sampled_from(
             ["delta", "delta", "delta", "role", "text", "reason", "tool", "no_tools", "message"]
