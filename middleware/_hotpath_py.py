@@ -27,7 +27,8 @@ from middleware.ring import NUM_SLOTS
 from middleware.wire_chunk import NOT_DECODED, Chunk, decode_chunk
 
 IMPLEMENTATION = "pure-python"
-# The names of `middleware.hotpath.HOT_FUNCTIONS`, as the compiled twin's (a test holds both).
+# The functions each implementation provides, with the same signatures and behaviour: the
+# compiled twin exports the same list (`middleware.hotpath.HOT_FUNCTIONS`; a test holds both).
 __all__ = (
     "bucket_counts",
     "chunk_sent",

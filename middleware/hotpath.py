@@ -19,19 +19,7 @@ import middleware._hotpath_py as _hotpath_py
 
 PURE_PYTHON_VARIABLE = "LLM_SLO_PURE_PYTHON"
 # The functions each implementation provides, with the same signatures and behaviour.
-HOT_FUNCTIONS = (
-    "token_events_in",
-    "decoded_has_text",
-    "exchange_send",
-    "measured_offer",
-    "chunk_sent",
-    "gaps_s",
-    "bucket_counts",
-    "window_add",
-    "timings_comment",
-    "observe_values",
-    "count_in_columns",
-)
+HOT_FUNCTIONS: tuple[str, ...] = tuple(_hotpath_py.__all__)
 
 
 def compiled() -> ModuleType | None:
