@@ -36,7 +36,7 @@ import torch
 from torch._dynamo import convert_frame, mark_dynamic
 from torch._dynamo.exc import TorchDynamoException
 
-from engine.model import AttentionBatch
+from engine.attention import AttentionBatch
 
 Forward = Callable[..., torch.Tensor]
 logger = logging.getLogger(__name__)

@@ -8,6 +8,8 @@ per chunk) is a row of one [tokens, hidden] matrix, so each projection and the M
 over all of them. Only attention is done per group, over the paged cache: the decodes
 together ([decodes, 1] queries, each over its own context, shorter ones masked), then each
 chunk ([1, count] queries, causal over its cached prefix and itself). No padding is computed.
+The layers that run are the model's own (`LlamaModel.forward`), with the step's `RaggedBatch`
+as how their tokens attend (`Attend`, engine/attention.py).
 
 Each group reads the same keys, in the same order, as the two-pass step did, so greedy output
 is token for token the same (tests/unit/test_fused_step.py, every policy and quantization).
@@ -28,9 +30,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.attention import LayerInputs, sliding_window_mask
 from engine.kv_cache import PagedKVCache
-from engine.model import FusedLayer, LlamaForCausalLM, _sliding_window_mask
-from engine.quantize import linear, linear_add
+from engine.model import LlamaForCausalLM
 from engine.sequence import Sequence
 
 __all__ = ["AttentionGroup", "RaggedBatch", "fused_forward", "ragged_forward"]
@@ -87,6 +89,24 @@ class RaggedBatch:
     context_slots: torch.Tensor  # every group's context slots, one after another
     groups: list[AttentionGroup]
     max_position: int  # the largest position of the step (RoPE table size)
+    gqa: bool  # fewer key/value heads than query heads
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        new_k: torch.Tensor,
+        new_v: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        """`Attend` over the step's groups: every token's keys and values are in the cache
+        before any group reads its context, and one gather per layer reads every group's."""
+        key_cache.index_copy_(0, self.slot_mapping, new_k)
+        value_cache.index_copy_(0, self.slot_mapping, new_v)
+        keys = key_cache.index_select(0, self.context_slots)
+        values = value_cache.index_select(0, self.context_slots)
+        parts = [group.attend(q, keys, values, self.gqa) for group in self.groups]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 class _Layout:
@@ -124,7 +144,7 @@ class _Layout:
         length = batch.context_slots.shape[1]
         mask = batch.mask
         if self.window is not None and length > self.window:
-            mask = _sliding_window_mask(positions, length, self.window, mask)
+            mask = sliding_window_mask(positions, length, self.window, mask)
         additive = None if mask is None else self._additive(mask)
         self.add(len(decodes), 1, batch.context_slots, additive)
         self.slots.append(batch.slot_mapping)
@@ -169,7 +189,10 @@ def build_ragged(
     for sequence, count in chunks:
         layout.chunk(sequence, count)
     max_position = max(group.context[1] for group in layout.groups) - 1
-    batch = RaggedBatch(_cat(layout.slots), _cat(layout.contexts), layout.groups, max_position)
+    config = model.config
+    gqa = config.num_attention_heads != config.num_key_value_heads
+    contexts = _cat(layout.contexts)
+    batch = RaggedBatch(_cat(layout.slots), contexts, layout.groups, max_position, gqa)
     input_ids = torch.tensor(layout.ids, dtype=torch.long).to(cache.device)
     return input_ids, _cat(layout.positions), batch
 
@@ -190,62 +213,8 @@ def ragged_forward(
     final norm (the caller norms only the rows it wants logits of)."""
     if not model.fused:
         model.fuse()
-    config = model.config
-    gqa = config.num_attention_heads != config.num_key_value_heads
-    hidden = F.embedding(input_ids, model.model.embed_tokens.weight)
-    cos, sin = model.rope(positions.view(1, -1), hidden.dtype, batch.max_position)
-    slots, context = batch.slot_mapping, batch.context_slots
-    layers: list[FusedLayer] = model.fused
-    for layer, key_cache, value_cache in zip(layers, key_caches, value_caches, strict=True):
-        q, new_k, new_v = _rotary_qkv(model, layer, hidden, cos, sin)
-        # Every token's keys and values are in the cache before any group reads its context;
-        # one gather per layer reads every group's.
-        key_cache.index_copy_(0, slots, new_k)
-        value_cache.index_copy_(0, slots, new_v)
-        keys, values = key_cache.index_select(0, context), value_cache.index_select(0, context)
-        parts = [group.attend(q, keys, values, gqa) for group in batch.groups]
-        attn = parts[0] if len(parts) == 1 else torch.cat(parts)
-        hidden = _feed_forward(model, layer, hidden, attn)
-    return hidden
-
-
-def _rotary_qkv(
-    model: LlamaForCausalLM,
-    layer: FusedLayer,
-    hidden: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A layer's queries [N, heads, D] and new keys and values [N, kv_heads, D], RoPE
-    applied: `LlamaForCausalLM.forward`'s math, on the step's N tokens as one row. That
-    forward inlines it (a method call per layer costs 1-2% of a batch-1 decode step on a
-    CPU); tests/unit/test_fused_step.py holds the two to the same logits."""
-    config = model.config
-    heads, kv_heads, head_dim = (
-        config.num_attention_heads,
-        config.num_key_value_heads,
-        config.head_dim,
-    )
-    q_size, kv_size, half = heads * head_dim, kv_heads * head_dim, head_dim // 2
-    tokens = hidden.shape[0]
-    qkv = linear(model._norm(hidden, layer.input_norm), layer.qkv_weight, layer.qkv_bias)
-    qk = qkv[:, : q_size + kv_size].view(1, tokens, heads + kv_heads, head_dim)
-    swapped = torch.cat((qk[..., half:], qk[..., :half]), dim=-1)
-    qk = qk * cos + swapped * sin
-    new_k = qk[:, :, heads:].reshape(tokens, kv_heads, head_dim)
-    new_v = qkv[:, q_size + kv_size :].view(tokens, kv_heads, head_dim)
-    return qk[0, :, :heads], new_k, new_v
-
-
-def _feed_forward(
-    model: LlamaForCausalLM, layer: FusedLayer, hidden: torch.Tensor, attn: torch.Tensor
-) -> torch.Tensor:
-    """The rest of a layer after attention: the output projection and the SwiGLU MLP."""
-    intermediate = model.config.intermediate_size
-    hidden = linear_add(hidden, attn, layer.o_weight, layer.o_bias)
-    gate_up = linear(model._norm(hidden, layer.post_norm), layer.gate_up_weight, layer.gate_up_bias)
-    gate, up = gate_up[:, :intermediate], gate_up[:, intermediate:]
-    return linear_add(hidden, F.silu(gate) * up, layer.down_weight, layer.down_bias)
+    cos, sin = model.rope(positions, model.model.embedding.dtype, batch.max_position)
+    return model.model.forward(input_ids, LayerInputs(cos, sin, batch), key_caches, value_caches)
 
 
 FusedLogits = tuple[torch.Tensor, torch.Tensor]
@@ -281,12 +250,12 @@ def _logits(
     LM head over the decodes' rows, and each chunk's last row only if some chunk ends its
     prompt (zeros otherwise: nothing samples a chunk that does not)."""
     if not any(sequence.num_cached == sequence.num_tokens for sequence, _ in chunks):
-        logits = model.logits(model._norm(hidden[:decodes], model.final_norm))
+        logits = model.logits(model.model.norm.forward(hidden[:decodes]))
         return logits, logits.new_zeros((len(chunks), logits.shape[1]))
     rows, end = list(range(decodes)), decodes
     for _, count in chunks:
         end += count
         rows.append(end - 1)
     index = torch.tensor(rows, device=hidden.device)
-    logits = model.logits(model._norm(hidden.index_select(0, index), model.final_norm))
+    logits = model.logits(model.model.norm.forward(hidden.index_select(0, index)))
     return logits[:decodes], logits[decodes:]

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import torch
 
+from engine.attention import AttentionBatch
 from engine.config import ModelConfig
-from engine.model import AttentionBatch
 
 # Entries kept by each of the cache's between-step memos (block tables' slots, causal tails):
 # a few recur every step; past this many, the old ones belong to finished sequences.

@@ -1,61 +1,101 @@
 """A Llama-style decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU) over a paged KV cache.
 
 Parameter names follow Hugging Face's `LlamaForCausalLM`, so a checkpoint's state dict loads
-as it is. One `forward` serves prefill (many tokens per sequence), decode (one token per
-sequence) and anything in between: every call writes its tokens' keys and values into the
-cache slots of their positions, then attends over each sequence's cached context.
+as it is. Each block has its forward: `Attention.forward`, `MLP.forward`, `RMSNorm.forward`,
+and `DecoderLayer.forward` chains them; `LlamaModel.forward` runs the layers. One forward
+serves prefill (many tokens per sequence), decode (one token per sequence) and anything in
+between: every call writes its tokens' keys and values into the cache slots of their
+positions, then attends over each sequence's cached context. How the tokens are laid out is
+the `Attend` a forward is given: `PaddedAttention` for a [B, T] batch, engine/fused.py's
+`RaggedBatch` for a step of decodes and prefill chunks together.
+
+The blocks multiply with their weights packed for inference (`fuse`: q|k|v and gate|up
+stacked, in the stored format), and call each other's `forward` directly: at the sizes this
+engine serves on a CPU, per-op overhead, not arithmetic, is what a decode step costs, and
+`nn.Module.__call__` adds about 1 us per call (a few percent of a bundled:tiny step).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.attention import AttentionBatch, LayerInputs, PaddedAttention
 from engine.config import ModelConfig
-from engine.quantize import Weight, linear, linear_add, weight_packer
+from engine.quantize import Weight, WeightPacker, linear, linear_add, weight_packer
 from engine.rope import rope_inverse_frequencies
 from engine.weights import pack_full_precision, repacks
 
 
+class DirectChildren(nn.Module):
+    """A module whose child modules are read as plain attributes.
+
+    nn.Module keeps its children in `_modules` and finds one in `__getattr__`, after the
+    ordinary lookup failed: about 1 us a read, and a decode step reads a dozen (a few percent
+    of a bundled:tiny step). So each child is also kept in the instance's `__dict__`, where
+    the ordinary lookup finds it: `nn.Module.__setattr__` drops that copy before registering
+    a child, and this puts it back.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in self._modules:
+            self.__dict__[name] = self._modules[name]
+
+    def __delattr__(self, name: str) -> None:
+        if name in self._modules:
+            self.__dict__.pop(name, None)
+        super().__delattr__(name)
+
+
+@functools.cache
+def _floor(value: float, device: torch.device) -> torch.Tensor:
+    """`value` as a one-element tensor, one per value and device: the norms of a model share
+    it, so a compiled forward takes it as one input, not one per norm."""
+    return torch.tensor([value], device=device)
+
+
 class RMSNorm(nn.Module):
+    """`x * rsqrt(mean(x^2) + eps) * weight` over the last dimension."""
+
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
+        # What `forward` computes with, from `weight` (`prepare`, called by `fuse`).
+        self.scale = torch.empty(0)
+        self.floor = torch.empty(0)
+
+    def prepare(self) -> None:
+        """The weight in float32 times sqrt(width), and sqrt(eps * width)."""
+        width = self.weight.shape[0]
+        self.scale = self.weight.detach().float() * math.sqrt(width)
+        self.floor = _floor(math.sqrt(self.eps * width), self.scale.device)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        input_dtype = hidden.dtype
-        hidden = hidden.to(torch.float32)
-        variance = hidden.pow(2).mean(-1, keepdim=True)
-        hidden = hidden * torch.rsqrt(variance + self.eps)
-        return self.weight * hidden.to(input_dtype)
-
-
-@dataclass
-class AttentionBatch:
-    """Where this forward's tokens go in the paged cache and which keys each may see.
-
-    token_index: [N] flat index (into B*T) of each real token; None when there is no padding.
-    slot_mapping: [N] cache slot of each real token.
-    context_slots: [B, L] cache slot of each key position 0..L-1 of every sequence.
-    mask: [B, 1, T, L] True where a query may attend to a key; None when every query may see
-    every key (one sequence decoding one token).
-    """
-
-    token_index: torch.Tensor | None
-    slot_mapping: torch.Tensor
-    context_slots: torch.Tensor
-    mask: torch.Tensor | None
+        """In float32, `x / hypot(|x|, sqrt(eps * d)) * (w * sqrt(d))`: the same value in four
+        small ops, where `F.rms_norm` on a CPU runs a chain of about ten (a fifth of a decode
+        step)."""
+        if hidden.dtype == torch.float32:
+            length = torch.linalg.vector_norm(hidden, dim=-1, keepdim=True)
+            return hidden / torch.hypot(length, self.floor) * self.scale
+        # Lower precisions normalize in float32 and round once at the end (HF rounds before
+        # the weight); `F.rms_norm` on bf16 takes about ten internal copies on a CPU.
+        return self.forward(hidden.float()).to(hidden.dtype)
 
 
 class Attention(nn.Module):
-    """Holds the checkpoint's q/k/v/o projections; `fuse` packs q, k and v into one matmul."""
+    """Grouped-query attention with RoPE over the paged KV cache.
+
+    Holds the checkpoint's q/k/v/o projections; `pack` stacks q, k and v into one matrix
+    (one product instead of three), which `forward` multiplies with.
+    """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -69,18 +109,72 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(
             self.num_heads * self.head_dim, config.hidden_size, bias=config.o_proj_bias
         )
+        # The packed projection's q|k part and its v part, as `forward` splits it.
+        self.qk_v = ((self.num_heads + self.num_kv_heads) * self.head_dim, self.k_proj.out_features)
+        self.qkv_weight: Weight = torch.empty(0)  # set by `pack`
+        self.qkv_bias: torch.Tensor | None = None
+        self.o_weight: Weight = torch.empty(0)
+        self.o_bias: torch.Tensor | None = None
+
+    def pack(self, pack: WeightPacker) -> None:
+        qkv = (self.q_proj, self.k_proj, self.v_proj)
+        self.qkv_weight, self.qkv_bias = pack_linears(qkv, pack), cat_bias(qkv)
+        self.o_weight, self.o_bias = pack_linears((self.o_proj,), pack), cat_bias((self.o_proj,))
+
+    def forward(
+        self,
+        normed: torch.Tensor,
+        residual: torch.Tensor,
+        inputs: LayerInputs,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        """`residual` plus self-attention over `normed`, both [tokens, hidden]: queries and
+        keys rotated (RoPE), the keys and values cached, each token attending over its
+        sequence's context; the residual is added in the output projection's product."""
+        heads, head_dim = self.num_heads, self.head_dim
+        tokens = normed.shape[0]
+        # q and k are adjacent in the packed projection: rotate both in one go.
+        qkv = linear(normed, self.qkv_weight, self.qkv_bias)
+        qk, new_v = qkv.split_with_sizes(self.qk_v, -1)  # C++ (`split` is Python around it)
+        qk = qk.view(tokens, -1, head_dim)
+        # The halves swapped (`roll` by half, which takes a slow path in bfloat16 on a CPU).
+        half = head_dim // 2
+        swapped = torch.cat((qk[..., half:], qk[..., :half]), dim=-1)
+        qk = qk * inputs.cos + swapped * inputs.sin
+        new_v = new_v.view(tokens, -1, head_dim)
+        attn = inputs.attention.attend(qk[:, :heads], qk[:, heads:], new_v, key_cache, value_cache)
+        return linear_add(residual, attn, self.o_weight, self.o_bias)
 
 
 class MLP(nn.Module):
+    """SwiGLU, `down(silu(gate(x)) * up(x))`; `pack` stacks gate and up into one matrix."""
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         bias = config.mlp_bias
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=bias)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
+        self.gate_up_weight: Weight = torch.empty(0)  # set by `pack`
+        self.gate_up_bias: torch.Tensor | None = None
+        self.down_weight: Weight = torch.empty(0)
+        self.down_bias: torch.Tensor | None = None
+
+    def pack(self, pack: WeightPacker) -> None:
+        gate_up = (self.gate_proj, self.up_proj)
+        self.gate_up_weight, self.gate_up_bias = pack_linears(gate_up, pack), cat_bias(gate_up)
+        self.down_weight = pack_linears((self.down_proj,), pack)
+        self.down_bias = cat_bias((self.down_proj,))
+
+    def forward(self, normed: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """`residual` plus the MLP of `normed`, added in the down projection's product."""
+        gate_up = linear(normed, self.gate_up_weight, self.gate_up_bias)
+        gate, up = gate_up.chunk(2, dim=-1)
+        return linear_add(residual, F.silu(gate) * up, self.down_weight, self.down_bias)
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(DirectChildren):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.self_attn = Attention(config)
@@ -88,32 +182,57 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
+    def pack(self, pack: WeightPacker) -> None:
+        self.self_attn.pack(pack)
+        self.mlp.pack(pack)
+        self.input_layernorm.prepare()
+        self.post_attention_layernorm.prepare()
 
-class LlamaModel(nn.Module):
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        inputs: LayerInputs,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        """Pre-norm residual block: attention, then the MLP, each over its normed input."""
+        normed = self.input_layernorm.forward(hidden)
+        hidden = self.self_attn.forward(normed, hidden, inputs, key_cache, value_cache)
+        return self.mlp.forward(self.post_attention_layernorm.forward(hidden), hidden)
+
+
+class LlamaModel(DirectChildren):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        # `embed_tokens.weight` as a plain tensor (`prepare`): a parameter, like a child
+        # module (`DirectChildren`), is read through nn.Module.__getattr__.
+        self.embedding = torch.empty(0)
+
+    def prepare(self) -> None:
+        """What the forward reads, from the weights; the layers pack their own (`pack`)."""
+        self.embedding = self.embed_tokens.weight.detach()
+        self.norm.prepare()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        inputs: LayerInputs,
+        key_caches: list[torch.Tensor],
+        value_caches: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """The hidden states [tokens, hidden] of `input_ids` [tokens] after the last layer,
+        before the final norm (`norm`, which the caller runs on the rows it needs)."""
+        # Hidden states stay [tokens, hidden]: each projection is one matrix product.
+        hidden = F.embedding(input_ids, self.embedding)
+        for layer, keys, values in zip(self.layers, key_caches, value_caches, strict=True):
+            hidden = layer.forward(hidden, inputs, keys, values)
+        return hidden
 
 
-@dataclass
-class FusedLayer:
-    """One decoder layer's weights packed for the forward pass (q|k|v and gate|up fused)."""
-
-    input_norm: torch.Tensor
-    qkv_weight: Weight
-    qkv_bias: torch.Tensor | None
-    o_weight: Weight
-    o_bias: torch.Tensor | None
-    post_norm: torch.Tensor
-    gate_up_weight: Weight
-    gate_up_bias: torch.Tensor | None
-    down_weight: Weight
-    down_bias: torch.Tensor | None
-
-
-def _pack(linears: tuple[nn.Linear, ...], pack: Callable[[torch.Tensor], Weight]) -> Weight:
+def pack_linears(linears: tuple[nn.Linear, ...], pack: WeightPacker) -> Weight:
     """The linears' weights stacked as one [out, in] matrix, in the form `pack` stores.
 
     When that form is a plain tensor, the modules' own weights become views into it, so the
@@ -129,63 +248,30 @@ def _pack(linears: tuple[nn.Linear, ...], pack: Callable[[torch.Tensor], Weight]
         if isinstance(stored, torch.Tensor) and stored.dtype == module.weight.dtype:
             module.weight.data = stored[offset : offset + rows]
         else:
-            module.weight = _placeholder(module.weight)
+            module.weight = placeholder(module.weight)
         offset += rows
     return stored
 
 
-def _placeholder(weight: torch.Tensor) -> nn.Parameter:
+def placeholder(weight: torch.Tensor) -> nn.Parameter:
     """A weight's shape and dtype without its memory (on the meta device)."""
     return nn.Parameter(torch.empty_like(weight, device="meta"), requires_grad=False)
 
 
-def _cat_bias(*linears: nn.Linear) -> torch.Tensor | None:
-    if linears[0].bias is None:
+def cat_bias(linears: tuple[nn.Linear, ...]) -> torch.Tensor | None:
+    """The linears' biases as one vector, as `pack_linears` stacks their weights (one
+    linear's: its own bias, not a copy)."""
+    biases: list[torch.Tensor] = [linear.bias for linear in linears]
+    if biases[0] is None:
         return None
-    return torch.cat([linear.bias for linear in linears])
+    return (biases[0] if len(biases) == 1 else torch.cat(biases)).detach()
 
 
-def _sliding_window_mask(
-    positions: torch.Tensor, length: int, window: int, mask: torch.Tensor | None
-) -> torch.Tensor:
-    """`mask` narrowed to Mistral's window: a query at position p sees keys p-window+1..p.
-
-    Built only once a context outgrows the window. The cache still holds every key (no memory
-    saved), but each query attends to exactly the keys the checkpoint was trained with.
-    """
-    keys = torch.arange(length, device=positions.device)
-    visible = (positions.view(positions.shape[0], -1, 1) - keys < window).unsqueeze(1)
-    return visible if mask is None else mask & visible
-
-
-def _cache_and_gather(
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    new_k: torch.Tensor,
-    new_v: torch.Tensor,
-    batch: AttentionBatch,
-    slots: torch.Tensor,
-    context: tuple[int, int, int, int],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Writes a layer's new keys and values [tokens, kv_heads, head_dim] into the paged cache at
-    their slots (padding left out), then reads every sequence's context back from `slots` (the
-    flat `batch.context_slots`): keys and values [B, kv_heads, L, head_dim] for attention."""
-    if batch.token_index is not None:
-        new_k = new_k.index_select(0, batch.token_index)
-        new_v = new_v.index_select(0, batch.token_index)
-    key_cache.index_copy_(0, batch.slot_mapping, new_k)
-    value_cache.index_copy_(0, batch.slot_mapping, new_v)
-    keys = key_cache.index_select(0, slots).view(context).transpose(1, 2)
-    values = value_cache.index_select(0, slots).view(context).transpose(1, 2)
-    return keys, values
-
-
-class LlamaForCausalLM(nn.Module):
+class LlamaForCausalLM(DirectChildren):
     """The decoder plus the LM head; `forward` returns final hidden states, `logits` projects.
 
-    The modules mirror Hugging Face's names for loading. The forward pass runs on packed
-    weights (`fuse`, called by the loader) through plain functions: at the sizes this engine
-    serves on a CPU, per-op overhead, not arithmetic, is what a decode step costs.
+    The modules mirror Hugging Face's names for loading; `fuse` (called by the loader) packs
+    their weights for the forward pass.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -196,11 +282,9 @@ class LlamaForCausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
-        self.fused: list[FusedLayer] = []
+        self.fused = False  # whether `fuse` packed the weights the forward multiplies with
         self.quantization: str | None = None  # the format `fuse` stored the weights in
         self._rope_tables: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.norm_floor = torch.empty(0)  # sqrt(eps * hidden_size) for `_norm`, set by fuse()
-        self.final_norm: torch.Tensor = self.model.norm.weight.detach()  # set again by fuse()
         self.lm_head_weight: Weight = self.lm_head.weight.detach()  # set again by fuse()
         # `decode_logits` compiled for these weights (engine/compiled.py), or None: eager.
         self.compiled_forward: Callable[..., torch.Tensor] | None = None
@@ -222,51 +306,29 @@ class LlamaForCausalLM(nn.Module):
                 "full-precision copies were freed; load the checkpoint again to repack them"
             )
         pack = weight_packer(quantization)
-        fused = []
         for layer in self.decoder_layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            qkv = (attn.q_proj, attn.k_proj, attn.v_proj)
-            gate_up = (mlp.gate_proj, mlp.up_proj)
-            fused.append(
-                FusedLayer(
-                    input_norm=self._norm_weight(layer.input_layernorm.weight),
-                    qkv_weight=_pack(qkv, pack),
-                    qkv_bias=_cat_bias(*qkv),
-                    o_weight=_pack((attn.o_proj,), pack),
-                    o_bias=attn.o_proj.bias,
-                    post_norm=self._norm_weight(layer.post_attention_layernorm.weight),
-                    gate_up_weight=_pack(gate_up, pack),
-                    gate_up_bias=_cat_bias(*gate_up),
-                    down_weight=_pack((mlp.down_proj,), pack),
-                    down_bias=mlp.down_proj.bias,
-                )
-            )
-        self.fused = fused
-        self.final_norm = self._norm_weight(self.model.norm.weight)
-        floor = math.sqrt(self.config.rms_norm_eps * self.config.hidden_size)
-        self.norm_floor = torch.tensor([floor], device=self.final_norm.device)
+            layer.pack(pack)
+        self.model.prepare()
         self._rope_tables = {}  # rebuilt lazily on the weights' device and dtype
         self.lm_head_weight = self._pack_lm_head(pack)
         self.quantization = quantization
+        self.fused = True
         self.compiled_forward = None  # frozen on the old weights: compile again if wanted
 
-    def _pack_lm_head(self, pack: Callable[[torch.Tensor], Weight]) -> Weight:
+    def _pack_lm_head(self, pack: WeightPacker) -> Weight:
         head = self.lm_head.weight.detach()
         if pack is pack_full_precision and not repacks(head):
             return head  # [vocab, hidden] row-major as it is: no copy of a tied embedding
         stored = pack(head)
         if not self.config.tie_word_embeddings:  # a tied head is the embedding: it stays
-            self.lm_head.weight = _placeholder(head)
+            self.lm_head.weight = placeholder(head)
         return stored
-
-    def _norm_weight(self, weight: torch.Tensor) -> torch.Tensor:
-        """An RMSNorm weight as `_norm` takes it: in float32, times sqrt(width)."""
-        return weight.detach().float() * math.sqrt(weight.shape[0])
 
     def rope(
         self, positions: torch.Tensor, dtype: torch.dtype, max_position: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sign-folded sin for `x * cos + roll(x, half) * sin` (HF's rotate_half form).
+        """cos and sign-folded sin for `x * cos + roll(x, half) * sin` (HF's rotate_half form),
+        [tokens, 1, head_dim]: a row per position, as the layers hold their tokens.
 
         Read from tables computed once (grown on demand), as HF computes them: angles in
         float32, then cast; two lookups per forward instead of ten ops.
@@ -282,21 +344,8 @@ class LlamaForCausalLM(nn.Module):
             sin = freqs.sin()
             table = (cos.to(dtype), torch.cat((-sin, sin), dim=-1).to(dtype))
             self._rope_tables[dtype] = table
-        return table[0][positions].unsqueeze(2), table[1][positions].unsqueeze(2)
-
-    def _norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """RMSNorm with a weight from `_norm_weight`.
-
-        In float32 it is `x / hypot(|x|, sqrt(eps * d)) * (w * sqrt(d))`: the same value as
-        `x * rsqrt(mean(x^2) + eps) * w` in four small ops, where `F.rms_norm` on a CPU runs
-        a chain of about ten (a fifth of a decode step).
-        """
-        if hidden.dtype == torch.float32:
-            length = torch.linalg.vector_norm(hidden, dim=-1, keepdim=True)
-            return hidden / torch.hypot(length, self.norm_floor) * weight
-        # Lower precisions normalize in float32 and round once at the end (HF rounds before
-        # the weight); `F.rms_norm` on bf16 takes about ten internal copies on a CPU.
-        return self._norm(hidden.float(), weight).to(hidden.dtype)
+        shape = (-1, 1, table[0].shape[1])
+        return table[0][positions].view(shape), table[1][positions].view(shape)
 
     def forward(
         self,
@@ -306,55 +355,16 @@ class LlamaForCausalLM(nn.Module):
         value_caches: list[torch.Tensor],
         batch: AttentionBatch,
     ) -> torch.Tensor:
+        """The final hidden states [B, T, hidden] of `input_ids` [B, T] at `positions`."""
         if not self.fused:
             self.fuse()
-        config = self.config
         bsz, seq_len = input_ids.shape
-        heads, kv_heads, head_dim = (
-            config.num_attention_heads,
-            config.num_key_value_heads,
-            config.head_dim,
-        )
-        q_size, kv_size = heads * head_dim, kv_heads * head_dim
-        intermediate = config.intermediate_size
-        half = head_dim // 2
-        gqa = heads != kv_heads
-        tokens = bsz * seq_len
-        # Hidden states stay [tokens, hidden]: each projection is one matrix product, and the
-        # residual add rides along with it (`linear_add`).
-        hidden = F.embedding(input_ids.view(tokens), self.model.embed_tokens.weight)
+        dtype = self.model.embedding.dtype
         # Every position is below the longest context of the batch (no device sync to find it).
-        cos, sin = self.rope(positions, hidden.dtype, batch.context_slots.shape[1] - 1)
-        slots = batch.context_slots.view(-1)
-        context = (bsz, batch.context_slots.shape[1], kv_heads, head_dim)
-        mask = batch.mask
-        window = config.sliding_window
-        if window is not None and context[1] > window:
-            mask = _sliding_window_mask(positions, context[1], window, mask)
-        for layer, key_cache, value_cache in zip(self.fused, key_caches, value_caches, strict=True):
-            qkv = linear(self._norm(hidden, layer.input_norm), layer.qkv_weight, layer.qkv_bias)
-            # q and k are adjacent in the packed projection: rotate both in one go.
-            qk = qkv[:, : q_size + kv_size].view(bsz, seq_len, heads + kv_heads, head_dim)
-            # The halves swapped (`roll` by half, which takes a slow path in bfloat16 on a CPU).
-            swapped = torch.cat((qk[..., half:], qk[..., :half]), dim=-1)
-            qk = qk * cos + swapped * sin
-            q = qk[:, :, :heads]
-            new_k = qk[:, :, heads:].reshape(tokens, kv_heads, head_dim)
-            new_v = qkv[:, q_size + kv_size :].view(tokens, kv_heads, head_dim)
-            keys, values = _cache_and_gather(
-                key_cache, value_cache, new_k, new_v, batch, slots, context
-            )
-            attn = F.scaled_dot_product_attention(
-                q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=gqa
-            )
-            attn = attn.transpose(1, 2).reshape(tokens, q_size)
-            hidden = linear_add(hidden, attn, layer.o_weight, layer.o_bias)
-            gate_up = linear(
-                self._norm(hidden, layer.post_norm), layer.gate_up_weight, layer.gate_up_bias
-            )
-            gate, up = gate_up[:, :intermediate], gate_up[:, intermediate:]
-            hidden = linear_add(hidden, F.silu(gate) * up, layer.down_weight, layer.down_bias)
-        return self._norm(hidden, self.final_norm).view(bsz, seq_len, -1)
+        cos, sin = self.rope(positions, dtype, batch.context_slots.shape[1] - 1)
+        inputs = LayerInputs(cos, sin, PaddedAttention.of(batch, positions, self.config))
+        hidden = self.model.forward(input_ids.view(-1), inputs, key_caches, value_caches)
+        return self.model.norm.forward(hidden).view(bsz, seq_len, -1)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return linear(hidden, self.lm_head_weight).float()

@@ -196,7 +196,8 @@ def quantize_model(model: LlamaForCausalLM, quantization: str = "int8") -> None:
 def linear_weight_bytes(model: LlamaForCausalLM) -> int:
     """Bytes held by the weights the forward pass multiplies with (fused layers + LM head)."""
     total = 0
-    for layer in model.fused:
-        for weight in (layer.qkv_weight, layer.o_weight, layer.gate_up_weight, layer.down_weight):
+    for layer in model.decoder_layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        for weight in (attn.qkv_weight, attn.o_weight, mlp.gate_up_weight, mlp.down_weight):
             total += weight.nbytes
     return total + model.lm_head_weight.nbytes

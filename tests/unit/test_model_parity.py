@@ -82,20 +82,22 @@ def test_bfloat16_runs_close_to_float32(checkpoint: Path) -> None:
 def test_packed_weights_are_held_once(checkpoint: Path) -> None:
     engine = make_engine(checkpoint)
     model = engine.model
-    layer, packed = model.decoder_layers[0], model.fused[0]
+    layer = model.decoder_layers[0]
     attn, mlp = layer.self_attn, layer.mlp
     for module, fused in (
-        (attn.q_proj, packed.qkv_weight),
-        (attn.v_proj, packed.qkv_weight),
-        (attn.o_proj, packed.o_weight),
-        (mlp.up_proj, packed.gate_up_weight),
-        (mlp.down_proj, packed.down_weight),
+        (attn.q_proj, attn.qkv_weight),
+        (attn.v_proj, attn.qkv_weight),
+        (attn.o_proj, attn.o_weight),
+        (mlp.up_proj, mlp.gate_up_weight),
+        (mlp.down_proj, mlp.down_weight),
     ):
         assert isinstance(fused, torch.Tensor)
         assert module.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
     # Input-major on a CPU: the transpose the matrix product reads is contiguous.
-    assert isinstance(packed.gate_up_weight, torch.Tensor)
-    assert packed.gate_up_weight.t().is_contiguous()
+    assert isinstance(mlp.gate_up_weight, torch.Tensor)
+    assert mlp.gate_up_weight.t().is_contiguous()
+    # Packed once, not registered as parameters of their own: the state dict is the checkpoint's.
+    assert not any("qkv" in name or "gate_up" in name for name in model.state_dict())
 
 
 def test_single_sequence_decode_batch_equals_the_general_one() -> None:
