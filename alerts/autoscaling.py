@@ -40,14 +40,16 @@ def _triggers(spec: SLOSpec) -> list[dict[str, str]]:
     triggers = []
     for signal in signals(spec):
         metric = f"{GAUGE}_{signal.tier}".replace("-", "_")
-        triggers.append({
-            "tier": signal.tier,
-            "threshold": format_duration(signal.threshold_s),
-            "query": promql(signal),
-            "metric": metric,
-            "series": f'{CATALOG["queue_depth"].metric}{{tier="{signal.tier}"}}',
-            "adapter_query": promql(signal, by="namespace"),
-        })  # fmt: skip
+        triggers.append(
+            {
+                "tier": signal.tier,
+                "threshold": format_duration(signal.threshold_s),
+                "query": promql(signal),
+                "metric": metric,
+                "series": f'{CATALOG["queue_depth"].metric}{{tier="{signal.tier}"}}',
+                "adapter_query": promql(signal, by="namespace"),
+            }
+        )
     return triggers
 
 
@@ -57,8 +59,10 @@ def render_autoscaling(spec: SLOSpec, target: ScaleTarget | None = None) -> dict
     triggers = _triggers(spec)
     if not triggers:
         return {}
-    context = {"target": target, "triggers": [dict(t, quantity=_quantity(target.target))
-                                              for t in triggers]}  # fmt: skip
+    context = {
+        "target": target,
+        "triggers": [dict(t, quantity=_quantity(target.target)) for t in triggers],
+    }
     return {
         KEDA_FILE: render("keda_scaledobject.yaml.j2", **context),
         HPA_FILE: render("hpa_autoscaler.yaml.j2", **context),

@@ -63,15 +63,22 @@ class Profile:
 def _lognormal(median_s: float, sigma: float, n: int = 200) -> tuple[float, ...]:
     """n evenly spaced quantiles: a deterministic sample of the distribution."""
     normal = NormalDist()
-    return tuple(median_s * 2.718281828459045 ** (sigma * normal.inv_cdf((i + 0.5) / n))
-                 for i in range(n))  # fmt: skip
+    return tuple(
+        median_s * 2.718281828459045 ** (sigma * normal.inv_cdf((i + 0.5) / n)) for i in range(n)
+    )
 
 
 def synthetic_profile(factor: float = 2.0) -> Profile:
     """The bundled engine's shape on a CPU (prefill most of the TTFT), prefill `factor`x
     slower; TTFT is the sum of the phases before the first token, spread +-10%."""
-    healthy = {"network": 0.004, "other": 0.006, "queue": 0.01, "prefill": 0.1,
-               "decode": 0.6, "detokenize": 0.002}  # fmt: skip
+    healthy = {
+        "network": 0.004,
+        "other": 0.006,
+        "queue": 0.01,
+        "prefill": 0.1,
+        "decode": 0.6,
+        "detokenize": 0.002,
+    }
     slow = {**healthy, "prefill": healthy["prefill"] * factor}
     before = ("network", "other", "queue", "prefill")
     ttft = tuple(_lognormal(sum(m[p] for p in before), 0.1) for m in (healthy, slow))
@@ -85,12 +92,15 @@ def _histogram(metric: str, base: str, bounds: list[float], minutes: list[list[f
     edges = [*(le_value(b) for b in bounds), "+Inf"]
     limits = [*bounds, float("inf")]
     rows = [
-        {"series": f'{metric}_bucket{{{base}, le="{edge}"}}',
-         "values": counter_values([sum(v <= limit for v in m) for m in minutes])}
+        {
+            "series": f'{metric}_bucket{{{base}, le="{edge}"}}',
+            "values": counter_values([sum(v <= limit for v in m) for m in minutes]),
+        }
         for edge, limit in zip(edges, limits, strict=True)
-    ]  # fmt: skip
-    rows.append({"series": f"{metric}_count{{{base}}}",
-                 "values": counter_values([len(m) for m in minutes])})  # fmt: skip
+    ]
+    rows.append(
+        {"series": f"{metric}_count{{{base}}}", "values": counter_values([len(m) for m in minutes])}
+    )
     return rows
 
 
@@ -116,15 +126,25 @@ def input_series(spec: SLOSpec, tier: str, profile: Profile) -> list[dict[str, s
     base = f'tier="{tier}", {_LABELS}'
     slow = [False] * HEALTHY_MIN + [True] * SLOW_MIN
     n = profile.requests_per_min
-    series = [{"series": f'{REQUESTS}{{{base}, outcome="ok"}}',
-               "values": counter_values([n] * len(slow))}]  # fmt: skip
+    series = [
+        {"series": f'{REQUESTS}{{{base}, outcome="ok"}}', "values": counter_values([n] * len(slow))}
+    ]
     ttft = [_stretched(profile.ttft_s[s], n) for s in (0, 1)]
-    series += _histogram(CATALOG["ttft"].metric, base, buckets_for("ttft", spec),
-                         [ttft[s] for s in slow])  # fmt: skip
-    series += _histogram(CATALOG["tpot"].metric, base, buckets_for("tpot", spec),
-                         [[profile.tpot_s] * n for _ in slow])  # fmt: skip
-    series += _histogram(CATALOG["e2e"].metric, base, buckets_for("e2e", spec),
-                         [[profile.e2e_s(s)] * n for s in slow])  # fmt: skip
+    series += _histogram(
+        CATALOG["ttft"].metric, base, buckets_for("ttft", spec), [ttft[s] for s in slow]
+    )
+    series += _histogram(
+        CATALOG["tpot"].metric,
+        base,
+        buckets_for("tpot", spec),
+        [[profile.tpot_s] * n for _ in slow],
+    )
+    series += _histogram(
+        CATALOG["e2e"].metric,
+        base,
+        buckets_for("e2e", spec),
+        [[profile.e2e_s(s)] * n for s in slow],
+    )
     for phase in profile.means[0]:
         series += _sums(CATALOG[phase].metric, base, n, [profile.means[s][phase] for s in slow])
     series += _sums(CATALOG["e2e"].metric, base, n, [profile.e2e_s(s) for s in slow])
@@ -168,11 +188,17 @@ def run_scenario(spec: SLOSpec, profile: Profile, tier: str | None = None) -> li
         "interval": "1m",
         "input_series": input_series(spec, tier, profile),
         "alert_rule_test": [{"eval_time": end, "alertname": n, "exp_alerts": []} for n in names],
-        "promql_expr_test": [{
-            "expr": f'min_over_time(timestamp(ALERTS{{alertstate="firing"}})[{end}:1m]) / 60'
-                    f" - {HEALTHY_MIN}",
-            "eval_time": end, "exp_samples": []}],
-    }  # fmt: skip
+        "promql_expr_test": [
+            {
+                "expr": (
+                    f'min_over_time(timestamp(ALERTS{{alertstate="firing"}})[{end}:1m]) / 60'
+                    f" - {HEALTHY_MIN}"
+                ),
+                "eval_time": end,
+                "exp_samples": [],
+            }
+        ],
+    }
     with tempfile.TemporaryDirectory(prefix="llm-slo-regression-") as scratch:
         Path(scratch, "rules.yml").write_text(rules, "utf-8")
         test = render(
@@ -221,8 +247,9 @@ def render_example(alerts: list[Fired]) -> str:
     lines = ["minutes after prefill slowed, alert, labels that say why:"]
     for alert in alerts:
         when = "?" if alert.first_fired_min is None else f"+{alert.first_fired_min:g}m"
-        why = " ".join(f"{k}={alert.labels[k]}" for k in ("anomaly", "sli", "phase")
-                       if k in alert.labels)  # fmt: skip
+        why = " ".join(
+            f"{k}={alert.labels[k]}" for k in ("anomaly", "sli", "phase") if k in alert.labels
+        )
         lines.append(f"  {when:>5}  {alert.labels.get('urgency', ''):<6}  {alert.name()}  {why}")
     for urgency in ("info", "page"):
         shown = [

@@ -12,7 +12,7 @@ no tagged release; its manifest's schema URL is SCHEMA_URL). The metric model is
 `model/gen-ai/metrics.yaml` and `model/gen-ai/token-metrics.yaml`; the explicit bucket
 boundaries live in the prose of `docs/gen-ai/gen-ai-metrics.md` and
 `docs/gen-ai/gen-ai-token-metrics.md` ("This metric SHOULD be specified with
-ExplicitBucketBoundaries of ..."); the SLI catalog keeps them, as the base of its own buckets.
+ExplicitBucketBoundaries of ..."); `slo.buckets` keeps them, as the base of the catalog's own.
 At that commit the conventions define no server-side token metric: a model server reports
 token usage with the inference token instruments (`gen_ai.client.inference.*`), which
 replaced `gen_ai.client.token.usage`.
@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from slo.sli import (
+from slo.buckets import (
     OTEL_DURATION_BUCKETS,
     OTEL_TOKEN_BUCKETS,
     OTEL_TPOT_BUCKETS,

@@ -98,10 +98,15 @@ class Lateness:
         return text
 
     def to_dict(self) -> dict[str, float | int | bool | None]:
-        return {"sends": self.sends, "p50_ms": round(self.p50_s * 1e3, 4),
-                "p99_ms": round(self.p99_s * 1e3, 4), "max_ms": round(self.max_s * 1e3, 4),
-                "achieved_rate": self.achieved_rate, "asked_rate": self.asked_rate,
-                "behind": self.behind}  # fmt: skip
+        return {
+            "sends": self.sends,
+            "p50_ms": round(self.p50_s * 1e3, 4),
+            "p99_ms": round(self.p99_s * 1e3, 4),
+            "max_ms": round(self.max_s * 1e3, 4),
+            "achieved_rate": self.achieved_rate,
+            "asked_rate": self.asked_rate,
+            "behind": self.behind,
+        }
 
 
 def lateness_of(

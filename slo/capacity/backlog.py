@@ -67,10 +67,15 @@ class Backlog:
         )
 
     def to_dict(self) -> dict[str, float | int | bool]:
-        return {"in_flight_at_start": self.at_start, "in_flight_at_end": self.at_end,
-                "sent": self.sent, "mean_in_flight": round(self.mean_in_flight, 2),
-                "growth": self.growth, "allowed_growth": round(self.allowed_growth, 2),
-                "kept_up": self.kept_up}  # fmt: skip
+        return {
+            "in_flight_at_start": self.at_start,
+            "in_flight_at_end": self.at_end,
+            "sent": self.sent,
+            "mean_in_flight": round(self.mean_in_flight, 2),
+            "growth": self.growth,
+            "allowed_growth": round(self.allowed_growth, 2),
+            "kept_up": self.kept_up,
+        }
 
 
 def backlog_of(
@@ -99,11 +104,15 @@ def judge_backlogs(tiers: dict[str, TierStep], backlogs: dict[str, Backlog]) -> 
         if tier is None or backlog.kept_up:
             continue
         objective: dict[str, Any] = {
-            "objective": STEADY_STATE, "verdict": "violated", "observed_s": None,
-            "threshold_s": None, "attainment": None, "target": None,
+            "objective": STEADY_STATE,
+            "verdict": "violated",
+            "observed_s": None,
+            "threshold_s": None,
+            "attainment": None,
+            "target": None,
             "severity": round(backlog.growth / max(backlog.allowed_growth, 1e-9), 6),
             "backlog": backlog.to_dict(),
-        }  # fmt: skip
+        }
         tiers[name] = dataclasses.replace(
             tier, verdict="fail", objectives=[*tier.objectives, objective]
         )

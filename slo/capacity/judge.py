@@ -82,8 +82,12 @@ class TierStep:
         return max(failed, key=lambda o: o["severity"]) if failed else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "requests": self.requests,
-                "percentiles_s": self.percentiles_s, "objectives": self.objectives}  # fmt: skip
+        return {
+            "verdict": self.verdict,
+            "requests": self.requests,
+            "percentiles_s": self.percentiles_s,
+            "objectives": self.objectives,
+        }
 
 
 def judge_step(spec: SLOSpec, records: Sequence[Mapping[str, Any]]) -> dict[str, TierStep]:

@@ -152,8 +152,11 @@ def knobs(document: Mapping[str, Any]) -> dict[str, Any]:
     args = [str(arg) for arg in engine.get("serve_args") or ()]
     quantization = _flag(args, "--quantization") or ("none" if "policy" in engine else None)
     batch = _flag(args, "--max-batch-size") or engine.get("max_batch_size")
-    return {"quantization": quantization, "scheduling": _flag(args, "--scheduling")
-            or engine.get("policy"), "max_batch_size": int(batch) if batch else None}  # fmt: skip
+    return {
+        "quantization": quantization,
+        "scheduling": _flag(args, "--scheduling") or engine.get("policy"),
+        "max_batch_size": int(batch) if batch else None,
+    }
 
 
 def _flag(args: Sequence[str], name: str) -> str | None:

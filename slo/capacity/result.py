@@ -44,18 +44,23 @@ def per_tier(steps: Sequence[Mapping[str, Any]], mode: str) -> dict[str, dict[st
         passing = [load for load, tier in judged if tier["verdict"] == "pass"]
         best = max(passing) if passing else None
         above = sorted(
-            (load, tier) for load, tier in judged
+            (load, tier)
+            for load, tier in judged
             if tier["verdict"] == "fail" and (best is None or load > best)
-        )  # fmt: skip
+        )
         entry: dict[str, Any] = {load_key(mode): best, "binding_objective": None}
         if above:
             load, tier = above[0]
             failed = [o for o in tier["objectives"] if o["verdict"] != "met"]
             if failed:
                 worst = max(failed, key=lambda o: o["severity"] or 0.0)
-                entry.update(binding_objective=worst["objective"], binding_at=load,
-                             severity=worst["severity"], observed_s=worst["observed_s"],
-                             threshold_s=worst["threshold_s"])  # fmt: skip
+                entry.update(
+                    binding_objective=worst["objective"],
+                    binding_at=load,
+                    severity=worst["severity"],
+                    observed_s=worst["observed_s"],
+                    threshold_s=worst["threshold_s"],
+                )
         else:
             entry["note"] = "not bound: it met its objectives at every load it was judged at"
         tiers[name] = entry

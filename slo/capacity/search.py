@@ -74,8 +74,11 @@ def _bracket(outcome: SearchOutcome, runs: dict[float, list[bool]]) -> None:
     failed = [load for load, verdicts in runs.items() if not all(verdicts)]
     outcome.lowest_failing = min(failed) if failed else None
     ceiling = outcome.lowest_failing
-    passed = [load for load, verdicts in runs.items()
-              if all(verdicts) and (ceiling is None or load < ceiling)]  # fmt: skip
+    passed = [
+        load
+        for load, verdicts in runs.items()
+        if all(verdicts) and (ceiling is None or load < ceiling)
+    ]
     outcome.best = max(passed) if passed else None
 
 

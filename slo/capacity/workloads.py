@@ -64,8 +64,9 @@ def _number(entry: dict[str, Any], keys: tuple[str, ...], where: str) -> float:
     raise UsageError(f"{where}: needs {' or '.join(repr(k) for k in keys)} as a number >= 0")
 
 
-def _prompt(entry: dict[str, Any], index: int, tokens: int, chars_per_token: float,
-            block_tokens: int) -> str:  # fmt: skip
+def _prompt(
+    entry: dict[str, Any], index: int, tokens: int, chars_per_token: float, block_tokens: int
+) -> str:
     chars = max(1, int(tokens * chars_per_token))
     ids = entry.get("hash_ids")
     if not isinstance(ids, list) or not ids:
@@ -101,22 +102,30 @@ def read_trace(
             raise UsageError(f"{where}: not JSON ({error.msg})") from None
         if not isinstance(entry, dict):
             raise UsageError(f"{where}: each line must be a JSON object")
-        seconds = (_number(entry, ("timestamp_s",), where) if "timestamp_s" in entry
-                   else _number(entry, ("timestamp",), where) / 1000.0)  # fmt: skip
+        seconds = (
+            _number(entry, ("timestamp_s",), where)
+            if "timestamp_s" in entry
+            else _number(entry, ("timestamp",), where) / 1000.0
+        )
         tokens_in = int(_number(entry, ("input_length", "input_tokens"), where))
         tokens_out = max(1, int(_number(entry, ("output_length", "output_tokens"), where)))
         if max_model_len is not None and tokens_in + tokens_out > max_model_len:
             tokens_in = max(1, max_model_len - tokens_out)  # fitted to the target's context
         tier = entry.get("tier")
         prompt = _prompt(entry, len(requests), tokens_in, chars_per_token, block_tokens)
-        requests.append(TraceRequest(float(seconds), tokens_in, tokens_out,
-                                     str(tier) if tier else None, prompt))  # fmt: skip
+        requests.append(
+            TraceRequest(float(seconds), tokens_in, tokens_out, str(tier) if tier else None, prompt)
+        )
     if not requests:
         raise UsageError(f"--trace {path}: no requests in the file")
     start = min(request.offset_s for request in requests)
     ordered = sorted(requests, key=lambda request: request.offset_s)
-    return [TraceRequest((r.offset_s - start) / scale, r.input_tokens, r.output_tokens, r.tier,
-                         r.prompt) for r in ordered]  # fmt: skip
+    return [
+        TraceRequest(
+            (r.offset_s - start) / scale, r.input_tokens, r.output_tokens, r.tier, r.prompt
+        )
+        for r in ordered
+    ]
 
 
 def sessions(

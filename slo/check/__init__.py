@@ -1,3 +1,3 @@
 """Judging records against the spec: the evaluator (`evaluate`), its SQL pushdown for
-PostgreSQL and SQLite (`sql_check` and the counting, rank and gap queries it runs), DuckDB over
-JSONL results (`jsonl_duckdb`), and per-tier summaries (`summary`)."""
+PostgreSQL and SQLite (`sql_check` and the counting, scan, rank and gap queries it runs),
+DuckDB over JSONL results (`jsonl_duckdb`), and per-tier summaries (`summary`)."""

@@ -22,8 +22,12 @@ class WindowBurn:
     burn_rate: float | None  # bad fraction / error budget; 1.0 spends the budget exactly
 
     def to_dict(self) -> dict[str, Any]:
-        return {"window": format_duration(self.window_s), "events": self.events,
-                "bad": self.bad, "burn_rate": self.burn_rate}  # fmt: skip
+        return {
+            "window": format_duration(self.window_s),
+            "events": self.events,
+            "bad": self.bad,
+            "burn_rate": self.burn_rate,
+        }
 
 
 def burn_rates(

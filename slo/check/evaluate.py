@@ -42,8 +42,12 @@ if TYPE_CHECKING:
 
 # The client view of an SLI (filled by `slo bench`) wins where present: it is what the person
 # waiting saw. Phases have no client view.
-CLIENT_VIEW = {"ttft_s": "client_ttft_s", "e2e_s": "client_e2e_s", "tpot_s": "client_tpot_s",
-               "itl_s": "client_itl_s"}  # fmt: skip
+CLIENT_VIEW = {
+    "ttft_s": "client_ttft_s",
+    "e2e_s": "client_e2e_s",
+    "tpot_s": "client_tpot_s",
+    "itl_s": "client_itl_s",
+}
 
 
 def rank_for(target: float, count: int) -> int:
@@ -128,9 +132,12 @@ class TierResult:
     performance: Classification
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tier": self.name, "requests": self.requests,
-                "objectives": [result.to_dict() for result in self.objectives],
-                "performance": self.performance.to_dict()}  # fmt: skip
+        return {
+            "tier": self.name,
+            "requests": self.requests,
+            "objectives": [result.to_dict() for result in self.objectives],
+            "performance": self.performance.to_dict(),
+        }
 
 
 @dataclass(frozen=True)
@@ -179,8 +186,8 @@ class EvaluationReport:
 
 def columns_needed(spec: SLOSpec) -> set[str]:
     """The record columns `evaluate` reads for this spec (ITL gaps only when asked for)."""
-    needed = {"timestamp", "e2e_s", "ttft_s", "tpot_s", "output_tokens",
-              *CLIENT_VIEW.values()} - {"itl_s", "client_itl_s"}  # fmt: skip
+    needed = {"timestamp", "e2e_s", "ttft_s", "tpot_s", "output_tokens", *CLIENT_VIEW.values()}
+    needed -= {"itl_s", "client_itl_s"}
     for tier in spec.tiers:
         for objective in tier.latency_objectives:
             field_name = CATALOG[objective.sli or ""].record_field or ""
@@ -216,8 +223,10 @@ def evaluate(
             f"out: {', '.join(strays[:5])}"
         )
     client_rows = _client_view_rows(columns)
-    tiers = [_evaluate_tier(spec, tier, columns.select(columns.tier == tier.name), now)
-             for tier in spec.tiers]  # fmt: skip
+    tiers = [
+        _evaluate_tier(spec, tier, columns.select(columns.tier == tier.name), now)
+        for tier in spec.tiers
+    ]
     return EvaluationReport(tiers, spec.window_s, now, len(columns), client_rows, notes)
 
 
@@ -297,8 +306,18 @@ def _latency(
     observed = nearest_rank(values, objective.target) if events else None
     verdict = decide(objective, events, good, observed, spec.min_events)
     burn, alerts = _burn(spec, objective, ~good_mask, masks)
-    return ObjectiveResult(tier.name, objective, events, good, verdict, observed, None, burn,
-                           alerts, min(client_events, events))  # fmt: skip
+    return ObjectiveResult(
+        tier.name,
+        objective,
+        events,
+        good,
+        verdict,
+        observed,
+        None,
+        burn,
+        alerts,
+        min(client_events, events),
+    )
 
 
 def _has_client_gaps(columns: RecordColumns) -> bool:

@@ -150,8 +150,9 @@ def _count(
     """Step 2: every count, grouped by what decides it; returns the client-view records."""
     windows = spec.alert_policy.windows_s
     names = sorted(columns_needed(spec))
-    client_names = sorted({"client_ttft_s", "client_e2e_s"}
-                          | {CLIENT_VIEW[name] for name in plan.client_fields})  # fmt: skip
+    client_names = sorted(
+        {"client_ttft_s", "client_e2e_s"} | {CLIENT_VIEW[name] for name in plan.client_fields}
+    )
     params: list[Any] = [now, now - spec.window_s]  # the bounds `evaluate` computes
     whens = []
     for index, window in enumerate(windows):

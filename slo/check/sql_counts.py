@@ -91,8 +91,14 @@ class CountPlan:
                 if name in CLIENT_VIEW:
                     client_fields[name] = None
                 conditions[condition(objective)] = None
-        return cls(tuple(fields), tuple(client_fields), tuple(conditions), tuple(goodputs),
-                   tuple(gap_conditions), tuple(gap_tiers))  # fmt: skip
+        return cls(
+            tuple(fields),
+            tuple(client_fields),
+            tuple(conditions),
+            tuple(goodputs),
+            tuple(gap_conditions),
+            tuple(gap_tiers),
+        )
 
     @cached_property
     def chains(self) -> dict[str, list[Condition]]:
@@ -229,8 +235,10 @@ def add_group(plan: CountPlan, group: Group, counts: TierCounts) -> int:
     for name in plan.client_fields:
         counts.add(client_key(name), bucket, n if group.client[CLIENT_VIEW[name]] else 0)
     for tests in plan.goodputs:
-        passes = all(levels[t[0]] is None or levels[t[0]] <= chains[t[0]].index(t)  # type: ignore[operator]
-                     for t in tests)  # fmt: skip
+        passes = all(
+            levels[t[0]] is None or levels[t[0]] <= chains[t[0]].index(t)  # type: ignore[operator]
+            for t in tests
+        )
         counts.add(goodput_key(tests), bucket, n if ok and passes else 0)
     if ok:
         counts.tokens += int(group.tokens or 0)
@@ -255,8 +263,9 @@ def build_report(
             f"{outside} records outside the {format_duration(spec.window_s)} window were left out"
         )
     known = {tier.name for tier in spec.tiers}
-    strays = sorted(name for name, counts in tiers.items()
-                    if name not in known and counts.total("records"))  # fmt: skip
+    strays = sorted(
+        name for name, counts in tiers.items() if name not in known and counts.total("records")
+    )
     if strays:
         stray_records = sum(tiers[name].total("records") for name in strays)
         notes.append(
@@ -320,8 +329,18 @@ def _latency(
         client_events = events if counts.client_gaps else 0
     else:
         client_events = counts.total(client_key(name)) if name in CLIENT_VIEW else 0
-    return ObjectiveResult(tier.name, objective, events, good, verdict, observed, None, burn,
-                           alerts, min(client_events, events))  # fmt: skip
+    return ObjectiveResult(
+        tier.name,
+        objective,
+        events,
+        good,
+        verdict,
+        observed,
+        None,
+        burn,
+        alerts,
+        min(client_events, events),
+    )
 
 
 def _ratio(

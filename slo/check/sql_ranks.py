@@ -114,9 +114,14 @@ def sample_bounds(
     aggregates = []
     array: ARRAY[float] = ARRAY(Double())
     for name, v in zip(fields, values, strict=True):
-        whens = [(columns.tier == tier, cast(literal([fraction_for_rank(p + 1, at[0])
-                                                      for p in at[1:]], array), array))
-                 for (tier, f), at in positions.items() if f == name]  # fmt: skip
+        whens = [
+            (
+                columns.tier == tier,
+                cast(literal([fraction_for_rank(p + 1, at[0]) for p in at[1:]], array), array),
+            )
+            for (tier, f), at in positions.items()
+            if f == name
+        ]
         if whens:
             aggregates.append(
                 (name, func.percentile_disc(case(*whens, else_=null())).within_group(v))

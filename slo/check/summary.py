@@ -80,11 +80,14 @@ def summarize(spec: SLOSpec, columns: RecordColumns) -> list[TierSummary]:
                 _rank(sli_values(rows, "ttft_s"), 0.95),
                 _rank(sli_values(rows, "tpot_s"), 0.95),
                 _rank(sli_values(rows, "e2e_s"), 0.95),
-                {p: float(np.nanmean(v)) for p in PHASE_COLUMNS
-                 if (v := _column(rows, p)).size and not np.isnan(v).all()},
+                {
+                    p: float(np.nanmean(v))
+                    for p in PHASE_COLUMNS
+                    if (v := _column(rows, p)).size and not np.isnan(v).all()
+                },
                 float(np.nanmean(beyond)) if beyond.size and not np.isnan(beyond).all() else None,
             )
-        )  # fmt: skip
+        )
     return summaries
 
 

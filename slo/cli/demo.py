@@ -70,12 +70,15 @@ def _add_tour_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_scenario_flags(parser: argparse.ArgumentParser) -> None:
     """Which scenario runs, and the phases of the overload and regression ones."""
-    parser.add_argument("--scenario", choices=("tour", "overload", "regression"),
-                        default="tour",
-                        help="tour: the whole product on light traffic; overload: a batch "
-                        "flood under fifo, then under slo scheduling, side by side; "
-                        "regression: prefill 2x slower, and what the alerts say about it "
-                        "(default: %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--scenario",
+        choices=("tour", "overload", "regression"),
+        default="tour",
+        help="tour: the whole product on light traffic; overload: a batch "
+        "flood under fifo, then under slo scheduling, side by side; "
+        "regression: prefill 2x slower, and what the alerts say about it "
+        "(default: %(default)s)",
+    )
     parser.add_argument(
         "--calm",
         type=float,

@@ -48,8 +48,12 @@ class Act:
 
 
 async def _premium(client: Any, base_url: str, act: Act, stop_at: float, index: int) -> None:
-    body = {"model": "bundled:tiny", "prompt": f"Premium question {index}: status?",
-            "max_tokens": 16, "stream": True}  # fmt: skip
+    body = {
+        "model": "bundled:tiny",
+        "prompt": f"Premium question {index}: status?",
+        "max_tokens": 16,
+        "stream": True,
+    }
     sent = last = time.perf_counter()
     first = True
     async with client.stream(
@@ -169,13 +173,17 @@ def render(acts: list[Act]) -> str:
         "shed (429) premium/batch",
         [f"{a.shed.get('premium', 0)}/{a.shed.get('batch', 0)}" for a in acts],
     )
-    row("batch failures", [
-        str(sum(n for k, n in a.errors.items() if k not in ("200", "429"))) for a in acts
-    ])  # fmt: skip
-    row("premium burn-rate alert", [
-        "fired" + (f" at +{a.alert_fired_at_s:.0f}s" if a.alert_fired_at_s is not None else "")
-        if a.alert_fired_at_s is not None else "quiet" for a in acts
-    ])  # fmt: skip
+    row(
+        "batch failures",
+        [str(sum(n for k, n in a.errors.items() if k not in ("200", "429"))) for a in acts],
+    )
+    row(
+        "premium burn-rate alert",
+        [
+            f"fired at +{a.alert_fired_at_s:.0f}s" if a.alert_fired_at_s is not None else "quiet"
+            for a in acts
+        ],
+    )
     lines.append("where a premium request's time went (server records, mean):")
     for phase in PHASES_SHOWN:
         row(f"  {phase}", [f"{a.phases_ms.get(phase, float('nan')):.1f} ms" for a in acts])

@@ -38,8 +38,11 @@ PHASES_SHOWN = ("network", "other", "queue", "prefill", "decode", "detokenize")
 # ~880 tokens with the bundled byte-level tokenizer: prefill dominates the first token.
 PROMPT = "".join(f"line {i} status ok latency {i * 37 % 997} ms; " for i in range(45))[:880]
 RATE_PER_S = 4.0
-LIVE_POLICY = {"min_events": 5, "burn_rates": [
-    {"severity": "page", "long": "1m", "short": "10s", "factor": 4}], "thresholds": []}  # fmt: skip
+LIVE_POLICY = {
+    "min_events": 5,
+    "burn_rates": [{"severity": "page", "long": "1m", "short": "10s", "factor": 4}],
+    "thresholds": [],
+}
 FACTOR = 2.0
 
 
@@ -53,12 +56,12 @@ class Phase:
 
 
 async def _request(client: Any, base_url: str, phase: Phase, index: int) -> None:
-    body = {"model": MODEL, "prompt": f"request {index}: {PROMPT}", "max_tokens": 8,
-            "stream": True}  # fmt: skip
+    body = {"model": MODEL, "prompt": f"request {index}: {PROMPT}", "max_tokens": 8, "stream": True}
     sent = time.perf_counter()
     headers = {"x-llm-tier": "premium"}
-    async with client.stream("POST", base_url + "/v1/completions", json=body,
-                             headers=headers) as response:  # fmt: skip
+    async with client.stream(
+        "POST", base_url + "/v1/completions", json=body, headers=headers
+    ) as response:
         first = True
         async for line in response.aiter_lines():
             if first and line.startswith("data: {"):
@@ -179,8 +182,10 @@ def _live(
     asyncio.run(_act(server.base_url, healthy, args.calm, watch=True))
     server.slow.delay_s = delay_s
     slowed_at = time.time()
-    _say(f"regression: every prefill {delay_s * 1000:.0f} ms longer (the healthy mean once "
-         f"more) for {args.slow:g}s")  # fmt: skip
+    _say(
+        f"regression: every prefill {delay_s * 1000:.0f} ms longer (the healthy mean once "
+        f"more) for {args.slow:g}s"
+    )
     asyncio.run(_act(server.base_url, slow, args.slow, watch=True))
     return middleware, (healthy, slow), slowed_at
 
@@ -198,8 +203,10 @@ def run_regression(args: argparse.Namespace) -> int:
         # Half way from the healthy p95 to the p95 a doubled prefill adds up to.
         threshold_ms = math.ceil((ttft_p95_s + (FACTOR - 1) * prefill_s / 2) * 1000)
         rules_spec, live_spec = _write_specs(out, threshold_ms)
-        _say(f"premium objective: p95 ttft <= {threshold_ms}ms (healthy p95 "
-             f"{ttft_p95_s * 1000:.0f} ms, prefill {prefill_s * 1000:.0f} ms)")  # fmt: skip
+        _say(
+            f"premium objective: p95 ttft <= {threshold_ms}ms (healthy p95 "
+            f"{ttft_p95_s * 1000:.0f} ms, prefill {prefill_s * 1000:.0f} ms)"
+        )
         delay_s = (FACTOR - 1) * prefill_s
         middleware, acts, slowed_at = _live(server, args, live_spec, store_url, delay_s)
         for path, url in (("slo.json", "/slo"), ("slo.html", "/slo.html")):
@@ -209,25 +216,35 @@ def run_regression(args: argparse.Namespace) -> int:
     before = [r for r in rows if r["timestamp"] < slowed_at]
     after = [r for r in rows if r["timestamp"] >= slowed_at]
     if not before or not after:
-        raise UsageError(f"the server recorded {len(before)} healthy and {len(after)} "
-                         "slowed requests; both are needed (raise --calm and --slow)")  # fmt: skip
+        raise UsageError(
+            f"the server recorded {len(before)} healthy and {len(after)} "
+            "slowed requests; both are needed (raise --calm and --slow)"
+        )
     _say("running the generated rules over a day of this traffic, then an hour slowed (promtool)")
     fired = run_scenario(SLOSpec.load(rules_spec), _profile(before, after))
     report = render(acts, before, after, fired)
     print("\n" + report)
     (out / "regression.txt").write_text(report + "\n", "utf-8")
     (out / "regression.html").write_text(_html(report), "utf-8")
-    print(f"\nslo demo: report {out / 'regression.html'}; the live page {out / 'slo.html'}; "
-          f"records {store}")  # fmt: skip
+    print(
+        f"\nslo demo: report {out / 'regression.html'}; the live page {out / 'slo.html'}; "
+        f"records {store}"
+    )
     return 0
 
 
-def render(acts: tuple[Phase, Phase], before: list[dict[str, Any]],
-           after: list[dict[str, Any]], fired: list[Fired]) -> str:  # fmt: skip
+def render(
+    acts: tuple[Phase, Phase],
+    before: list[dict[str, Any]],
+    after: list[dict[str, Any]],
+    fired: list[Fired],
+) -> str:
     lines = [f"{'premium, server records (mean)':<32}{acts[0].name:>14}{acts[1].name:>22}"]
     for phase in PHASES_SHOWN:
-        lines.append(f"  {phase:<30}{_mean(before, f'{phase}_s') * 1000:>11.1f} ms"
-                     f"{_mean(after, f'{phase}_s') * 1000:>19.1f} ms")  # fmt: skip
+        lines.append(
+            f"  {phase:<30}{_mean(before, f'{phase}_s') * 1000:>11.1f} ms"
+            f"{_mean(after, f'{phase}_s') * 1000:>19.1f} ms"
+        )
     p95s = [f"{_p95(a.client_ttft_s) * 1000:.0f} ms" if a.client_ttft_s else "-" for a in acts]
     lines.append(f"  {'client p95 TTFT':<30}{p95s[0]:>14}{p95s[1]:>22}")
     lines.append("live judge (/slo, burn windows 1m/10s), seconds into each act:")
@@ -239,9 +256,11 @@ def render(acts: tuple[Phase, Phase], before: list[dict[str, Any]],
 
 
 def _html(report: str) -> str:
-    return ("<!doctype html><meta charset=utf-8><title>slo demo: regression</title>"
-            "<h1>Prefill 2x slower: what the alerts say</h1>"
-            f"<pre style='font-size:15px'>{html.escape(report)}</pre>")  # fmt: skip
+    return (
+        "<!doctype html><meta charset=utf-8><title>slo demo: regression</title>"
+        "<h1>Prefill 2x slower: what the alerts say</h1>"
+        f"<pre style='font-size:15px'>{html.escape(report)}</pre>"
+    )
 
 
 def _say(message: str) -> None:

@@ -19,8 +19,16 @@ from slo.errors import UsageError
 # engine.policies.POLICY_NAMES, written out: importing the engine imports torch, and building
 # the parser (`slo --help`) must not. tests/unit/test_policies.py fails when the two disagree.
 SCHEDULING = ("fifo", "priority", "slo")
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,
-          "gib": 2**30}  # fmt: skip
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b|b)?\s*$", re.IGNORECASE)
 
 

@@ -64,8 +64,11 @@ def _new(
         raise UsageError(f"{path}: a key with id '{key_id}' already exists; pick another --id")
     key = new_key()
     entry: KeyEntry = {"id": key_id, "sha256": hash_key(key)}
-    optional = {"tier": tier, "requests_per_minute": requests_per_minute,
-                "tokens_per_minute": tokens_per_minute}  # fmt: skip
+    optional = {
+        "tier": tier,
+        "requests_per_minute": requests_per_minute,
+        "tokens_per_minute": tokens_per_minute,
+    }
     entry.update({name: value for name, value in optional.items() if value is not None})
     entries.append(entry)
     path.write_text(yaml.safe_dump({"keys": entries}, sort_keys=False))
@@ -79,7 +82,11 @@ def _new(
 
 def _entry(key: ApiKey) -> KeyEntry:
     """A loaded key as the file stores it (unset fields left out)."""
-    fields = {"id": key.id, "sha256": key.sha256, "tier": key.tier,
-              "requests_per_minute": key.requests_per_minute,
-              "tokens_per_minute": key.tokens_per_minute}  # fmt: skip
+    fields = {
+        "id": key.id,
+        "sha256": key.sha256,
+        "tier": key.tier,
+        "requests_per_minute": key.requests_per_minute,
+        "tokens_per_minute": key.tokens_per_minute,
+    }
     return {name: value for name, value in fields.items() if value is not None}

@@ -96,21 +96,28 @@ def _plan(
     tokens = arithmetic.mean_output_tokens(document)
     measured_mix = (document.get("workload") or {}).get("tier_mix") or {}
     plan: dict[str, Any] = {
-        "capacity": path, "max_rate": max_rate, "knobs": arithmetic.knobs(document),
-        "replicas": replicas.replicas, "achieved_headroom": round(replicas.achieved_headroom, 4),
+        "capacity": path,
+        "max_rate": max_rate,
+        "knobs": arithmetic.knobs(document),
+        "replicas": replicas.replicas,
+        "achieved_headroom": round(replicas.achieved_headroom, 4),
         "mean_output_tokens": tokens,
         "warnings": arithmetic.mix_warnings(rates, measured_mix) if rates else [],
-    }  # fmt: skip
+    }
     if args.price is not None:
         cost = arithmetic.cost_of(replicas, args.price, tokens)
-        plan.update(cost_per_hour=round(cost.per_hour, 4),
-                    cost_per_million_output_tokens=_round(cost.per_million_output_tokens),
-                    floor_cost_per_million_output_tokens=_round(
-                        cost.floor_per_million_output_tokens))  # fmt: skip
+        plan.update(
+            cost_per_hour=round(cost.per_hour, 4),
+            cost_per_million_output_tokens=_round(cost.per_million_output_tokens),
+            floor_cost_per_million_output_tokens=_round(cost.floor_per_million_output_tokens),
+        )
     if day is not None:
         planned = arithmetic.plan_day(day, max_rate, args.headroom)
-        plan.update(replicas_by_hour=planned.replicas_by_hour, replica_hours=planned.replica_hours,
-                    static_replica_hours=planned.static_replica_hours)  # fmt: skip
+        plan.update(
+            replicas_by_hour=planned.replicas_by_hour,
+            replica_hours=planned.replica_hours,
+            static_replica_hours=planned.static_replica_hours,
+        )
         if args.price is not None:
             plan["cost_per_day"] = round(planned.replica_hours * args.price, 4)
             plan["static_cost_per_day"] = round(planned.static_replica_hours * args.price, 4)
@@ -126,21 +133,30 @@ def _lines(plans: list[dict[str, Any]], target: float, headroom: float) -> list[
     first = plans[0]
     for plan in plans:
         knobs = ", ".join(f"{k} {v}" for k, v in plan["knobs"].items() if v is not None)
-        lines.append(f"{plan['capacity']}: max_rate {plan['max_rate']:g} req/s"
-                     + (f" ({knobs})" if knobs else ""))  # fmt: skip
-        lines.append(f"  replicas {plan['replicas']} (headroom at the target "
-                     f"{plan['achieved_headroom']:.0%})")  # fmt: skip
+        lines.append(
+            f"{plan['capacity']}: max_rate {plan['max_rate']:g} req/s"
+            + (f" ({knobs})" if knobs else "")
+        )
+        lines.append(
+            f"  replicas {plan['replicas']} (headroom at the target "
+            f"{plan['achieved_headroom']:.0%})"
+        )
         if "cost_per_hour" in plan:
             per_million = plan["cost_per_million_output_tokens"]
             lines.append(
                 f"  cost ${plan['cost_per_hour']:.2f}/h"
-                + (f", ${per_million:.4g} per million output tokens (floor at max_rate "
-                   f"${plan['floor_cost_per_million_output_tokens']:.4g})"
-                   if per_million is not None else ", no output tokens measured")
-            )  # fmt: skip
+                + (
+                    f", ${per_million:.4g} per million output tokens (floor at max_rate "
+                    f"${plan['floor_cost_per_million_output_tokens']:.4g})"
+                    if per_million is not None
+                    else ", no output tokens measured"
+                )
+            )
         if "replica_hours" in plan:
-            lines.append(f"  a day: {plan['replica_hours']} replica-hours scaled by the hour, "
-                         f"{plan['static_replica_hours']} held at the peak")  # fmt: skip
+            lines.append(
+                f"  a day: {plan['replica_hours']} replica-hours scaled by the hour, "
+                f"{plan['static_replica_hours']} held at the peak"
+            )
         if plan is not first:
             lines.append("  against the first: " + _against(first, plan))
         lines += [f"  warning: {warning}" for warning in plan["warnings"]]
@@ -148,10 +164,15 @@ def _lines(plans: list[dict[str, Any]], target: float, headroom: float) -> list[
 
 
 def _against(first: dict[str, Any], plan: dict[str, Any]) -> str:
-    changed = [f"{k} {first['knobs'].get(k)} -> {v}" for k, v in plan["knobs"].items()
-               if v != first["knobs"].get(k)]  # fmt: skip
-    text = (f"max_rate {plan['max_rate'] / first['max_rate'] - 1:+.0%}, replicas "
-            f"{plan['replicas'] - first['replicas']:+d}")  # fmt: skip
+    changed = [
+        f"{k} {first['knobs'].get(k)} -> {v}"
+        for k, v in plan["knobs"].items()
+        if v != first["knobs"].get(k)
+    ]
+    text = (
+        f"max_rate {plan['max_rate'] / first['max_rate'] - 1:+.0%}, replicas "
+        f"{plan['replicas'] - first['replicas']:+d}"
+    )
     if plan.get("cost_per_million_output_tokens") and first.get("cost_per_million_output_tokens"):
         ratio = plan["cost_per_million_output_tokens"] / first["cost_per_million_output_tokens"]
         text += f", cost per million output tokens {ratio - 1:+.0%}"

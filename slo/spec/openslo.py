@@ -98,8 +98,9 @@ def _window(spec: Mapping[str, Any], source: str, doc: Any) -> list[float]:
         raise _fail(source, doc, f"timeWindow: {error}") from None
 
 
-def _indicator(spec: Mapping[str, Any], slis: Mapping[str, Any], source: str, doc: Any,
-               name: str) -> Mapping[str, Any]:  # fmt: skip
+def _indicator(
+    spec: Mapping[str, Any], slis: Mapping[str, Any], source: str, doc: Any, name: str
+) -> Mapping[str, Any]:
     if "indicator" in spec:
         return (spec["indicator"] or {}).get("spec") or {}
     reference = spec.get("indicatorRef")
@@ -155,8 +156,9 @@ def _target(objective: Mapping[str, Any], source: str, doc: Any, name: str) -> f
     return target
 
 
-def _objective(objective: Mapping[str, Any], indicator: Mapping[str, Any], source: str,
-               doc: Any, name: str) -> tuple[str, str | None]:  # fmt: skip
+def _objective(
+    objective: Mapping[str, Any], indicator: Mapping[str, Any], source: str, doc: Any, name: str
+) -> tuple[str, str | None]:
     target = format_percent(_target(objective, source, doc, name))
     if "thresholdMetric" in indicator:
         sli = _latency_sli(_queries(indicator["thresholdMetric"]))

@@ -154,9 +154,15 @@ class RecordStore:
         # Errors that say "the database is out" (locked, read-only, full, unreachable), not
         # "this batch is bad": the batch waits and is retried instead of being rejected.
         outage_errors: tuple[type[BaseException], ...] = (
-            OperationalError, InterfaceError, DisconnectionError, PoolTimeout, OSError,
-            dbapi.OperationalError, dbapi.InterfaceError, dbapi.InternalError,
-        )  # fmt: skip
+            OperationalError,
+            InterfaceError,
+            DisconnectionError,
+            PoolTimeout,
+            OSError,
+            dbapi.OperationalError,
+            dbapi.InterfaceError,
+            dbapi.InternalError,
+        )
         self.writer = RecordWriter(
             lambda rows: self._insert(rows),  # looked up per call: tests slow it down
             _row,
@@ -356,8 +362,9 @@ class RecordStore:
             ) from None
         return RecordColumns.from_rows(names, rows).with_missing(absent)
 
-    def iter_dicts(self, since: float | None = None, until: float | None = None,
-                   tier: str | None = None) -> Iterator[dict[str, Any]]:  # fmt: skip
+    def iter_dicts(
+        self, since: float | None = None, until: float | None = None, tier: str | None = None
+    ) -> Iterator[dict[str, Any]]:
         statement = self._where(
             select(*[TABLE.c[name] for name in FIELD_NAMES]), since, until, tier
         )
@@ -372,8 +379,13 @@ class RecordStore:
         """Validate and store every record of a JSONL file; returns how many."""
         return self.add_many(iter_jsonl_dicts(path))
 
-    def export_jsonl(self, path: str | Path, since: float | None = None,
-                     until: float | None = None, tier: str | None = None) -> int:  # fmt: skip
+    def export_jsonl(
+        self,
+        path: str | Path,
+        since: float | None = None,
+        until: float | None = None,
+        tier: str | None = None,
+    ) -> int:
         count = 0
         with Path(path).open("w", encoding="utf-8") as handle:
             for row in self.iter_dicts(since, until, tier):

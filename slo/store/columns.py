@@ -31,8 +31,12 @@ from slo.records import (
 from slo.sli import OUTCOMES
 
 NUMBER_COLUMNS: tuple[str, ...] = (
-    *REQUIRED_FLOAT, *OPTIONAL_FLOAT, "output_tokens", "input_tokens", "cached_tokens",
-)  # fmt: skip
+    *REQUIRED_FLOAT,
+    *OPTIONAL_FLOAT,
+    "output_tokens",
+    "input_tokens",
+    "cached_tokens",
+)
 LIST_COLUMNS: tuple[str, ...] = ("itl_s", "client_itl_s")
 ALL_COLUMNS: tuple[str, ...] = NUMBER_COLUMNS + LIST_COLUMNS
 
@@ -278,9 +282,12 @@ def _row_type(columns: frozenset[str]) -> type[msgspec.Struct]:
     still decodes to None) so that the rows convert to floats in one C pass.
     """
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
-        ("request_id", str), ("tier", str), ("timestamp", float), ("e2e_s", float),
+        ("request_id", str),
+        ("tier", str),
+        ("timestamp", float),
+        ("e2e_s", float),
         ("outcome", Literal[OUTCOMES], "ok"),  # type: ignore[valid-type]
-    ]  # fmt: skip
+    ]
     for name in NUMBER_COLUMNS:
         if name in columns and name not in REQUIRED_FLOAT:
             fields.append((name, int, 0) if name in INT_FIELDS else (name, float | None, math.nan))

@@ -268,8 +268,10 @@ class RecordWriter:
             logger.warning(
                 "record store %s unavailable (%s): records wait in memory and in %s; "
                 "retrying with backoff",
-                self.label, first_line(error), self.spool.path,
-            )  # fmt: skip
+                self.label,
+                first_line(error),
+                self.spool.path,
+            )
         self._healthy = False
 
     def _mark_up(self) -> None:

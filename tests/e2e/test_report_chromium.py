@@ -22,8 +22,10 @@ from tests.helpers.servers import free_port
 
 pytest.importorskip("matplotlib")
 
-from slo.cli.report.charts import PALETTE, industry_figure, percentile_figure, value_scale
+from slo.cli.report.charts import percentile_figure, value_scale
 from slo.cli.report.command import write_report
+from slo.cli.report.figures import PALETTE
+from slo.cli.report.industry_chart import industry_figure
 from slo.records import iter_jsonl_dicts
 from slo.spec import SLOSpec
 from slo.store.columns import RecordColumns

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from slo.check import sql_check, sql_ranks
+from slo.check import sql_check, sql_ranks, sql_scan
 from slo.check.evaluate import columns_needed, evaluate
 from slo.check.sql_check import evaluate_sql
 from slo.errors import UsageError
@@ -196,7 +196,7 @@ def test_sampled_bounds_jit_and_wide_keys(schema_url: str, monkeypatch: pytest.M
         store.close()
     monkeypatch.setattr(sql_check, "SAMPLE_MIN_TABLE", 0)
     monkeypatch.setattr(sql_check, "JIT_MIN_TABLE", 0)
-    monkeypatch.setattr(sql_check, "INT4_KEYS", 0)
+    monkeypatch.setattr(sql_scan, "INT4_KEYS", 0)
     monkeypatch.setattr(sql_ranks, "SAMPLE_MIN_VALUES", 50)
     seen: list[dict[tuple[str, str], tuple]] = []
     real = sql_ranks.sample_bounds

@@ -192,19 +192,32 @@ def _saturation(shape: StepShape, options: CapacityOptions, base_url: str, setti
     probe_shape = StepShape(**{**shape.__dict__, "warmup": 0, "measured": count})
     plan = plan_step(probe_shape, 0, None)
     result = asyncio.run(
-        run_plan(base_url, plan, settings, concurrency=width, out=None, progress=False,
-                 duration_limit_s=shape.request_timeout_s * 4)
-    )  # fmt: skip
-    ends = sorted(r["timestamp"] + r.get("client_e2e_s", r["e2e_s"]) for r in result.records
-                  if r.get("outcome") == "ok")  # fmt: skip
+        run_plan(
+            base_url,
+            plan,
+            settings,
+            concurrency=width,
+            out=None,
+            progress=False,
+            duration_limit_s=shape.request_timeout_s * 4,
+        )
+    )
+    ends = sorted(
+        r["timestamp"] + r.get("client_e2e_s", r["e2e_s"])
+        for r in result.records
+        if r.get("outcome") == "ok"
+    )
     if len(ends) <= width or ends[-1] <= ends[width - 1]:
         raise UsageError(
             f"{base_url}: the saturation probe finished {len(ends)} of {count} requests ok; "
             "check the server, or give a first load with --start"
         )
     rate = (len(ends) - width) / (ends[-1] - ends[width - 1])
-    print(f"slo bench: saturation probe (concurrency {width}): {rate:.3g} req/s finished; "
-          f"the search starts at {START_SHARE:g}x that", flush=True)  # fmt: skip
+    print(
+        f"slo bench: saturation probe (concurrency {width}): {rate:.3g} req/s finished; "
+        f"the search starts at {START_SHARE:g}x that",
+        flush=True,
+    )
     return rate
 
 
@@ -240,8 +253,11 @@ def _step_line(report: StepReport, again: bool = False) -> str:
     unit = "req/s" if report.mode == "rate" else "in flight"
     if again:
         unit += " (again, a fresh draw)"
-    worst = [f"{name}: {tier.binding['objective']}" for name, tier in report.tiers.items()
-             if tier.binding is not None]  # fmt: skip
+    worst = [
+        f"{name}: {tier.binding['objective']}"
+        for name, tier in report.tiers.items()
+        if tier.binding is not None
+    ]
     text = (
         f"step {report.index}: {report.load:g} {unit}: {report.verdict.upper()}, "
         f"{len(report.measured_records)} measured in {report.elapsed_s:.1f} s, goodput "

@@ -115,8 +115,11 @@ def _us(seconds: float) -> float:
 
 
 def request_body(planned: PlannedRequest, settings: RequestSettings) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": settings.model, "max_tokens": planned.max_tokens,
-                            "stream": settings.stream}  # fmt: skip
+    body: dict[str, Any] = {
+        "model": settings.model,
+        "max_tokens": planned.max_tokens,
+        "stream": settings.stream,
+    }
     if settings.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": planned.prompt}]
     else:

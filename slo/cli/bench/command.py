@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slo.cli.bench.options import FALLBACK_CONTEXT, BenchOptions, target
-from slo.cli.bench.profiles import PROFILES, get_profile, parse_tier_mix, plan_requests
+from slo.cli.bench.profiles import (
+    PROFILES,
+    PlannedRequest,
+    Profile,
+    get_profile,
+    parse_tier_mix,
+    plan_requests,
+)
 from slo.cli.bench.search_flags import add_search_flags
 from slo.cli.bench.workload_plan import add_workload_flags, workload_plan
 from slo.errors import UsageError
@@ -190,21 +197,30 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> BenchOptions:
     return BenchOptions(
-        profile=args.profile, requests=args.requests, rate=args.rate,
-        concurrency=args.concurrency, tier_mix=args.tier_mix, tier_header=args.tier_header,
-        seed=args.seed, duration_limit_s=args.duration_limit, model=args.model,
-        max_model_len=args.max_model_len, chars_per_token=args.chars_per_token,
-        stream=not args.no_stream, ignore_eos=not args.no_ignore_eos,
-        request_timeout_s=args.request_timeout, progress=not args.quiet,
-        arrival=args.arrival, burstiness=args.burstiness,
-    )  # fmt: skip
+        profile=args.profile,
+        requests=args.requests,
+        rate=args.rate,
+        concurrency=args.concurrency,
+        tier_mix=args.tier_mix,
+        tier_header=args.tier_header,
+        seed=args.seed,
+        duration_limit_s=args.duration_limit,
+        model=args.model,
+        max_model_len=args.max_model_len,
+        chars_per_token=args.chars_per_token,
+        stream=not args.no_stream,
+        ignore_eos=not args.no_ignore_eos,
+        request_timeout_s=args.request_timeout,
+        progress=not args.quiet,
+        arrival=args.arrival,
+        burstiness=args.burstiness,
+    )
 
 
 def execute(
     options: BenchOptions, base_url: str, out: Path, args: argparse.Namespace | None = None
 ) -> RunResult:
     """Plan and run one benchmark against `base_url`, writing records to `out` as they finish."""
-    from slo.cli.bench.client import RequestSettings
     from slo.cli.bench.runner import fetch_model_info, open_output, run_plan
 
     options.check()
@@ -212,26 +228,8 @@ def execute(
     mix = parse_tier_mix(options.tier_mix) if options.tier_mix else None
     info = fetch_model_info(base_url.rstrip("/"), options.model)
     context = options.max_model_len or info.max_model_len or FALLBACK_CONTEXT
-    concurrency = options.concurrency
-    rate = options.rate
-    if rate is None and concurrency is None:
-        if profile.arrival == "poisson":
-            rate = profile.rate
-        else:
-            concurrency = profile.concurrency
-    plan = plan_requests(profile, options.requests, seed=options.seed, max_model_len=context,
-                         rate=rate if concurrency is None else None, tier_mix=mix,
-                         chars_per_token=options.chars_per_token, arrival=options.arrival,
-                         burstiness=options.burstiness)  # fmt: skip
-    if args is not None:
-        replayed = workload_plan(args, profile, mix or profile.tier_mix, context, rate)
-        if replayed is not None:
-            plan = replayed[: options.requests]
-            print(f"slo bench: {len(plan)} of the workload's {len(replayed)} requests (--requests)")
-    settings = RequestSettings(
-        info.name, profile.endpoint, options.stream, options.ignore_eos,
-        options.tier_header, options.seed, options.request_timeout_s,
-    )  # fmt: skip
+    rate, concurrency = _pace(options, profile)
+    plan = _plan(options, profile, mix, context, rate, concurrency, args)
     pace = (
         f"{options.arrival} {rate:g} req/s" if concurrency is None else f"concurrency {concurrency}"
     )
@@ -246,10 +244,54 @@ def execute(
     )
     with open_output(out) as handle:
         return asyncio.run(
-            run_plan(base_url.rstrip("/"), plan, settings, concurrency=concurrency,
-                     duration_limit_s=options.duration_limit_s, out=handle,
-                     progress=options.progress)
-        )  # fmt: skip
+            run_plan(
+                base_url.rstrip("/"),
+                plan,
+                options.request_settings(info.name, profile.endpoint),
+                concurrency=concurrency,
+                duration_limit_s=options.duration_limit_s,
+                out=handle,
+                progress=options.progress,
+            )
+        )
+
+
+def _pace(options: BenchOptions, profile: Profile) -> tuple[float | None, int | None]:
+    """(rate, concurrency) as given, else the profile's own pace."""
+    if options.rate is None and options.concurrency is None:
+        if profile.arrival == "poisson":
+            return profile.rate, None
+        return None, profile.concurrency
+    return options.rate, options.concurrency
+
+
+def _plan(
+    options: BenchOptions,
+    profile: Profile,
+    mix: tuple[tuple[str, float], ...] | None,
+    context: int,
+    rate: float | None,
+    concurrency: int | None,
+    args: argparse.Namespace | None,
+) -> list[PlannedRequest]:
+    """The profile's seeded requests, or the workload's (--trace, --sessions) when one is given."""
+    plan = plan_requests(
+        profile,
+        options.requests,
+        seed=options.seed,
+        max_model_len=context,
+        rate=rate if concurrency is None else None,
+        tier_mix=mix,
+        chars_per_token=options.chars_per_token,
+        arrival=options.arrival,
+        burstiness=options.burstiness,
+    )
+    if args is not None:
+        replayed = workload_plan(args, profile, mix or profile.tier_mix, context, rate)
+        if replayed is not None:
+            plan = replayed[: options.requests]
+            print(f"slo bench: {len(plan)} of the workload's {len(replayed)} requests (--requests)")
+    return plan
 
 
 def run(args: argparse.Namespace) -> int:
@@ -272,8 +314,10 @@ def run(args: argparse.Namespace) -> int:
     print(describe_stop(result))
     if result.records:
         sys.stdout.write(render_summary(spec, columns_of(result.records), result.elapsed_s))
-    print(f"records: {out} ({len(result.records)} lines); judge them with "
-          f"`slo check --results {out}`, draw them with `slo report --results {out}`")  # fmt: skip
+    print(
+        f"records: {out} ({len(result.records)} lines); judge them with "
+        f"`slo check --results {out}`, draw them with `slo report --results {out}`"
+    )
     return 130 if result.stopped_by == "interrupt" else 0
 
 

@@ -127,9 +127,13 @@ class LeanClient:
         path = urlsplit(url)
         target = (path.path or "/") + (f"?{path.query}" if path.query else "")
         payload = json.dumps(body, separators=(",", ":")).encode()
-        lines = [f"POST {target} HTTP/1.1".encode(), b"Host: " + self._host_header,
-                 b"Content-Type: application/json", b"Accept: */*",
-                 b"Content-Length: " + str(len(payload)).encode()]  # fmt: skip
+        lines = [
+            f"POST {target} HTTP/1.1".encode(),
+            b"Host: " + self._host_header,
+            b"Content-Type: application/json",
+            b"Accept: */*",
+            b"Content-Length: " + str(len(payload)).encode(),
+        ]
         lines += [f"{name}: {value}".encode() for name, value in headers.items()]
         return b"\r\n".join(lines) + b"\r\n\r\n" + payload
 

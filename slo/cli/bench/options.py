@@ -6,9 +6,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from slo.capacity.arrivals import ArrivalKind, check_arrival
 from slo.errors import UsageError
+
+if TYPE_CHECKING:  # httpx loads when a run starts, not when the CLI parser is built
+    from slo.cli.bench.client import RequestSettings
 
 # The context length assumed when neither --max-model-len nor the server says.
 FALLBACK_CONTEXT = 4096
@@ -63,6 +67,20 @@ class BenchOptions:
             if failed:
                 raise UsageError(message)
         check_arrival(self.arrival, self.rate or 1.0, self.burstiness)
+
+    def request_settings(self, model: str, endpoint: str) -> RequestSettings:
+        """How each request is sent: alike in a plain run and in every step of a search."""
+        from slo.cli.bench.client import RequestSettings
+
+        return RequestSettings(
+            model=model,
+            endpoint=endpoint,
+            stream=self.stream,
+            ignore_eos=self.ignore_eos,
+            tier_header=self.tier_header,
+            seed=self.seed,
+            timeout_s=self.request_timeout_s,
+        )
 
 
 @contextlib.contextmanager

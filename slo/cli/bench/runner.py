@@ -205,9 +205,12 @@ class _Run:
             self.stop.set()
 
     async def one(
-        self, client: Client, base_url: str, planned: PlannedRequest,
+        self,
+        client: Client,
+        base_url: str,
+        planned: PlannedRequest,
         scheduled: float | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if scheduled is not None:  # open loop: how late this send is, as it starts
             sent = time.perf_counter()
             self.result.late_s.append(max(0.0, sent - scheduled))
@@ -247,8 +250,11 @@ class _Run:
                 # The schedule starts now, not before the client was built (its TLS context
                 # alone takes tens of milliseconds): no send starts late.
                 self.start = time.perf_counter()
-                loop = (self.open_loop(client, base_url) if concurrency is None
-                        else self.closed_loop(client, base_url, concurrency))  # fmt: skip
+                loop = (
+                    self.open_loop(client, base_url)
+                    if concurrency is None
+                    else self.closed_loop(client, base_url, concurrency)
+                )
                 work = asyncio.create_task(loop)
                 stopper = asyncio.create_task(_wait(self.stop))
                 try:

@@ -57,9 +57,20 @@ def embedded_server(
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="slo-bench-") as scratch:
         log_path = Path(scratch) / "serve.log"
-        command = [sys.executable, "-m", "slo.cli", "serve", "--host", "127.0.0.1",
-                   "--port", str(port), "--model", model,
-                   "--store", store or f"sqlite:///{Path(scratch) / 'records.db'}"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "slo.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--model",
+            model,
+            "--store",
+            store or f"sqlite:///{Path(scratch) / 'records.db'}",
+        ]
         if spec:
             command += ["--spec", spec]
         command += list(extra_args)  # more `slo serve` flags (the overload demo's --scheduling)

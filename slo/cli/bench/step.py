@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slo.capacity.arrivals import ArrivalKind, Lateness, lateness_of
 from slo.capacity.backlog import Backlog, backlog_of, judge_backlogs
@@ -23,6 +24,9 @@ from slo.check.summary import columns_of, good_requests
 from slo.cli.bench.client import RequestSettings
 from slo.cli.bench.profiles import PlannedRequest, Profile, plan_requests
 from slo.spec import SLOSpec
+
+if TYPE_CHECKING:
+    from slo.cli.bench.runner import RunResult
 
 
 @dataclass(frozen=True)
@@ -79,9 +83,13 @@ class StepReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "step": self.index, self.mode: self.load, "verdict": self.verdict,
-            "measured_requests": len(self.measured_records), "elapsed_s": round(self.elapsed_s, 3),
-            "goodput_rps": self.goodput_rps, "throughput_rps": self.throughput_rps,
+            "step": self.index,
+            self.mode: self.load,
+            "verdict": self.verdict,
+            "measured_requests": len(self.measured_records),
+            "elapsed_s": round(self.elapsed_s, 3),
+            "goodput_rps": self.goodput_rps,
+            "throughput_rps": self.throughput_rps,
             "output_tokens_per_s": self.output_tokens_per_s,
             "mean_output_tokens": self.mean_output_tokens,
             "stopped_early": self.stopped_early,
@@ -89,16 +97,21 @@ class StepReport:
             "backlog": {name: backlog.to_dict() for name, backlog in self.backlog.items()},
             "records": self.records_file,
             "tiers": {name: tier.to_dict() for name, tier in self.tiers.items()},
-        }  # fmt: skip
+        }
 
 
 def plan_step(shape: StepShape, index: int, rate: float | None) -> list[PlannedRequest]:
     return plan_requests(
-        shape.profile, sum(shape.sizes(rate)), seed=shape.seed + index,
-        max_model_len=shape.context, rate=rate, tier_mix=shape.mix,
-        chars_per_token=shape.chars_per_token, arrival=shape.arrival,
+        shape.profile,
+        sum(shape.sizes(rate)),
+        seed=shape.seed + index,
+        max_model_len=shape.context,
+        rate=rate,
+        tier_mix=shape.mix,
+        chars_per_token=shape.chars_per_token,
+        arrival=shape.arrival,
         burstiness=shape.burstiness,
-    )  # fmt: skip
+    )
 
 
 def run_step(
@@ -111,8 +124,6 @@ def run_step(
     mode: str,
 ) -> StepReport:
     """Run and judge one step at `load` (req/s in mode "rate", in-flight requests else)."""
-    from slo.cli.bench.runner import run_plan
-
     rate = load if mode == "rate" else None
     plan = plan_step(shape, index, rate)
     warmup, _ = shape.sizes(rate)
@@ -135,13 +146,7 @@ def run_step(
         measured.append(record)
         return miss(record)
 
-    # Time enough for the plan at the asked load and the last requests to finish.
-    planned_s = plan[-1].offset_s if rate else len(plan) * 60.0 / max(load, 1)
-    limit_s = planned_s * 2 + shape.request_timeout_s
-    result = asyncio.run(
-        run_plan(base_url, plan, settings, concurrency=None if rate else int(load),
-                 duration_limit_s=limit_s, out=None, progress=False, stop_when=stop_when)
-    )  # fmt: skip
+    result = _run(base_url, plan, settings, shape, rate, load, stop_when)
     report = _judge(spec, index, load, mode, measured, miss)
     report.elapsed_s = result.elapsed_s
     if rate is not None:
@@ -158,13 +163,44 @@ def run_step(
     return report
 
 
+def _run(
+    base_url: str,
+    plan: list[PlannedRequest],
+    settings: RequestSettings,
+    shape: StepShape,
+    rate: float | None,
+    load: float,
+    stop_when: Callable[[dict[str, Any], PlannedRequest], bool],
+) -> RunResult:
+    """Send the step's plan: open loop at `rate`, else `load` requests in flight."""
+    from slo.cli.bench.runner import run_plan
+
+    # Time enough for the plan at the asked load and the last requests to finish.
+    planned_s = plan[-1].offset_s if rate else len(plan) * 60.0 / max(load, 1)
+    limit_s = planned_s * 2 + shape.request_timeout_s
+    return asyncio.run(
+        run_plan(
+            base_url,
+            plan,
+            settings,
+            concurrency=None if rate else int(load),
+            duration_limit_s=limit_s,
+            out=None,
+            progress=False,
+            stop_when=stop_when,
+        )
+    )
+
+
 def _judge_backlog(
     report: StepReport, sends: dict[str, list[float]], finishes: dict[str, list[float]]
 ) -> None:
     """Each tier's backlog over the measured window (its first to last send); a tier whose
     server fell behind fails the step (`slo.capacity.backlog`)."""
-    window = (min(r["timestamp"] for r in report.measured_records),
-              max(r["timestamp"] for r in report.measured_records))  # fmt: skip
+    window = (
+        min(r["timestamp"] for r in report.measured_records),
+        max(r["timestamp"] for r in report.measured_records),
+    )
     for tier, sent in sends.items():
         backlog = backlog_of(sent, finishes[tier], window)
         if backlog is not None:
@@ -207,13 +243,15 @@ def _judge(
             for objective in tier.objectives:
                 if objective["objective"] == objective_name:
                     objective["verdict"] = "violated"
-            tiers[tier_name] = TierStep(tier.tier, tier.requests, "fail", tier.objectives,
-                                        tier.percentiles_s)  # fmt: skip
+            tiers[tier_name] = TierStep(
+                tier.tier, tier.requests, "fail", tier.objectives, tier.percentiles_s
+            )
         # The other tiers saw only the start of the step: it judges none of them.
         for name, other in tiers.items():
             if name != tier_name:
-                tiers[name] = TierStep(other.tier, other.requests, "no_data", other.objectives,
-                                       other.percentiles_s)  # fmt: skip
+                tiers[name] = TierStep(
+                    other.tier, other.requests, "no_data", other.objectives, other.percentiles_s
+                )
     passed = (
         bool(tiers) and miss.missed is None and all(t.verdict == "pass" for t in tiers.values())
     )

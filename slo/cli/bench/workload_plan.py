@@ -62,17 +62,25 @@ def workload_plan(
     rng = random.Random(args.seed)
     if args.trace:
         entries = read_trace(
-            args.trace, scale=args.trace_scale, chars_per_token=args.chars_per_token,
+            args.trace,
+            scale=args.trace_scale,
+            chars_per_token=args.chars_per_token,
             max_model_len=context,
-        )  # fmt: skip
+        )
     elif args.sessions:
         if rate is None:
             raise UsageError("--sessions is open loop: give --rate (sessions/s), not --concurrency")
         scale = profile.scale_for(context)
-        entries = sessions(rng, args.sessions, args.turns, rate=rate, think_s=args.think_time,
-                           turn_tokens=max(1, round(profile.input.median * scale / args.turns)),
-                           output_tokens=max(1, round(profile.output.median * scale)),
-                           chars_per_token=args.chars_per_token)  # fmt: skip
+        entries = sessions(
+            rng,
+            args.sessions,
+            args.turns,
+            rate=rate,
+            think_s=args.think_time,
+            turn_tokens=max(1, round(profile.input.median * scale / args.turns)),
+            output_tokens=max(1, round(profile.output.median * scale)),
+            chars_per_token=args.chars_per_token,
+        )
     else:
         return None
     return _planned(entries, mix, rng)
@@ -83,7 +91,13 @@ def _planned(
 ) -> list[PlannedRequest]:
     names, weights = [name for name, _ in mix], [weight for _, weight in mix]
     return [
-        PlannedRequest(index, entry.tier or rng.choices(names, weights)[0], entry.prompt,
-                       entry.input_tokens, entry.output_tokens, entry.offset_s)
+        PlannedRequest(
+            index,
+            entry.tier or rng.choices(names, weights)[0],
+            entry.prompt,
+            entry.input_tokens,
+            entry.output_tokens,
+            entry.offset_s,
+        )
         for index, entry in enumerate(entries)
-    ]  # fmt: skip
+    ]

@@ -14,7 +14,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from slo.cli.report.charts import PALETTE, _figure, to_svg
+from slo.cli.report.figures import PALETTE, new_figure, to_svg
 
 
 def _steps(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -25,14 +25,24 @@ def _steps(document: dict[str, Any]) -> list[dict[str, Any]]:
 def capacity_figure(document: dict[str, Any]) -> Figure:
     steps = _steps(document)
     knee = document.get("max_rate")
-    figure = _figure(10.0, 6.4)
+    figure = new_figure(10.0, 6.4)
     top, bottom = figure.subplots(2, 1, sharex=True)
     rates = [s["rate"] for s in steps]
     top.plot(rates, rates, color="#bbb", linestyle=":", label="offered")
-    top.plot(rates, [s.get("throughput_rps") or 0 for s in steps], marker="o",
-             color=PALETTE[0], label="throughput (ok)")  # fmt: skip
-    top.plot(rates, [s.get("goodput_rps") or 0 for s in steps], marker="s",
-             color=PALETTE[2], label="goodput")  # fmt: skip
+    top.plot(
+        rates,
+        [s.get("throughput_rps") or 0 for s in steps],
+        marker="o",
+        color=PALETTE[0],
+        label="throughput (ok)",
+    )
+    top.plot(
+        rates,
+        [s.get("goodput_rps") or 0 for s in steps],
+        marker="s",
+        color=PALETTE[2],
+        label="goodput",
+    )
     if knee:
         top.axhline(knee, color=PALETTE[3], linewidth=1, label=f"capacity baseline {knee:g} req/s")
     top.set_ylabel("requests/s")
@@ -62,8 +72,13 @@ def _objectives(axes: Any, steps: list[dict[str, Any]]) -> None:
                 thresholds[key] = objective["threshold_s"]
     for index, (key, points) in enumerate(sorted(series.items())):
         color = PALETTE[index % len(PALETTE)]
-        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=color,
-                  label=f"{key[0]}: {key[1]}")  # fmt: skip
+        axes.plot(
+            [p[0] for p in points],
+            [p[1] for p in points],
+            marker="o",
+            color=color,
+            label=f"{key[0]}: {key[1]}",
+        )
         axes.axhline(thresholds[key], color=color, linestyle="--", linewidth=1)
     if series:
         axes.set_yscale("log")

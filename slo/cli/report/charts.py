@@ -6,26 +6,20 @@ saw) and the server's otherwise, the same choice `slo check` makes.
 
 from __future__ import annotations
 
-import io
-import re
 from collections.abc import Iterator, Sequence
 
-import matplotlib as mpl
 import numpy as np
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 
 from slo.check.evaluate import EvaluationReport, nearest_rank
 from slo.check.summary import PHASE_COLUMNS, sli_values
-from slo.performance import LATENCY_TIERS
+from slo.cli.report.figures import PALETTE, new_figure, no_data, to_svg
+from slo.cli.report.industry_chart import industry_chart
 from slo.spec import SLOSpec
 from slo.store.columns import RecordColumns
 
-PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3")
 PERCENTILES = (50, 90, 95, 99)
 MAX_POINTS = 4000  # scatter points per chart: beyond this the SVG grows, the picture does not
-_STRIP = re.compile(r"<\?xml.*?\?>|<!DOCTYPE.*?>|<metadata>.*?</metadata>", re.DOTALL)
 
 
 def tier_colors(spec: SLOSpec, columns: RecordColumns) -> dict[str, str]:
@@ -41,25 +35,6 @@ def _tiers(spec: SLOSpec, columns: RecordColumns) -> Iterator[tuple[str, str, Re
         mask = ok & (columns.tier == name)
         if mask.any():
             yield name, color, columns.select(mask)
-
-
-def to_svg(figure: Figure, name: str) -> str:
-    buffer = io.StringIO()
-    # A salt per chart keeps the ids of clip paths unique across the SVGs of one page.
-    with mpl.rc_context({"svg.hashsalt": name, "svg.fonttype": "none"}):
-        figure.savefig(buffer, format="svg", bbox_inches="tight")
-    return _STRIP.sub("", buffer.getvalue()).strip()
-
-
-def _figure(width: float = 10.0, height: float = 3.6) -> Figure:
-    figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
-    figure.set_facecolor("white")
-    return figure
-
-
-def _no_data(axes: Axes, what: str) -> None:
-    axes.text(0.5, 0.5, f"no {what} in these records", ha="center", va="center",
-              transform=axes.transAxes, color="#888")  # fmt: skip
 
 
 def _clean(values: np.ndarray) -> np.ndarray:
@@ -99,7 +74,7 @@ def percentile_chart(spec: SLOSpec, columns: RecordColumns) -> str:
 
 def percentile_figure(spec: SLOSpec, columns: RecordColumns) -> Figure:
     """p50/p90/p95/p99 per tier for TTFT, TPOT and e2e, with each tier's SLO thresholds."""
-    figure = _figure(11, 3.8)
+    figure = new_figure(11, 3.8)
     axes_row = figure.subplots(1, 3)
     tiers = list(_tiers(spec, columns))
     width = 0.8 / len(PERCENTILES)
@@ -114,14 +89,33 @@ def percentile_figure(spec: SLOSpec, columns: RecordColumns) -> Figure:
             for k, (q, alpha) in enumerate(zip(PERCENTILES, shades, strict=True)):
                 x = index - 0.4 + width * (k + 0.5)
                 bars.append(nearest_rank(values, q / 100) * 1e3)
-                axes.bar(x, bars[-1], width, color=color, alpha=alpha,
-                         label=f"p{q}" if index == 0 else None)  # fmt: skip
+                axes.bar(
+                    x,
+                    bars[-1],
+                    width,
+                    color=color,
+                    alpha=alpha,
+                    label=f"p{q}" if index == 0 else None,
+                )
             for threshold, objective in _thresholds(spec, name, sli):
                 lines.append(threshold * 1e3)
-                axes.hlines(threshold * 1e3, index - 0.45, index + 0.45, colors="#c00",
-                            linestyles="dashed", linewidth=1.5)  # fmt: skip
-                axes.annotate(objective, (index, threshold * 1e3), textcoords="offset points",
-                              xytext=(0, 3), ha="center", fontsize=7, color="#c00")  # fmt: skip
+                axes.hlines(
+                    threshold * 1e3,
+                    index - 0.45,
+                    index + 0.45,
+                    colors="#c00",
+                    linestyles="dashed",
+                    linewidth=1.5,
+                )
+                axes.annotate(
+                    objective,
+                    (index, threshold * 1e3),
+                    textcoords="offset points",
+                    xytext=(0, 3),
+                    ha="center",
+                    fontsize=7,
+                    color="#c00",
+                )
         scale, limits = value_scale(bars, lines)
         if scale == "log":
             axes.set_yscale("log")
@@ -129,25 +123,39 @@ def percentile_figure(spec: SLOSpec, columns: RecordColumns) -> Figure:
         axes.set_title(f"{label} percentiles (ms{', log scale' if scale == 'log' else ''})")
         axes.set_xticks(range(len(tiers)), [name for name, _, _ in tiers])
         if not bars:
-            _no_data(axes, label)
+            no_data(axes, label)
         elif axes is axes_row[0]:
             axes.legend(fontsize=7, title="shade", title_fontsize=7)
         axes.grid(axis="y", alpha=0.3)
     return figure
 
 
-PHASE_LABELS = {"queue_s": "queue", "prefill_s": "prefill",
-                "queue_prefill_s": "queue + prefill (not split)", "decode_s": "decode",
-                "detokenize_s": "detokenize", "other_s": "other", "network_s": "network (server)",
-                "client_network": "network (client - server)"}  # fmt: skip
-PHASE_COLORS = ("#8172b3", "#dd8452", "#c44e52", "#4c72b0", "#64b5cd", "#937860", "#55a868",
-                "#8c8c8c")  # fmt: skip
+PHASE_LABELS = {
+    "queue_s": "queue",
+    "prefill_s": "prefill",
+    "queue_prefill_s": "queue + prefill (not split)",
+    "decode_s": "decode",
+    "detokenize_s": "detokenize",
+    "other_s": "other",
+    "network_s": "network (server)",
+    "client_network": "network (client - server)",
+}
+PHASE_COLORS = (
+    "#8172b3",
+    "#dd8452",
+    "#c44e52",
+    "#4c72b0",
+    "#64b5cd",
+    "#937860",
+    "#55a868",
+    "#8c8c8c",
+)
 
 
 def phase_chart(spec: SLOSpec, columns: RecordColumns) -> str:
     """Mean time per phase and tier, stacked: where a request's time goes."""
     tiers = list(_tiers(spec, columns))
-    figure = _figure(10, 1.2 + 0.6 * max(1, len(tiers)))
+    figure = new_figure(10, 1.2 + 0.6 * max(1, len(tiers)))
     axes = figure.subplots()
     axes.set_title("where the time goes: mean per phase (ms), ok requests")
     drawn = False
@@ -171,14 +179,14 @@ def phase_chart(spec: SLOSpec, columns: RecordColumns) -> str:
     if drawn:
         axes.legend(fontsize=7, ncol=7, loc="upper center", bbox_to_anchor=(0.5, -0.25))
     else:
-        _no_data(axes, "phase timings")
+        no_data(axes, "phase timings")
     axes.grid(axis="x", alpha=0.3)
     return to_svg(figure, "phases")
 
 
 def cdf_chart(spec: SLOSpec, columns: RecordColumns) -> str:
     """Cumulative distributions of TTFT and TPOT per tier, with the SLO thresholds."""
-    figure = _figure(11, 3.6)
+    figure = new_figure(11, 3.6)
     for axes, (sli, field_name, label) in zip(figure.subplots(1, 2), SLI_PANELS[:2], strict=True):
         axes.set_title(f"{label} CDF")
         axes.set_xlabel("ms")
@@ -193,12 +201,19 @@ def cdf_chart(spec: SLOSpec, columns: RecordColumns) -> str:
             axes.step(values * 1e3, fractions, where="post", color=color, label=name)
             for threshold, objective in _thresholds(spec, name, sli):
                 axes.axvline(threshold * 1e3, color=color, linestyle="dashed", linewidth=1)
-                axes.annotate(f"{name}: {objective}", (threshold * 1e3, 0.02), rotation=90,
-                              fontsize=7, color=color, ha="right", va="bottom")  # fmt: skip
+                axes.annotate(
+                    f"{name}: {objective}",
+                    (threshold * 1e3, 0.02),
+                    rotation=90,
+                    fontsize=7,
+                    color=color,
+                    ha="right",
+                    va="bottom",
+                )
         if drawn:
             axes.legend(fontsize=7, loc="lower right")
         else:
-            _no_data(axes, label)
+            no_data(axes, label)
         axes.set_ylim(0, 1.02)
         axes.grid(alpha=0.3)
     return to_svg(figure, "cdf")
@@ -210,7 +225,7 @@ def _thin(count: int, limit: int = MAX_POINTS) -> np.ndarray:
 
 
 def ttft_input_chart(spec: SLOSpec, columns: RecordColumns) -> str:
-    figure = _figure(10, 3.6)
+    figure = new_figure(10, 3.6)
     axes = figure.subplots()
     axes.set_title("TTFT against prompt length")
     axes.set_xlabel("input tokens")
@@ -223,19 +238,20 @@ def ttft_input_chart(spec: SLOSpec, columns: RecordColumns) -> str:
             continue
         drawn = True
         index = _thin(int(keep.sum()))
-        axes.scatter(tokens[keep][index], ttft[keep][index] * 1e3, s=10, color=color,
-                     alpha=0.6, label=name)  # fmt: skip
+        axes.scatter(
+            tokens[keep][index], ttft[keep][index] * 1e3, s=10, color=color, alpha=0.6, label=name
+        )
     if drawn:
         axes.legend(fontsize=7)
     else:
-        _no_data(axes, "TTFT")
+        no_data(axes, "TTFT")
     axes.grid(alpha=0.3)
     return to_svg(figure, "ttft-input")
 
 
 def over_time_chart(spec: SLOSpec, columns: RecordColumns) -> str:
     """TTFT and e2e of each request at its start time: does latency drift during the run?"""
-    figure = _figure(11, 3.6)
+    figure = new_figure(11, 3.6)
     start = float(np.nanmin(columns.number("timestamp"))) if len(columns) else 0.0
     panels = (SLI_PANELS[0], SLI_PANELS[2])
     for axes, (_, field_name, label) in zip(
@@ -253,57 +269,15 @@ def over_time_chart(spec: SLOSpec, columns: RecordColumns) -> str:
             drawn = True
             when = rows.number("timestamp")[keep] - start
             order = np.argsort(when)[_thin(int(keep.sum()))]
-            axes.scatter(when[order], values[keep][order] * 1e3, s=8, color=color, alpha=0.6,
-                         label=name)  # fmt: skip
+            axes.scatter(
+                when[order], values[keep][order] * 1e3, s=8, color=color, alpha=0.6, label=name
+            )
         if drawn:
             axes.legend(fontsize=7)
         else:
-            _no_data(axes, label)
+            no_data(axes, label)
         axes.grid(alpha=0.3)
     return to_svg(figure, "over-time")
-
-
-def log_limits(values: Sequence[float], box_edges: Sequence[float]) -> tuple[float, float]:
-    """Log-axis limits holding every point and every performance-tier edge, with a margin:
-    a p95 TTFT of 12 ms sits inside the axes, not under them."""
-    every = [v for v in (*values, *box_edges) if v > 0]
-    return min(every) / 1.6, max(every) * 1.6
-
-
-def industry_chart(report: EvaluationReport, colors: dict[str, str]) -> str:
-    return to_svg(industry_figure(report, colors), "industry")
-
-
-def industry_figure(report: EvaluationReport, colors: dict[str, str]) -> Figure:
-    """p95 TTFT against p95 TPOT per tier, on the industry's performance-tier boxes."""
-    figure = _figure(8, 4.2)
-    axes = figure.subplots()
-    axes.set_title("industry performance tiers (p95 TTFT, p95 TPOT)")
-    axes.set_xscale("log")
-    axes.set_yscale("log")
-    shades = ("#1a9850", "#91cf60", "#d9ef8b", "#fee08b")
-    for tier, shade in zip(reversed(LATENCY_TIERS), reversed(shades), strict=True):
-        axes.add_patch(Rectangle((1e-3, 1e-3), tier.ttft_max_s * 1e3 - 1e-3,
-                                 tier.tpot_max_s * 1e3 - 1e-3, color=shade, alpha=0.55,
-                                 label=tier.name))  # fmt: skip
-    points = [(t.name, t.performance.ttft_p95_s, t.performance.tpot_p95_s) for t in report.tiers]
-    drawn = [(n, x, y) for n, x, y in points if x is not None and y is not None]
-    for index, (name, ttft, tpot) in enumerate(drawn):
-        axes.scatter([ttft * 1e3], [tpot * 1e3], s=60, color=colors.get(name, "#000"),
-                     edgecolors="black", zorder=3)  # fmt: skip
-        axes.annotate(name, (ttft * 1e3, tpot * 1e3), textcoords="offset points",
-                      xytext=(6, 4 + 10 * index), fontsize=8)  # fmt: skip
-    # Every box edge stays in view (the boxes are the scale the points are read against).
-    axes.set_xlim(*log_limits([x * 1e3 for _, x, _ in drawn],
-                              [t.ttft_max_s * 1e3 for t in LATENCY_TIERS]))  # fmt: skip
-    axes.set_ylim(*log_limits([y * 1e3 for _, _, y in drawn],
-                              [t.tpot_max_s * 1e3 for t in LATENCY_TIERS]))  # fmt: skip
-    axes.set_xlabel("p95 TTFT (ms)")
-    axes.set_ylabel("p95 TPOT (ms)")
-    axes.legend(fontsize=7, loc="upper left")
-    if not drawn:
-        _no_data(axes, "TTFT and TPOT")
-    return figure
 
 
 def all_charts(
@@ -312,16 +286,32 @@ def all_charts(
     """(id, caption, svg) of every chart, in page order."""
     colors = tier_colors(spec, columns)
     return (
-        ("percentiles", "Percentiles per tier; dashed red: the tier's SLO threshold (a log "
-         "axis where a threshold is far above the bars).",
-         percentile_chart(spec, columns)),
-        ("phases", "Mean time per phase; the grey tail is time the server cannot see "
-         "(client e2e - server e2e).", phase_chart(spec, columns)),
-        ("cdf", "Cumulative distributions; dashed: each tier's thresholds.",
-         cdf_chart(spec, columns)),
+        (
+            "percentiles",
+            "Percentiles per tier; dashed red: the tier's SLO threshold (a log "
+            "axis where a threshold is far above the bars).",
+            percentile_chart(spec, columns),
+        ),
+        (
+            "phases",
+            "Mean time per phase; the grey tail is time the server cannot see "
+            "(client e2e - server e2e).",
+            phase_chart(spec, columns),
+        ),
+        (
+            "cdf",
+            "Cumulative distributions; dashed: each tier's thresholds.",
+            cdf_chart(spec, columns),
+        ),
         ("ttft-input", "Longer prompts take longer to prefill.", ttft_input_chart(spec, columns)),
-        ("over-time", "Latency across the run: drift or bursts show here.",
-         over_time_chart(spec, columns)),
-        ("industry", "Where each tier sits among the industry's performance tiers.",
-         industry_chart(report, colors)),
-    )  # fmt: skip
+        (
+            "over-time",
+            "Latency across the run: drift or bursts show here.",
+            over_time_chart(spec, columns),
+        ),
+        (
+            "industry",
+            "Where each tier sits among the industry's performance tiers.",
+            industry_chart(report, colors),
+        ),
+    )

@@ -192,15 +192,24 @@ def _ms(value: float | None) -> str:
 def _tier_table(spec: Any, columns: Any) -> str:
     from slo.check.summary import summarize
 
-    span = float(np.nanmax(columns.number("timestamp") + columns.number("e2e_s"))
-                 - np.nanmin(columns.number("timestamp")))  # fmt: skip
+    span = float(
+        np.nanmax(columns.number("timestamp") + columns.number("e2e_s"))
+        - np.nanmin(columns.number("timestamp"))
+    )
     rows = []
     for s in summarize(spec, columns):
         beyond = s.client_network_mean_s
-        cells = [html.escape(s.tier), s.requests, s.ok, _ms(s.ttft_p50_s), _ms(s.ttft_p95_s),
-                 _ms(s.tpot_p95_s), _ms(s.e2e_p95_s), _ms(beyond),
-                 f"{s.good} ({s.good / s.requests:.0%}), "
-                 f"{s.good / span if span > 0 else 0:.2f} req/s"]  # fmt: skip
+        cells = [
+            html.escape(s.tier),
+            s.requests,
+            s.ok,
+            _ms(s.ttft_p50_s),
+            _ms(s.ttft_p95_s),
+            _ms(s.tpot_p95_s),
+            _ms(s.e2e_p95_s),
+            _ms(beyond),
+            f"{s.good} ({s.good / s.requests:.0%}), {s.good / span if span > 0 else 0:.2f} req/s",
+        ]
         rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     return (
         "<table><tr><th>tier</th><th>requests</th><th>ok</th><th>TTFT p50</th><th>TTFT p95</th>"
