@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slo.cli.common.flags import add_results_flag, add_spec_flag
 from slo.errors import UsageError
 
 if TYPE_CHECKING:
@@ -30,12 +31,8 @@ FORMATS = ("text", "json", "junit", "markdown")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--spec", metavar="SLO.YAML", help="the SLO spec (default: the packaged example spec)"
-    )
-    parser.add_argument(
-        "--results", metavar="RUN.JSONL", help="records of a run (slo bench output)"
-    )
+    add_spec_flag(parser)
+    add_results_flag(parser)
     parser.add_argument("--db", metavar="URL", help="a record store, e.g. sqlite:///records.db")
     parser.add_argument("--prometheus", metavar="URL", help="a Prometheus server scraping llm-slo")
     parser.add_argument(

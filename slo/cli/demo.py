@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slo.cli.common.flags import add_quiet_flag, add_spec_flag
 from slo.cli.paths import output_directory
 from slo.errors import UsageError
 
@@ -45,9 +46,7 @@ def _add_tour_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", default="slo-demo", help="directory to write into (default: %(default)s)"
     )
-    parser.add_argument(
-        "--spec", help="SLO spec (default: the packaged example, copied to OUT/slo.yaml)"
-    )
+    add_spec_flag(parser, help="SLO spec (default: the packaged example, copied to OUT/slo.yaml)")
     parser.add_argument(
         "--requests", type=int, default=60, help="requests in the benchmark (default: %(default)s)"
     )
@@ -65,7 +64,7 @@ def _add_tour_flags(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="stop the benchmark after S seconds (default: %(default)s)",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet_flag(parser)
 
 
 def _add_scenario_flags(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slo.cli.common.flags import add_spec_flag
 from slo.cli.paths import output_directory
 from slo.cli.scrape_config import (
     Scrape,
@@ -56,7 +57,7 @@ class Targets:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     defaults = Targets()
-    parser.add_argument("--spec", help="SLO spec (default: the packaged example)")
+    add_spec_flag(parser)
     parser.add_argument("--out", required=True, help="directory to write into (created)")
     parser.add_argument(
         "--webhook-url",

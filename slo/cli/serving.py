@@ -11,6 +11,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from slo.cli.common.flags import add_spec_flag
 from slo.errors import UsageError
 
 # The proxy's uvicorn protocol: httptools, with streamed body pieces written directly.
@@ -29,9 +30,7 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port", type=int, default=8000, help="port to bind (default: %(default)s)"
     )
-    parser.add_argument(
-        "--spec", default=None, help="SLO spec YAML (default: the packaged example spec)"
-    )
+    add_spec_flag(parser)
     parser.add_argument(
         "--store",
         default="sqlite:///slo-records.db",

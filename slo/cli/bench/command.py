@@ -19,6 +19,7 @@ from slo.cli.bench.profiles import (
 )
 from slo.cli.bench.search_flags import add_search_flags
 from slo.cli.bench.workload_plan import add_workload_flags, workload_plan
+from slo.cli.common.flags import add_quiet_flag, add_spec_flag
 from slo.errors import UsageError
 
 if TYPE_CHECKING:  # httpx and rich load when a run starts, not when the CLI parser is built
@@ -138,8 +139,8 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
             "directory (default: capacity/)"
         ),
     )
-    parser.add_argument(
-        "--spec", help="SLO spec for goodput and the verdict (default: the packaged example)"
+    add_spec_flag(
+        parser, help="SLO spec for goodput and the verdict (default: the packaged example)"
     )
 
 
@@ -192,7 +193,7 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="per-request timeout (default: %(default)s)",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet_flag(parser)
 
 
 def options_from_args(args: argparse.Namespace) -> BenchOptions:

@@ -1,1 +1,2 @@
-"""What the CLI's commands share: the latency middleware built from their flags."""
+"""What the CLI's commands share: the flags several take (`flags`) and the latency middleware
+built from theirs (`middleware`)."""

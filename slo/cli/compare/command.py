@@ -8,6 +8,7 @@ from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING
 
+from slo.cli.common.flags import add_spec_flag
 from slo.cli.compare.matrix import VARIANTS, Measurement
 from slo.errors import UsageError
 
@@ -107,9 +108,8 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_scheduling_flags(parser: argparse.ArgumentParser) -> None:
     """What only the scheduling variants (--variants fifo,priority,slo) read."""
-    parser.add_argument(
-        "--spec",
-        default=None,
+    add_spec_flag(
+        parser,
         help="scheduling variants: the SLO spec whose premium and batch tiers are judged and "
         "scheduled by (default: the packaged example)",
     )

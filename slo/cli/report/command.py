@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from slo.cli.common.flags import add_results_flag, add_spec_flag
 from slo.errors import UsageError
 
 HELP = "draw a run's records as one self-contained HTML report"
@@ -42,9 +43,7 @@ VERDICT_TEXT = {"met": "met", "violated": "violated", "insufficient_data": "insu
 
 def configure(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--results", metavar="RUN.JSONL", help="records of a run (slo bench output)"
-    )
+    add_results_flag(source)
     source.add_argument(
         "--capacity",
         metavar="DIR",
@@ -54,9 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument("--png", metavar="FILE", help="with --capacity: also the chart as a PNG")
-    parser.add_argument(
-        "--spec", metavar="SLO.YAML", help="the SLO spec (default: the packaged example spec)"
-    )
+    add_spec_flag(parser)
     parser.add_argument(
         "--out", default="report.html", help="HTML file to write (default: %(default)s)"
     )
