@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.architectures import architecture_fields
 from engine.errors import CheckpointError
-from engine.policies import POLICY_NAMES
+from engine.policies import DEFAULT_POLICY, POLICY_NAMES
 
 __all__ = ["CheckpointError", "EngineConfig", "ModelConfig"]
 
@@ -147,13 +147,13 @@ class EngineConfig:
     # A step that decodes and prefills runs them in one forward pass (engine/fused.py); False:
     # two passes, the chunks then the decodes (for comparison; speculative decoding always).
     fuse_steps: bool = True
-    scheduling: str = "priority"  # "fifo", "priority" (preempts lower tiers) or "slo"
+    scheduling: str = DEFAULT_POLICY  # one of engine.policies.POLICY_NAMES
     # Why `scheduling` was chosen, shown in /health (`slo serve`: the spec's objectives or the
     # flag); None: this default.
     scheduling_reason: str | None = None
     priority_aging_s: float | None = 2.0  # waiting this long moves a request up one level
-    # scheduling="slo": each priority's (TTFT, TPOT) objective thresholds in seconds (None: no
-    # objective); `slo serve` fills it from the spec's tiers.
+    # For a policy that reads objectives (`slo`): each priority's (TTFT, TPOT) objective
+    # thresholds in seconds (None: no objective); `slo serve` fills it from the spec's tiers.
     tier_objectives: dict[int, tuple[float | None, float | None]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -23,6 +23,11 @@ SHED_TTFT_OUT_OF_REACH = "ttft_out_of_reach"
 SHED_QUEUE_FULL = "queue_full"
 SHED_REASONS: tuple[str, ...] = (SHED_TTFT_OUT_OF_REACH, SHED_QUEUE_FULL)
 
+# Which specs a policy runs for when none is named (`default_for`; one policy each): those
+# that set a TTFT or TPOT objective on some tier, and those that set none.
+WITH_OBJECTIVES = "with objectives"
+WITHOUT_OBJECTIVES = "without objectives"
+
 
 @dataclass(frozen=True, slots=True)
 class TierObjective:
@@ -54,13 +59,28 @@ class StepShape:
     prefill_cap: int | None = None
 
 
+class PolicyClass(Protocol):
+    """A policy's class as `create_policy` and the CLI read it, without torch (`slo --help`
+    is built from these): what the policy is called and says of itself, and how it is made."""
+
+    name: str
+    # What the policy promises, in one sentence (shown in /health, the docs restate it).
+    promise: str
+    help: str  # its line in `--scheduling`'s help, after "name: "
+    # Whether it schedules by the tiers' objectives (`PolicySettings.objectives`): `slo serve`
+    # then reads them from the spec, and refuses a spec that sets none.
+    reads_objectives: bool
+    default_for: str | None  # WITH_OBJECTIVES, WITHOUT_OBJECTIVES or None: only when named
+
+    def __call__(self, settings: PolicySettings | None = None) -> SchedulingPolicy: ...
+
+
 @runtime_checkable
 class SchedulingPolicy(Protocol):
     """What the scheduler asks of a policy; nothing else of one is ever called."""
 
     name: ClassVar[str]
-    # What the policy promises, in one sentence (shown in /health, the docs restate it).
-    promise: ClassVar[str]
+    promise: ClassVar[str]  # see PolicyClass
 
     def rank(self, sequence: Sequence, now_ns: int, tokens_per_step: int) -> tuple[float, int, int]:
         """Sort key of prefill work: smaller goes first."""
@@ -129,6 +149,8 @@ class OrderingPolicy:
     """A policy that only orders and preempts: it sheds nothing and leaves steps as planned."""
 
     name: ClassVar[str]
+    reads_objectives: ClassVar[bool] = False
+    default_for: ClassVar[str | None] = None
 
     def shed(
         self, waiting: list[Sequence], running: list[Sequence], now_ns: int, tokens_per_step: int

@@ -14,6 +14,7 @@ class FifoPolicy(OrderingPolicy):
     """First come, first served: tiers are ignored, nobody is evicted for a newcomer."""
 
     name: ClassVar[str] = "fifo"
+    help: ClassVar[str] = "arrival order"
     promise: ClassVar[str] = (
         "arrival order for every tier; nothing is preempted or shed for a newcomer"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from engine.policies.base import (
+    WITHOUT_OBJECTIVES,
     OrderingPolicy,
     PolicySettings,
     by_tier_may_preempt,
@@ -25,6 +26,11 @@ class PriorityPolicy(OrderingPolicy):
     """Tiers in priority order, with aging; a waiting higher tier preempts a lower one."""
 
     name: ClassVar[str] = "priority"
+    help: ClassVar[str] = (
+        "tiers in priority order, a waiting higher tier preempts a lower one, aging keeps the "
+        "lowest moving"
+    )
+    default_for: ClassVar[str | None] = WITHOUT_OBJECTIVES
     promise: ClassVar[str] = (
         "a higher tier's prefill goes first and preempts a lower tier's; aging keeps the "
         "lowest moving; no latency objective is kept and nothing is shed"

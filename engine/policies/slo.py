@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from engine.policies.base import (
     SHED_TTFT_OUT_OF_REACH,
+    WITH_OBJECTIVES,
     PolicySettings,
     StepShape,
     TierObjective,
@@ -72,6 +73,12 @@ class SloPolicy:
     the TPOT objective of the tiers that have one."""
 
     name: ClassVar[str] = "slo"
+    help: ClassVar[str] = (
+        "by slack to each tier's TTFT objective in --spec, steps sized to its TPOT objective, "
+        "requests that can no longer meet their TTFT objective shed with 429, lowest tier first"
+    )
+    reads_objectives: ClassVar[bool] = True
+    default_for: ClassVar[str | None] = WITH_OBJECTIVES
     promise: ClassVar[str] = (
         "each tier's TTFT and TPOT objectives: prefill by slack to the TTFT deadline, steps "
         "kept within the tightest TPOT objective running, and a request that can no longer "

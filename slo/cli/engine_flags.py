@@ -1,11 +1,14 @@
 """The engine's capacity and scheduling flags, shared by `slo serve` and the demo.
 
 --max-batch-size, --max-model-len, --kv-cache-memory or --kv-cache-blocks,
---max-num-batched-tokens and --scheduling fifo|priority|slo (the names vLLM users know).
-The spec drives the scheduler by default: when the spec the middleware judges with sets a TTFT
-or TPOT objective on any tier, the engine schedules by them (`slo`); a spec without latency
-objectives gets `priority`. fifo and priority stay explicit choices. The choice and its reason
-travel to the engine (`EngineConfig.scheduling_reason`), which shows both in /health.
+--max-num-batched-tokens and --scheduling (the names vLLM users know) with the engine's
+policies as its choices: their names, help and whether they read the spec's objectives come
+from the policy classes (engine.policies, which imports without torch: `slo --help` stays
+light). The spec drives the scheduler by default: when the spec the middleware judges with
+sets a TTFT or TPOT objective on any tier, the engine runs the policy that schedules by them
+(`slo`); a spec without latency objectives gets `priority`. The others stay explicit choices.
+The choice and its reason travel to the engine (`EngineConfig.scheduling_reason`), which shows
+both in /health.
 """
 
 from __future__ import annotations
@@ -14,11 +17,10 @@ import argparse
 import re
 from typing import Any
 
+from engine.policies import POLICIES, POLICY_NAMES, default_policy
 from slo.errors import UsageError
 
-# engine.policies.POLICY_NAMES, written out: importing the engine imports torch, and building
-# the parser (`slo --help`) must not. tests/unit/test_policies.py fails when the two disagree.
-SCHEDULING = ("fifo", "priority", "slo")
+SCHEDULING = POLICY_NAMES  # --scheduling's choices (slo compare's scheduling variants too)
 _UNITS = {
     "": 1,
     "b": 1,
@@ -68,15 +70,15 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         "rest, so a long prompt spans several steps instead of stalling the decodes "
         "(default: 4096; smaller keeps inter-token latency low under long prompts)",
     )
-    parser.add_argument(
-        "--scheduling",
-        choices=SCHEDULING,
-        default=None,
-        help="fifo: arrival order; priority: tiers in priority order, a waiting higher tier "
-        "preempts a lower one, aging keeps the lowest moving; slo: by slack to each tier's "
-        "TTFT objective in --spec, steps sized to its TPOT objective, requests that can no "
-        "longer meet their TTFT objective shed with 429, lowest tier first (default: slo when "
-        "the spec sets a TTFT or TPOT objective on any tier, else priority)",
+    parser.add_argument("--scheduling", choices=SCHEDULING, default=None, help=scheduling_help())
+
+
+def scheduling_help() -> str:
+    """Each policy's help, then which runs when none is named."""
+    choices = "; ".join(f"{name}: {policy.help}" for name, policy in POLICIES.items())
+    return (
+        f"{choices} (default: {default_policy(objectives=True)} when the spec sets a TTFT or "
+        f"TPOT objective on any tier, else {default_policy(objectives=False)})"
     )
 
 
@@ -117,11 +119,13 @@ def engine_overrides(args: argparse.Namespace, spec_path: str | None) -> dict[st
 def choose_scheduling(explicit: str | None, spec_path: str | None) -> dict[str, Any]:
     """The policy, why it was chosen, and the tiers' objectives it schedules by.
 
-    `explicit` is --scheduling as given (None: not given). Unset, the spec decides: `slo` when
-    any tier has a TTFT or TPOT objective (a spec is a promise; the scheduler keeps it),
-    `priority` otherwise.
+    `explicit` is --scheduling as given (None: not given). Unset, the spec decides: the
+    default policy for a spec with a TTFT or TPOT objective on any tier (a spec is a promise;
+    the scheduler keeps it), or the one for a spec without.
     """
-    if explicit is not None and explicit != "slo":  # fifo and priority read no objectives
+    if explicit is not None and explicit not in POLICIES:
+        raise UsageError(f"--scheduling {explicit!r}: use one of {', '.join(POLICY_NAMES)}")
+    if explicit is not None and not POLICIES[explicit].reads_objectives:
         return {"scheduling": explicit, "scheduling_reason": f"--scheduling {explicit} was given"}
     from slo.errors import SpecError
     from slo.isolation import tier_objectives
@@ -136,7 +140,7 @@ def choose_scheduling(explicit: str | None, spec_path: str | None) -> dict[str, 
     objectives = tier_objectives(spec)
     tiers = ", ".join(t.name for t in spec.tiers if t.priority in objectives)
     if explicit is None:
-        name = "slo" if objectives else "priority"
+        name = default_policy(objectives=bool(objectives))
         reason = (
             f"default: {where} sets TTFT/TPOT objectives on {tiers}; scheduling keeps them"
             if objectives
@@ -146,11 +150,11 @@ def choose_scheduling(explicit: str | None, spec_path: str | None) -> dict[str, 
         name, reason = explicit, f"--scheduling {explicit} was given"
     if not objectives and explicit:
         raise UsageError(
-            f"--scheduling slo: the spec {spec_path or '(packaged example)'} sets no TTFT or "
-            "TPOT objective on any tier; add one (e.g. 'p95 ttft <= 200ms') or use "
-            "--scheduling priority"
+            f"--scheduling {explicit}: the spec {spec_path or '(packaged example)'} sets no TTFT "
+            "or TPOT objective on any tier; add one (e.g. 'p95 ttft <= 200ms') or use "
+            f"--scheduling {default_policy(objectives=False)}"
         )
     chosen: dict[str, Any] = {"scheduling": name, "scheduling_reason": reason}
-    if name == "slo":
+    if POLICIES[name].reads_objectives:
         chosen["tier_objectives"] = objectives
     return chosen

@@ -169,12 +169,31 @@ def test_no_import_cycle_outside_type_checking() -> None:
 
 
 def test_building_the_whole_parser_imports_nothing_heavy() -> None:
+    # The engine's policies (--scheduling's choices and help) and nothing else of it.
     code = (
-        "import sys; from slo.cli import build_parser; build_parser(); "
-        "print(sorted(m for m in ('torch', 'engine', 'middleware', 'alerts', 'dashboards') "
-        "if m in sys.modules))"
+        "import sys; import slo.cli; from slo.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'engine', 'middleware', 'alerts', 'dashboards') "
+        "and m != 'engine' and not m.startswith('engine.policies')), "
+        "'engine.policies' in sys.modules)"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
     )
-    assert result.stdout.strip() == "[]", result.stderr
+    assert result.stdout.strip() == "[] True", result.stderr
+
+
+def test_the_engine_imports_its_names_when_they_are_used() -> None:
+    # `import engine` and its policies without torch; every exported name, once asked for, is
+    # the one its module defines.
+    code = (
+        "import sys, importlib, engine, engine.policies\n"
+        "print('torch' in sys.modules)\n"
+        "wrong = [n for n in engine.__all__ if getattr(engine, n) is not getattr("
+        "importlib.import_module(engine._HOMES[n]), n)]\n"
+        "print(sorted(engine._HOMES) == sorted(engine.__all__), wrong, 'torch' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert result.stdout.split("\n")[:2] == ["False", "True [] True"], result.stderr
