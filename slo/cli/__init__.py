@@ -18,7 +18,7 @@ from slo.errors import UsageError
 # HELP, DESCRIPTION, configure(parser) and run(args).
 COMMANDS: dict[str, str] = {
     "serve": "slo.cli.serve",
-    "proxy": "slo.cli.proxy",
+    "proxy": "slo.cli.proxy.command",
     "keys": "slo.cli.keys",
     "check": "slo.cli.check",
     "lint": "slo.cli.lint",
@@ -27,7 +27,7 @@ COMMANDS: dict[str, str] = {
     "bench": "slo.cli.bench.command",
     "plan": "slo.cli.plan",
     "report": "slo.cli.report.command",
-    "demo": "slo.cli.demo",
+    "demo": "slo.cli.demo.command",
     "compare": "slo.cli.compare.command",
 }
 

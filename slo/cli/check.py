@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slo.cli.common.flags import add_results_flag, add_spec_flag
 from slo.errors import UsageError
 
 if TYPE_CHECKING:
     from slo.check.evaluate import EvaluationReport
+    from slo.check.prometheus_source import PrometheusReader
     from slo.spec import SLOSpec
 
 HELP = "judge records or Prometheus against the SLO spec; exit 1 on a violation"
@@ -98,9 +100,9 @@ def run(args: argparse.Namespace) -> int:
         finally:
             store.close()
     else:
-        from slo.cli.prometheus_source import PrometheusReader, evaluate_prometheus
+        from slo.check.prometheus_source import evaluate_prometheus
 
-        reader = PrometheusReader(
+        reader = prometheus_reader(
             args.prometheus, ca_file=args.prometheus_ca_file, token_file=args.prometheus_token_file
         )
         try:
@@ -149,3 +151,25 @@ def _write(text: str, output: str | None) -> None:
         Path(output).write_text(text, encoding="utf-8")
     except OSError as error:
         raise UsageError(f"--output {output}: cannot write ({error.strerror})") from None
+
+
+def prometheus_reader(
+    url: str, *, ca_file: str | None = None, token_file: str | None = None
+) -> PrometheusReader:
+    """A reader of `url` that verifies HTTPS against `ca_file` (else the system's CAs) and sends
+    `Authorization: Bearer <first line of token_file>`; each defaults to its environment
+    variable ($LLM_SLO_PROMETHEUS_CA_FILE, $LLM_SLO_PROMETHEUS_TOKEN_FILE)."""
+    import httpx
+
+    from slo.check.prometheus_source import CA_FILE_ENV, TOKEN_FILE_ENV, PrometheusReader
+    from slo.cli.tls import client_context, read_token_file
+
+    ca_file = ca_file or os.environ.get(CA_FILE_ENV) or None
+    token_file = token_file or os.environ.get(TOKEN_FILE_ENV) or None
+    headers = {}
+    if token_file is not None:
+        headers["authorization"] = "Bearer " + read_token_file(f"${TOKEN_FILE_ENV}", token_file)
+    verify: Any = True
+    if ca_file is not None:
+        verify = client_context(ca_certs=ca_file, ca_flag=f"${CA_FILE_ENV}")
+    return PrometheusReader(url, httpx.Client(timeout=30.0, headers=headers, verify=verify))

@@ -15,7 +15,7 @@ from slo.cli.common.flags import add_spec_flag
 from slo.errors import UsageError
 
 # The proxy's uvicorn protocol: httptools, with streamed body pieces written directly.
-DIRECT_BODY_PROTOCOL = "slo.cli.proxy_direct:DirectBodyProtocol"
+DIRECT_BODY_PROTOCOL = "slo.cli.proxy.direct:DirectBodyProtocol"
 
 if TYPE_CHECKING:
     from middleware.types import ASGIApp
@@ -103,7 +103,7 @@ def run_until_stopped(
     """Serve `app`; on the way out (SIGTERM included) call `close` to flush every record.
 
     `pass_through_headers` (the proxy): the C parser (and uvloop where installed) keeps the cost
-    per chunk low, stream pieces are written to the client as they arrive (slo.cli.proxy_direct),
+    per chunk low, stream pieces are written to the client as they arrive (slo.cli.proxy.direct),
     and the upstream's own Server and Date headers pass through instead of ours.
     `ssl_context` (slo.cli.tls.server_context): serve HTTPS with it. `server_header`: the Server
     header's value ('' for none).

@@ -24,7 +24,7 @@ import uvloop
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from slo.cli.proxy_direct import DirectBodyProtocol
+from slo.cli.proxy.direct import DirectBodyProtocol
 
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}'
 REQUEST = (

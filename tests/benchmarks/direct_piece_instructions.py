@@ -1,7 +1,7 @@
 """Instructions per streamed piece on `slo proxy`'s direct write (docs/proxy.md).
 
 A vLLM-shaped chunk is offered 1,000 times to the measured direct write over the server's
-offer (`slo.cli.proxy_direct`), counted by valgrind's callgrind, two ways: the one-call offers
+offer (`slo.cli.proxy.direct`), counted by valgrind's callgrind, two ways: the one-call offers
 both layers give (`hotpath.measured_offer` over the server's `offer`), and the generic path a
 `DirectBody` without them takes (each layer's `ready`, then each layer's `write`):
 
@@ -44,7 +44,7 @@ def _generic(direct_body: Any) -> Any:
 
 async def _offer_pieces(generic: bool) -> None:
     import middleware.exchange_direct as exchange_direct
-    import slo.cli.proxy_direct as proxy_direct
+    import slo.cli.proxy.direct as proxy_direct
     from middleware.clock import SystemClock
     from middleware.exchange import Exchange
     from middleware.timeline import RequestTimeline

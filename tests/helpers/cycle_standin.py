@@ -1,4 +1,4 @@
-"""What `slo proxy`'s server offer (`slo.cli.proxy_direct._offer`) reads of uvicorn's request
+"""What `slo proxy`'s server offer (`slo.cli.proxy.direct._offer`) reads of uvicorn's request
 cycle, as a plain object: its response state, its flow control and its transport's write."""
 
 from __future__ import annotations

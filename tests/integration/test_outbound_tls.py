@@ -19,7 +19,7 @@ import pytest
 
 from middleware.live.alerting import push_to_alertmanager
 from slo.cli.bench.server import free_port
-from slo.cli.prometheus_source import PrometheusReader
+from slo.cli.check import prometheus_reader
 from slo.errors import UsageError
 from tests.helpers.binaries import binary
 from tests.helpers.tls import Pki, wait_until_https_ready
@@ -95,10 +95,10 @@ def test_prometheus_queries_verify_against_the_ca(pki: Pki, tmp_path: Path) -> N
     ]
     url = f"https://127.0.0.1:{port}"
     with _https_process(command, url + "/-/ready", tmp_path / "prometheus.log", pki):
-        reader = PrometheusReader(url, ca_file=str(pki.ca))
+        reader = prometheus_reader(url, ca_file=str(pki.ca))
         assert reader.query("vector(7)") == [({}, 7.0)]
         reader.close()
-        unverified = PrometheusReader(url)
+        unverified = prometheus_reader(url)
         with pytest.raises(UsageError, match="LLM_SLO_PROMETHEUS_CA_FILE"):
             unverified.query("vector(7)")
         unverified.close()
@@ -164,11 +164,11 @@ def test_bearer_tokens_from_files(
     monkeypatch.setenv("LLM_SLO_ALERTMANAGER_CA_FILE", str(pki.ca))
     monkeypatch.setenv("LLM_SLO_PROMETHEUS_CA_FILE", str(pki.ca))
     with gate(pki) as (app, url):
-        anonymous = PrometheusReader(url)
+        anonymous = prometheus_reader(url)
         with pytest.raises(UsageError, match=r"answered 401: .*LLM_SLO_PROMETHEUS_TOKEN_FILE"):
             anonymous.query("up")
         anonymous.close()
-        reader = PrometheusReader(url, token_file=str(token))
+        reader = prometheus_reader(url, token_file=str(token))
         assert reader.query("up") == [({}, 3.0)]
         reader.close()
         with pytest.raises(httpx.HTTPStatusError):

@@ -1,4 +1,4 @@
-"""`slo proxy`'s server protocol (slo.cli.proxy_direct) on a real uvicorn, in front of a real
+"""`slo proxy`'s server protocol (slo.cli.proxy.direct) on a real uvicorn, in front of a real
 upstream: the stream's middle pieces are written straight from the upstream connection's
 callback and measured as if sent; a client that stops reading makes the server push back, the
 pieces then go through `send` (and its drain), and the client still gets every byte in order."""
@@ -21,7 +21,7 @@ import pytest
 from middleware import LatencyMiddleware
 from middleware.direct_body import EXTENSION
 from middleware.proxy import ProxyApp
-from slo.cli.proxy_direct import DirectBodyProtocol
+from slo.cli.proxy.direct import DirectBodyProtocol
 from tests.helpers.proxy_upstream import OpenAIUpstream
 from tests.helpers.servers import uvicorn_thread
 

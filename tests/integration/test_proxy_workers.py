@@ -225,7 +225,7 @@ def test_each_worker_serves_tls_with_the_flags_context(tmp_path: Path) -> None:
 def test_auto_fits_the_cpu_limit(
     tmp_path: Path, files: dict[str, str], expected_quota: float | None
 ) -> None:
-    from slo.cli.proxy_workers import cpu_quota, resolve_workers
+    from slo.cli.proxy.workers import cpu_quota, resolve_workers
 
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

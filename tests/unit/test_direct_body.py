@@ -118,12 +118,12 @@ async def _relay(pieces: list[bytes], readiness: list[bool], draw: random.Random
 
 
 def test_the_proxy_servers_one_call_offer_answers_as_ready_then_write() -> None:
-    """`slo proxy`'s server offer (`slo.cli.proxy_direct`) in every state of uvicorn's cycle
+    """`slo proxy`'s server offer (`slo.cli.proxy.direct`) in every state of uvicorn's cycle
     and flow control: it writes, and says True, exactly when `ready()` is True (an empty piece
     is taken and writes nothing), so the one call never drifts from the two."""
     import itertools
 
-    from slo.cli.proxy_direct import _offer
+    from slo.cli.proxy.direct import _offer
     from tests.helpers.cycle_standin import cycle_standin
 
     for chunked, started, complete, paused, gone in itertools.product(

@@ -7,7 +7,7 @@ import re
 import httpx
 import pytest
 
-from slo.cli.prometheus_source import PrometheusReader, bucket_quantile, evaluate_prometheus
+from slo.check.prometheus_source import PrometheusReader, bucket_quantile, evaluate_prometheus
 from slo.errors import UsageError
 from slo.spec import SLOSpec
 from tests.helpers.tier_specs import make_tier, spec

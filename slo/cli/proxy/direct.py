@@ -1,6 +1,6 @@
 """uvicorn's httptools protocol, offering each response's streamed body pieces a direct write.
 
-`slo proxy` serves on this protocol (`http="slo.cli.proxy_direct:DirectBodyProtocol"`): per
+`slo proxy` serves on this protocol (`http="slo.cli.proxy.direct:DirectBodyProtocol"`): per
 request it puts a `middleware.direct_body.DirectBody` in `scope["extensions"]`, valid for
 the request's own `send`, whose `write` frames a piece as uvicorn's `send` does (one HTTP/1.1
 chunk) and hands it to the transport. uvicorn's response state (started, chunked, complete,

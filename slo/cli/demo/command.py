@@ -110,11 +110,11 @@ def _add_scenario_flags(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.scenario == "overload":
-        from slo.cli.demo_overload import run_overload
+        from slo.cli.demo.overload import run_overload
 
         return run_overload(args)
     if args.scenario == "regression":
-        from slo.cli.demo_regression import run_regression
+        from slo.cli.demo.regression import run_regression
 
         return run_regression(args)
     return _tour(args)

@@ -1,6 +1,6 @@
 """The app `slo proxy` serves, built from its flags: the forwarding app (with the upstream's
 TLS context), the latency middleware in front, the engine-metrics reader; the same in one
-process and in each worker of `--workers N` (slo.cli.proxy_workers)."""
+process and in each worker of `--workers N` (slo.cli.proxy.workers)."""
 
 from __future__ import annotations
 

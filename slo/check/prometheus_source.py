@@ -17,7 +17,6 @@ alerts from `slo.arithmetic` (through `slo.check.evaluate.burn_rates`), the perc
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import httpx
@@ -35,30 +34,19 @@ from slo.units import format_duration
 Buckets = list[tuple[float, float]]  # (upper bound, cumulative count), +Inf last
 
 
+# Where `slo check` finds the CA and the token when no flag names them; the errors name them.
 CA_FILE_ENV = "LLM_SLO_PROMETHEUS_CA_FILE"
 TOKEN_FILE_ENV = "LLM_SLO_PROMETHEUS_TOKEN_FILE"
 
 
 class PrometheusReader:
-    """Instant queries against Prometheus' HTTP API. Over HTTPS it verifies against `ca_file`
-    (else the system's CAs); `token_file` sends `Authorization: Bearer <its first line>` (a
-    Prometheus behind an authenticating proxy). Both default to $LLM_SLO_PROMETHEUS_CA_FILE and
-    $LLM_SLO_PROMETHEUS_TOKEN_FILE."""
+    """Instant queries against Prometheus' HTTP API through `client`, which the front door
+    builds (`slo.cli.check.prometheus_reader`: the CA to verify HTTPS against, the bearer token
+    of a Prometheus behind an authenticating proxy), so the evaluator reads no file itself."""
 
-    def __init__(
-        self,
-        url: str,
-        client: httpx.Client | None = None,
-        at: float | None = None,
-        *,
-        ca_file: str | None = None,
-        token_file: str | None = None,
-    ) -> None:
+    def __init__(self, url: str, client: httpx.Client, at: float | None = None) -> None:
         self.url = url.rstrip("/")
-        self.client = client or _client(
-            ca_file or os.environ.get(CA_FILE_ENV) or None,
-            token_file or os.environ.get(TOKEN_FILE_ENV) or None,
-        )
+        self.client = client
         # Evaluation time (Unix seconds) of every query; None: each at the server's now.
         self.at = at
 
@@ -111,18 +99,6 @@ class PrometheusReader:
     def total(self, metric: str, tier: str, window_s: float) -> float:
         rows = self.query(f'sum(increase({metric}{{tier="{tier}"}}[{format_duration(window_s)}]))')
         return rows[0][1] if rows else 0.0
-
-
-def _client(ca_file: str | None, token_file: str | None) -> httpx.Client:
-    from slo.cli.tls import client_context, read_token_file
-
-    headers = {}
-    if token_file is not None:
-        headers["authorization"] = "Bearer " + read_token_file(f"${TOKEN_FILE_ENV}", token_file)
-    verify: Any = True
-    if ca_file is not None:
-        verify = client_context(ca_certs=ca_file, ca_flag=f"${CA_FILE_ENV}")
-    return httpx.Client(timeout=30.0, headers=headers, verify=verify)
 
 
 def bucket_quantile(buckets: Buckets, target: float) -> float | None:

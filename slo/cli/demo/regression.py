@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from alerts.regression import Fired, Profile, render_example, run_scenario
-from slo.cli.demo_regression_server import MODEL, DemoServer, demo_server
+from slo.cli.demo.regression_server import MODEL, DemoServer, demo_server
 from slo.cli.paths import output_directory
 from slo.errors import UsageError
 from slo.spec import SLOSpec

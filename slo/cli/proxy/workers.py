@@ -37,7 +37,7 @@ from slo.errors import UsageError
 if TYPE_CHECKING:
     from middleware.intake.relay import SpanRelay
     from middleware.types import Message, Receive, Scope, Send
-    from slo.cli.proxy_app import Built
+    from slo.cli.proxy.app import Built
 
 ARGS_ENV = "LLM_SLO_PROXY_WORKER_ARGS"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -111,7 +111,7 @@ def run_workers(args: argparse.Namespace, listing: tuple[str, list[str]], worker
     payload = {key: value for key, value in vars(args).items() if _is_json(value)}
     os.environ[ARGS_ENV] = json.dumps({"args": payload, "listing": listing})
     config = WorkerConfig(
-        "slo.cli.proxy_workers:create_app",
+        "slo.cli.proxy.workers:create_app",
         factory=True,
         workers=workers,
         host=args.host,
@@ -182,7 +182,7 @@ def create_app() -> WorkerApp:
     """uvicorn's factory in each worker: the proxy built from the parent's flags (already
     checked there, so what this prints would repeat the parent's lines: kept quiet)."""
     from middleware.intake.relay import SpanRelay, relay_dir
-    from slo.cli.proxy_app import build
+    from slo.cli.proxy.app import build
     from slo.cli.security import read_access
 
     args, listing = _worker_args()

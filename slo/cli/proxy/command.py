@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from slo.cli.proxy_app import build
+from slo.cli.proxy.app import build
 from slo.cli.security import add_security_flags, read_access
 from slo.cli.serving import add_server_flags, check_positive_seconds, run_until_stopped
 from slo.errors import UsageError
@@ -119,7 +119,7 @@ def _add_engine_telemetry_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from slo.cli.proxy_workers import check_shared_dir, resolve_workers, run_workers
+    from slo.cli.proxy.workers import check_shared_dir, resolve_workers, run_workers
 
     workers = resolve_workers(args.workers)
     check_flags(args)
