@@ -32,7 +32,6 @@ from middleware.upstream.registry import (
     adapter_for_span,
     read_response_headers,
     register,
-    response_headers,
 )
 from middleware.upstream.report import UpstreamReport
 
@@ -47,5 +46,4 @@ __all__ = [
     "engines",
     "read_response_headers",
     "register",
-    "response_headers",
 ]

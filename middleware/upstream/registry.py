@@ -149,11 +149,6 @@ def adapter_for_span(name: str) -> EngineAdapter | None:
     return None
 
 
-def response_headers() -> frozenset[bytes]:
-    """Every response header some adapter reads (lower case)."""
-    return frozenset(RESPONSE_HEADERS)
-
-
 def read_response_headers(report: UpstreamReport, found: Mapping[bytes, bytes]) -> bool:
     """Each adapter whose headers the response carried reads them into `report`; True when
     one took something."""

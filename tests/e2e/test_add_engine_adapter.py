@@ -31,6 +31,32 @@ def example_files() -> dict[str, str]:
     return {path: textwrap.dedent(code) for path, code in found}
 
 
+def run_pytest(test_file: Path, pythonpath: Path) -> subprocess.CompletedProcess[str]:
+    """The example's test, run by pytest in a fresh interpreter that imports from `pythonpath`."""
+    folder = test_file.parent
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            "--rootdir",
+            str(folder),
+            str(test_file),
+        ],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(pythonpath)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def test_the_contributing_example_adds_a_header_engine_in_one_module(tmp_path: Path) -> None:
     copy = tmp_path / "tree"
     for package in PACKAGES:
@@ -43,28 +69,7 @@ def test_the_contributing_example_adds_a_header_engine_in_one_module(tmp_path: P
     (copy / module).write_text(files[module])
     test_file = tmp_path / Path(test).name  # outside the checkout: it imports only the copy
     test_file.write_text(files[test])
-    env = {**os.environ, "PYTHONPATH": str(copy)}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "addopts=",
-            "--rootdir",
-            str(tmp_path),
-            str(test_file),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_pytest(test_file, pythonpath=copy)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "1 passed" in done.stdout, done.stdout[-2000:]
 
@@ -75,25 +80,5 @@ def test_without_the_module_the_example_test_fails(tmp_path: Path) -> None:
     test = next(code for path, code in example_files().items() if path.startswith("tests/"))
     test_file = tmp_path / "test_engine_acme.py"
     test_file.write_text(test)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "addopts=",
-            "--rootdir",
-            str(tmp_path),
-            str(test_file),
-        ],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_pytest(test_file, pythonpath=ROOT)
     assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout[-2000:]
