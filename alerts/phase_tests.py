@@ -22,13 +22,13 @@ from alerts.policy_tests import Traffic, firing, histogram_series
 from alerts.rules import Links, shown_annotations
 from slo.alert_rules import AlertRule, alert_rules
 from slo.promql import prom_duration
-from slo.sli import CATALOG, buckets_for
+from slo.sli import BEFORE_FIRST_TOKEN, CATALOG, buckets_for
 from slo.spec import SLOSpec
 
 REQUESTS_PER_STEP = 100
 _MODEL = "test-model"
 _ROUTE = "/v1/completions"
-# Usual means as fractions of the TTFT threshold; network + other + queue + prefill = TTFT.
+# Usual means as fractions of the TTFT threshold; the phases before the first token add to TTFT.
 USUAL: dict[str, float] = {
     "network": 0.1,
     "other": 0.1,
@@ -37,7 +37,6 @@ USUAL: dict[str, float] = {
     "decode": 2.0,
     "detokenize": 0.05,
 }
-BEFORE_FIRST_TOKEN = ("network", "other", "queue", "prefill")
 SLOWDOWNS: tuple[tuple[str, float], ...] = (("prefill", 2.0), ("queue", 5.0))
 SLOW_FOR_S = 3000.0
 
@@ -78,7 +77,7 @@ def _series(case: PhaseCase, spec: SLOSpec, tier: str, steps: int, slow_from: in
     for phase in USUAL:
         series += _sum_count(CATALOG[phase].metric, tier, [m[phase] for m in means])
     series += _sum_count(CATALOG["e2e"].metric, tier, [sum(m.values()) for m in means])
-    ttft = [[sum(m[p] for p in BEFORE_FIRST_TOKEN)] * REQUESTS_PER_STEP for m in means]
+    ttft = [[sum(m.get(p, 0.0) for p in BEFORE_FIRST_TOKEN)] * REQUESTS_PER_STEP for m in means]
     series += histogram_series(CATALOG["ttft"].metric, tier, buckets_for("ttft", spec), ttft)
     return series
 
@@ -100,7 +99,7 @@ def phase_groups(
     groups = []
     for phase, factor in SLOWDOWNS:
         case = _case(phase, factor, objective.threshold_s)
-        ttft_after = sum(case.means[True][p] for p in BEFORE_FIRST_TOKEN)
+        ttft_after = sum(case.means[True].get(p, 0.0) for p in BEFORE_FIRST_TOKEN)
         assert ttft_after > objective.threshold_s  # the slowdown must breach, or proves nothing
         bad = tuple(REQUESTS_PER_STEP if k >= slow_from else 0 for k in range(steps))
         good = tuple(REQUESTS_PER_STEP - b for b in bad)

@@ -33,13 +33,12 @@ from slo.promql import (
     quote,
     selector,
 )
-from slo.sli import CATALOG, PHASES
+from slo.sli import CATALOG, PHASED_SLIS, PHASES
 from slo.spec import Tier
 
 NOW_S = 300.0  # the "now" of a phase mean
 BASELINE_S = 3600.0  # the baseline hour ...
 BASELINE_OFFSET_S = 3600.0  # ... that ended this long ago
-BLAMING_SLIS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e")
 
 
 def mean_expr(sli: str, tier: str, window_s: float = NOW_S) -> str:
@@ -82,7 +81,7 @@ def phase_records(tier: Tier) -> list[Rule]:
         Rule(_baseline(PHASE_SHARE_RECORD, name), record=PHASE_SHARE_BASELINE_RECORD, labels=own),
         Rule(f"{mean}\n-\n{baseline}", record=PHASE_GROWTH_RECORD, labels=own),
     ]
-    for sli in BLAMING_SLIS:
+    for sli in PHASED_SLIS:
         candidates = selector(
             PHASE_GROWTH_RECORD, matcher(PHASE_LABEL, "=~", any_of(phases_of(sli))), tier=name
         )
@@ -116,7 +115,7 @@ def join_phase(tier: str, sli: str, expr: str) -> str:
 
 def _blaming_sli(rule: AlertRule) -> str:
     """The SLI whose blamed-phase record answers for this alert (a phase SLI: e2e's)."""
-    return rule.sli if rule.sli in BLAMING_SLIS else "e2e"
+    return rule.sli if rule.sli in PHASED_SLIS else "e2e"
 
 
 def _baseline_words() -> str:

@@ -34,7 +34,7 @@ from alerts.rules import Links, group_order, render_rules
 from alerts.templating import render
 from slo.errors import UsageError
 from slo.promql import le_value
-from slo.sli import CATALOG, buckets_for
+from slo.sli import BEFORE_FIRST_TOKEN, CATALOG, buckets_for
 from slo.spec import SLOSpec
 
 HEALTHY_MIN = 26 * 60  # a day for the bands' history, two hours of steady state
@@ -80,8 +80,9 @@ def synthetic_profile(factor: float = 2.0) -> Profile:
         "detokenize": 0.002,
     }
     slow = {**healthy, "prefill": healthy["prefill"] * factor}
-    before = ("network", "other", "queue", "prefill")
-    ttft = tuple(_lognormal(sum(m[p] for p in before), 0.1) for m in (healthy, slow))
+    ttft = tuple(
+        _lognormal(sum(m.get(p, 0.0) for p in BEFORE_FIRST_TOKEN), 0.1) for m in (healthy, slow)
+    )
     return Profile(600, (healthy, slow), (ttft[0], ttft[1]), 0.03)
 
 

@@ -62,7 +62,7 @@ from slo.arithmetic import (
 )
 from slo.arithmetic import error_budget as arithmetic_error_budget
 from slo.promql import exact, number, prom_duration
-from slo.sli import CATALOG, PHASES, buckets_for
+from slo.sli import AFTER_FIRST_TOKEN, BEFORE_FIRST_TOKEN, CATALOG, PHASES, buckets_for
 from slo.spec import SLOSpec, Tier
 from slo.spec.alert_policy import BurnRateRule, ThresholdAlert
 from slo.spec.objectives import Objective
@@ -88,11 +88,10 @@ _BURN_RULES: dict[int, dict[int, list[AlertRule]]] = {}  # id(spec) -> id(object
 _ACRONYMS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 # The phase to blame: a latency alert carries the label `phase`, the phase (of those its SLI is
 # made of) whose mean grew most against its baseline, or UNATTRIBUTED when Prometheus has no
-# phase timings for the tier. Phases after the first token make up TPOT and ITL; the others
-# (queue_prefill among them) come before it and make up TTFT; e2e is every phase.
+# phase timings for the tier (`slo.sli.BEFORE_FIRST_TOKEN` make up TTFT, `AFTER_FIRST_TOKEN`
+# TPOT and ITL; e2e is every phase).
 PHASE_LABEL = "phase"
 UNATTRIBUTED = "unknown"
-AFTER_FIRST_TOKEN: tuple[str, ...] = ("decode", "detokenize")
 
 
 def phases_of(sli: str | None) -> tuple[str, ...]:
@@ -100,9 +99,9 @@ def phases_of(sli: str | None) -> tuple[str, ...]:
     if sli in PHASES:
         return (sli,)
     if sli == "ttft":
-        return tuple(p for p in PHASES if p not in AFTER_FIRST_TOKEN)
+        return BEFORE_FIRST_TOKEN
     if sli in ("tpot", "itl"):
-        return tuple(p for p in PHASES if p in AFTER_FIRST_TOKEN)
+        return AFTER_FIRST_TOKEN
     if sli == "e2e":
         return PHASES
     return ()

@@ -72,6 +72,14 @@ PHASES: tuple[str, ...] = (
     "detokenize",
     "other",
 )
+# Phases after the first token make up TPOT and ITL; the others (queue_prefill among them) come
+# before it and make up TTFT. An engine that reports queue and prefill apart (the bundled one)
+# leaves queue_prefill empty: SPLIT_PHASES are what its records hold.
+AFTER_FIRST_TOKEN: tuple[str, ...] = ("decode", "detokenize")
+BEFORE_FIRST_TOKEN: tuple[str, ...] = tuple(p for p in PHASES if p not in AFTER_FIRST_TOKEN)
+SPLIT_PHASES: tuple[str, ...] = tuple(p for p in PHASES if p != "queue_prefill")
+# The latency SLIs made of phases: an alert on one of them names the phase to blame.
+PHASED_SLIS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e")
 # Where a record's token counts come from, most exact first: the engine's own hooks, the
 # `usage` object of the response, llama.cpp's `timings`, or a count of token-bearing chunks.
 TOKENS_SOURCES: tuple[str, ...] = ("engine", "usage", "timings", "chunks")

@@ -23,11 +23,11 @@ from typing import Any
 
 from slo.cli.paths import output_directory
 from slo.errors import UsageError
+from slo.sli import SPLIT_PHASES
 
 # The two acts: fifo chosen explicitly, then `slo serve` under its default flags, where the
 # spec's objectives choose the slo policy (slo.cli.engine_flags.choose_scheduling).
 ACTS: tuple[tuple[str, list[str]], ...] = (("fifo", ["--scheduling", "fifo"]), ("slo", []))
-PHASES_SHOWN = ("queue", "prefill", "decode", "detokenize", "network", "other")
 # ~880 tokens with the bundled byte-level tokenizer: with 64 output tokens it fits the 1024.
 BATCH_PROMPT = "".join(f"line {i} status ok latency {i * 37 % 997} ms; " for i in range(45))[:880]
 
@@ -150,7 +150,7 @@ def _premium_phases(store_url: str) -> dict[str, float]:
         return {}
     return {
         phase: 1000 * sum(r.get(f"{phase}_s") or 0.0 for r in rows) / len(rows)
-        for phase in PHASES_SHOWN
+        for phase in SPLIT_PHASES
     }
 
 
@@ -185,7 +185,7 @@ def render(acts: list[Act]) -> str:
         ],
     )
     lines.append("where a premium request's time went (server records, mean):")
-    for phase in PHASES_SHOWN:
+    for phase in SPLIT_PHASES:
         row(f"  {phase}", [f"{a.phases_ms.get(phase, float('nan')):.1f} ms" for a in acts])
     return "\n".join(lines)
 

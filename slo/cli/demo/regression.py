@@ -32,9 +32,9 @@ from alerts.regression import Fired, Profile, render_example, run_scenario
 from slo.cli.demo.regression_server import MODEL, DemoServer, demo_server
 from slo.cli.paths import output_directory
 from slo.errors import UsageError
+from slo.sli import SPLIT_PHASES
 from slo.spec import SLOSpec
 
-PHASES_SHOWN = ("network", "other", "queue", "prefill", "decode", "detokenize")
 # ~880 tokens with the bundled byte-level tokenizer: prefill dominates the first token.
 PROMPT = "".join(f"line {i} status ok latency {i * 37 % 997} ms; " for i in range(45))[:880]
 RATE_PER_S = 4.0
@@ -130,7 +130,7 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float:
 
 def _profile(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> Profile:
     """The measured run as the generated rules' input: phase means and TTFT values."""
-    means = tuple({p: _mean(rows, f"{p}_s") for p in PHASES_SHOWN} for rows in (before, after))
+    means = tuple({p: _mean(rows, f"{p}_s") for p in SPLIT_PHASES} for rows in (before, after))
     ttft = tuple(
         tuple(float(r["ttft_s"]) for r in rows if r.get("ttft_s")) for rows in (before, after)
     )
@@ -240,7 +240,7 @@ def render(
     fired: list[Fired],
 ) -> str:
     lines = [f"{'premium, server records (mean)':<32}{acts[0].name:>14}{acts[1].name:>22}"]
-    for phase in PHASES_SHOWN:
+    for phase in SPLIT_PHASES:
         lines.append(
             f"  {phase:<30}{_mean(before, f'{phase}_s') * 1000:>11.1f} ms"
             f"{_mean(after, f'{phase}_s') * 1000:>19.1f} ms"
