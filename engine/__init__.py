@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from engine.sampling import SamplingParams
     from engine.stream import RequestStream
 
-# Where each name of `__all__` lives (tests/unit/test_imports.py holds the two to each other).
+# Where each name of `__all__` lives (tests/unit/house/test_imports.py holds the two to each other).
 _HOMES = {
     "CheckpointError": "engine.config",
     "EngineConfig": "engine.config",

@@ -12,7 +12,7 @@ The layers that run are the model's own (`LlamaModel.forward`), with the step's 
 as how their tokens attend (`Attend`, engine/attention.py).
 
 Each group reads the same keys, in the same order, as the two-pass step did, so greedy output
-is token for token the same (tests/unit/test_fused_step.py, every policy and quantization).
+is token for token the same (tests/unit/engine/test_fused_step.py, every policy and quantization).
 
 What a chunk adds to a step of decodes is kept to its arithmetic (on bundled:tiny, a 16-token
 chunk of a 900-token prompt costs more multiply-adds in attention alone than the 16 decodes'

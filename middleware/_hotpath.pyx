@@ -1,6 +1,6 @@
 # cython: language_level=3, binding=True, boundscheck=False, wraparound=False, cdivision=False
 """The per-event hot path, compiled (Cython): the twin of `middleware._hotpath_py`, function for
-function, with the same behaviour (`tests/unit/test_hotpath_agree.py` holds them to it).
+function, with the same behaviour (`tests/unit/middleware/test_hotpath_agree.py` holds them to it).
 
 What is typed here is what the interpreter paid for per event: the byte checks of a whole
 `data: {...}` event (C compares instead of method calls), the attribute reads that decide a

@@ -1,7 +1,7 @@
 """The per-event hot path in pure Python: the reference the compiled `middleware._hotpath`
 must agree with, and what runs where it is not built or `LLM_SLO_PURE_PYTHON=1`
 (`middleware.hotpath` chooses). Each function here has a twin of the same name and behaviour
-in `_hotpath.pyx`; `tests/unit/test_hotpath_agree.py` holds them to it.
+in `_hotpath.pyx`; `tests/unit/middleware/test_hotpath_agree.py` holds them to it.
 
 - `token_events_in`, `decoded_has_text`: methods of `middleware.wire.WireReader` (per chunk);
 - `chunk_sent`: a method of `middleware.timeline.RequestTimeline` (per chunk);

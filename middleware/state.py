@@ -5,7 +5,7 @@ The layers of one request tell each other through the ASGI scope's state: the me
 (`middleware.auth`) may decide the tier and is charged the tokens; the app (the bundled
 engine's API, `slo proxy`) says how the request ended when its status alone does not. The
 bundled engine's API cannot import the middleware: `engine/api/state.py` writes out the keys it
-reads and writes, and tests/unit/test_request_state.py holds them to these.
+reads and writes, and tests/unit/middleware/test_request_state.py holds them to these.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 # Why a request was refused with a 429 (`RequestShed`, `StepStats.shed`): the slo policy's
 # deadline check, or the waiting queue's bound at submit. slo.sli.SHED_REASONS restates it
-# (the core imports no engine); tests/unit/test_policies.py fails when the two disagree.
+# (the core imports no engine); tests/unit/engine/test_policies.py fails when the two disagree.
 SHED_TTFT_OUT_OF_REACH = "ttft_out_of_reach"
 SHED_QUEUE_FULL = "queue_full"
 SHED_REASONS: tuple[str, ...] = (SHED_TTFT_OUT_OF_REACH, SHED_QUEUE_FULL)

@@ -5,7 +5,7 @@ need a CUDA device). A test that skips anywhere else vanished from CI without a 
 package, a fixture that found nothing to do, a guard written before the feature existed.
 
 The file: one allowed skip a line, `<node-id pattern> | <text the reason must contain>`; the
-pattern is an fnmatch glob on the node id (`tests/unit/test_quantize.py::*cuda*`), parameters
+pattern is an fnmatch glob on the node id (`tests/unit/engine/test_quantize.py::*cuda*`), parameters
 included; `#` starts a comment. tests/conftest.py registers the plugin when the variable is set;
 `python -m pytest -p tests.helpers.skip_guard` does too.
 """

@@ -89,5 +89,5 @@ def test_readme_example_alert_is_the_generated_one() -> None:
 
     from alerts.phase_tests import example_alert
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     assert f"```text\n{example_alert(SPEC, Links())}\n```" in readme

@@ -21,7 +21,7 @@ from tests.helpers.binaries import binary
 
 KUBERNETES = "1.30"
 KEDA_SCHEMA = json.loads(
-    (Path(__file__).parents[1] / "schemas" / "keda_scaledobject_v1alpha1.json").read_text()
+    (Path(__file__).parents[2] / "schemas" / "keda_scaledobject_v1alpha1.json").read_text()
 )
 TARGET = ScaleTarget("vllm", "serving", 2, 12, 0.6, "http://prometheus:9090")
 
@@ -74,7 +74,7 @@ def test_no_ttft_objective_no_manifests() -> None:
 
 
 def test_prometheus_computes_the_same_ratio_as_the_gauge(tmp_path: Path) -> None:
-    """The case of tests/unit/test_headroom.py: 2 premium requests waiting, 10 finished a
+    """The case of tests/unit/slo/test_headroom.py: 2 premium requests waiting, 10 finished a
     second, 50 ms mean prefill: (2 / 10 + 0.05) / 0.2 = 1.25; standard (4 more waiting, TTFT
     objective 500 ms in the packaged spec): 6 / 10 / 0.5 = 1.2."""
     promtool = binary("promtool")

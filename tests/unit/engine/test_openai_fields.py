@@ -12,7 +12,7 @@ from engine.api.fields import BY_ROUTE, FIELDS, markdown_table, refusal
 from engine.api.openapi import openapi_document
 from tests.helpers.openai_fields import ACCEPTED, MORE_REFUSED, REFUSED, body
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "openai-fields.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "openai-fields.md"
 START, END = "<!-- fields:start -->", "<!-- fields:end -->"
 
 

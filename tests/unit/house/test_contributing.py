@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PAGE = (ROOT / "CONTRIBUTING.md").read_text()
 # Backticked repository paths (`slo/sli.py`, `engine/policies/`), placeholders (`<name>`) aside.
 PATHS = sorted(

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MODULE_PACKAGES = ("engine", "middleware", "slo", "dashboards", "alerts")
 FUNCTION_PACKAGES = MODULE_PACKAGES
 MAX_MODULE_LINES = 400

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PACKAGES = ("engine", "middleware", "slo", "dashboards", "alerts", "tools")
 # The packages the core sits under: only the front door may import them.
 UPWARD = ("engine", "middleware", "dashboards", "alerts")

@@ -4,8 +4,8 @@ fields (`RequestRecord.model_fields`) or the phases agrees with its source.
 Each test walks the source and asks the real consumer (prometheus_client registry, live
 windows, dashboard panels, record validation, the record the middleware writes), so a latency
 SLI added to the catalog is checked end to end here without a line of this file changing.
-The engine's copy of the shed reasons is checked in tests/unit/test_policies.py (importing the
-engine pulls in torch).
+The engine's copy of the shed reasons is checked in tests/unit/engine/test_policies.py
+(importing the engine pulls in torch).
 """
 
 from __future__ import annotations

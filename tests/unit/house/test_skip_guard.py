@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers.skip_guard import ENV
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SUITE = """
 import pytest
 

@@ -8,6 +8,11 @@ import statements anywhere (inside functions too; relative ones resolved), `impo
 is given one), and the code in string literals and f-strings that tests write out and run in a
 child interpreter. A path in prose is no import; nor is a file of another checkout, which the
 before/after benchmarks load from that checkout's folder (tests/benchmarks/tree_workload.py).
+
+And tests/unit/ mirrors the source packages, so a module's tests are found where it lives: no
+test module sits directly in tests/unit/, each folder there is a source package (the packages
+pyproject.toml ships) or `house` (the rules of the repository as a whole), and each folder below
+one mirrors a sub-package of it (tests/unit/slo/cli/ for slo/cli/).
 """
 
 from __future__ import annotations
@@ -15,11 +20,14 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TESTS = REPO / "tests"
+UNIT = TESTS / "unit"
+HOUSE = "house"  # tests of the repository as a whole: limits, imports, one source, this layout
 DOTTED = re.compile(r"tests(?:\.\w+)+")  # a module of the suite, named as `-m` takes it
 
 
@@ -98,7 +106,7 @@ def test_the_walk_finds_the_suite_and_its_imports() -> None:
     found = {path.relative_to(REPO).as_posix() for path in TESTS.rglob("*.py")}
     expected = ["conftest.py", "helpers/polling.py", "benchmarks/middleware_worker.py"]
     assert {f"tests/{name}" for name in expected} <= found and __file__.endswith(tuple(found))
-    store = TESTS / "unit" / "test_store.py"
+    store = UNIT / "slo" / "test_store.py"
     tree = ast.parse(store.read_text(encoding="utf-8"))
     assert "tests.helpers.store_round_trip" in {n for _, n in imported(tree, module_name(store))}
 
@@ -135,3 +143,47 @@ def test_each_way_of_importing_a_test_module_is_found(tmp_path: Path) -> None:
     found = violations(tmp_path / "tests")
     assert {entry.split(":")[0] for entry in found} == set(SAMPLES), found  # clean.py is not
     assert {e.split(":")[0] for e in found if e.endswith(f" imports {OTHER}")} == set(SAMPLES)
+
+
+def source_packages() -> list[str]:
+    """The top-level packages the project ships (pyproject.toml's `packages.find.include`)."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    include = config["tool"]["setuptools"]["packages"]["find"]["include"]
+    return sorted(pattern.rstrip("*") for pattern in include)
+
+
+def unit_folders() -> list[Path]:
+    """Every folder under tests/unit/ (caches aside), parents before children."""
+    return sorted(
+        path
+        for path in UNIT.rglob("*")
+        if path.is_dir()
+        and not any(part.startswith(("__", ".")) for part in path.relative_to(UNIT).parts)
+    )
+
+
+def test_no_test_module_sits_directly_in_tests_unit() -> None:
+    loose = sorted(path.name for path in UNIT.glob("*.py") if path.name != "__init__.py")
+    assert not loose, (
+        f"{loose} directly in tests/unit/: move each under the folder of the package it mainly "
+        f"tests (tests/unit/<package>/, as the package's path), or {HOUSE}/ for the repository"
+    )
+
+
+def test_tests_unit_mirrors_the_source_packages() -> None:
+    packages = source_packages()
+    assert {"engine", "middleware", "slo"} <= set(packages), packages
+    folders = unit_folders()
+    assert UNIT / "slo" / "cli" in folders and UNIT / HOUSE in folders  # the walk finds them
+    stray = []
+    for folder in folders:
+        top, *below = folder.relative_to(UNIT).parts
+        mirrors = top in packages and (REPO / top / Path(*below) / "__init__.py").is_file()
+        if not (mirrors or (top == HOUSE and not below)):
+            stray.append(folder.relative_to(REPO).as_posix())
+    assert not stray, (
+        f"{stray} mirror no source package: tests/unit/ holds one folder per package ({packages})"
+        f" and {HOUSE}/; below one, a folder is named for a sub-package of it"
+    )
+    missing = [f.relative_to(REPO).as_posix() for f in folders if not (f / "__init__.py").is_file()]
+    assert not missing, f"{missing} have no __init__.py (test modules are named by their path)"

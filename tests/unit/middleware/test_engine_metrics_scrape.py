@@ -23,7 +23,7 @@ from middleware.upstream.engine_metrics import (
 )
 from slo.spec import SLOSpec
 
-DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "proxy.md"
+DOCS_PAGE = Path(__file__).resolve().parents[3] / "docs" / "proxy.md"
 URL = "http://127.0.0.1:8080/metrics"
 
 

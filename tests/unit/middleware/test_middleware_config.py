@@ -23,7 +23,7 @@ from middleware.config import FIELD_PARTS
 from slo.cli import build_parser
 from slo.cli.common.middleware import FLAG_FIELDS, middleware_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 async def _no_app(scope: object, receive: object, send: object) -> None:

@@ -13,7 +13,7 @@ from engine.api.state import EngineRequestState
 from middleware.capture import CaptureBuffer
 from middleware.state import RequestState
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # `state["key"]`, `state.get("key"`, `state["a"], state["b"] = ...` and `scope["state"]["key"]`.
 STATE_KEY = re.compile(r"""state(?:\"\])?(?:\[|\.get\()\s*["']([a-z_]+)["']""")
 

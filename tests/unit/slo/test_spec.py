@@ -12,7 +12,7 @@ from slo.errors import UsageError
 from slo.spec import SLOSpec, SpecError
 from slo.units import format_duration, parse_duration, parse_fraction
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "slo" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "slo" / "examples"
 
 GOOD = """\
 version: 1

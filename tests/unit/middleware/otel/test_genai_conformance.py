@@ -28,7 +28,7 @@ from tests.helpers.genai_traffic import MODEL, REQUESTS, SERVER, failing_upstrea
 from tests.helpers.genai_traffic import send_requests as send
 
 CONVENTIONS = yaml.safe_load(
-    (Path(__file__).parents[1] / "conventions" / "gen_ai_066d4a7f.yaml").read_text()
+    (Path(__file__).parents[3] / "conventions" / "gen_ai_066d4a7f.yaml").read_text()
 )
 SPAN = CONVENTIONS["span"]
 METRICS: dict[str, dict[str, Any]] = CONVENTIONS["metrics"]

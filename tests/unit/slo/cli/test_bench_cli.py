@@ -51,7 +51,7 @@ def test_an_unreachable_server_is_named(capsys: pytest.CaptureFixture[str], tmp_
 
 def test_the_new_commands_import_nothing_heavy() -> None:
     # matplotlib only when a report is drawn; middleware and generators never from slo/, and
-    # of the engine only its policies (--scheduling's choices, tests/unit/test_imports.py).
+    # of the engine only its policies (--scheduling's choices, tests/unit/house/test_imports.py).
     code = (
         "import sys, importlib\n"
         "for m in ('slo.cli.bench', 'slo.cli.bench.command', 'slo.cli.bench.server', "

@@ -14,7 +14,7 @@ from slo.cli.report.command import render_report
 from slo.records import iter_jsonl_dicts
 from slo.spec import SLOSpec
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "slo" / "examples" / "run.jsonl"
+EXAMPLE = Path(__file__).resolve().parents[4] / "slo" / "examples" / "run.jsonl"
 CHARTS = ("percentiles", "phases", "cdf", "ttft-input", "over-time", "industry")
 
 

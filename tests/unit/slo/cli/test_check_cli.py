@@ -16,7 +16,7 @@ from slo.store import RecordStore
 from tests.helpers.record_samples import sample_records, write_sample_file
 from tests.helpers.tier_specs import make_tier, spec_yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 STRICT = spec_yaml(
     make_tier("premium", "p99 ttft <= 1ms", "availability >= 90%", default=True), window=None
 )

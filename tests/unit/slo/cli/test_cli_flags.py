@@ -9,7 +9,7 @@ from pathlib import Path
 
 from slo.cli import COMMANDS, build_parser
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 SHARED = {"--spec": "SLO.YAML", "--results": "RUN.JSONL", "--quiet": None}
 
 

@@ -17,7 +17,7 @@ from slo.records import read_jsonl
 from slo.spec import SLOSpec
 from tests.helpers.terminal_tables import empty_columns, tables, too_wide
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "slo" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "slo" / "examples"
 
 
 def record(index: int, tier: str, **phases: float) -> dict[str, Any]:
