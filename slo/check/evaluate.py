@@ -48,6 +48,8 @@ CLIENT_VIEW = {
     "tpot_s": "client_tpot_s",
     "itl_s": "client_itl_s",
 }
+# What `slo.check.burn.burn_rates` returns: the burn per alert window, the rules firing.
+Burn = tuple[tuple[WindowBurn, ...], tuple[str, ...]]
 
 
 def rank_for(target: float, count: int) -> int:
@@ -304,20 +306,8 @@ def _latency(
     good_mask = values <= threshold if objective.inclusive else values < threshold
     events, good = int(values.size), int(good_mask.sum())
     observed = nearest_rank(values, objective.target) if events else None
-    verdict = decide(objective, events, good, observed, spec.min_events)
-    burn, alerts = _burn(spec, objective, ~good_mask, masks)
-    return ObjectiveResult(
-        tier.name,
-        objective,
-        events,
-        good,
-        verdict,
-        observed,
-        None,
-        burn,
-        alerts,
-        min(client_events, events),
-    )
+    burn = _burn(spec, objective, ~good_mask, masks)
+    return objective_result(spec, tier.name, objective, events, good, burn, observed, client_events)
 
 
 def _has_client_gaps(columns: RecordColumns) -> bool:
@@ -335,15 +325,14 @@ def _ratio(
 ) -> ObjectiveResult:
     good_mask = good_requests[counted]
     events, good = int(good_mask.size), int(good_mask.sum())
-    verdict = decide(objective, events, good, None, spec.min_events)
     masks = {w: mask[counted] for w, mask in window_masks.items()}
-    burn, alerts = _burn(spec, objective, ~good_mask, masks)
-    return ObjectiveResult(tier_name, objective, events, good, verdict, None, None, burn, alerts)
+    burn = _burn(spec, objective, ~good_mask, masks)
+    return objective_result(spec, tier_name, objective, events, good, burn)
 
 
 def _burn(
     spec: SLOSpec, objective: Objective, bad: np.ndarray, masks: dict[float, np.ndarray]
-) -> tuple[tuple[WindowBurn, ...], tuple[str, ...]]:
+) -> Burn:
     counts = {w: (int(mask.sum()), int((bad & mask).sum())) for w, mask in masks.items()}
     return burn_rates(spec, objective, counts, (int(bad.size), int(bad.sum())))
 
@@ -358,6 +347,23 @@ def decide(
         met = arithmetic.within(observed, objective.threshold_s or 0.0, objective.inclusive)
         return "met" if met else "violated"
     return arithmetic.verdict(good, events, objective.target, min_events)
+
+
+def objective_result(
+    spec: SLOSpec,
+    tier: str,
+    objective: Objective,
+    events: int,
+    good: int,
+    burn: Burn,
+    observed: float | None = None,
+    client_events: int = 0,
+) -> ObjectiveResult:
+    """A latency or ratio objective's result from its counts, as every judge that counts builds
+    it (in memory here, in SQL in `slo.check.sql_counts`): the verdict by `decide`."""
+    verdict = decide(objective, events, good, observed, spec.min_events)
+    client = min(client_events, events)  # the client's view, of at most every event
+    return ObjectiveResult(tier, objective, events, good, verdict, observed, None, *burn, client)
 
 
 def _tokens_per_s(columns: RecordColumns, ok: np.ndarray) -> float | None:

@@ -5,7 +5,7 @@ per alert-window bucket, how many events each objective has and how many of them
 and the nearest-rank value at each percentile asked for. This module states what must be
 counted for a spec (`CountPlan`) and turns those counts into the very `EvaluationReport` that
 `slo.check.evaluate.evaluate` builds from columns: the verdict, burn-rate and alert rules are the
-core's own (`decide`, `burn_rates`, `rank_for`), called with the same numbers.
+core's own (`objective_result`, `burn_rates`, `rank_for`), called with the same numbers.
 
 A record's bucket is the shortest alert window it falls in (windows are nested: a record in
 the 5m window is in every longer one), so the count of window i is the sum of buckets 0..i.
@@ -24,13 +24,13 @@ import numpy as np
 from slo.arithmetic import goodput_checks
 from slo.check.evaluate import (
     CLIENT_VIEW,
+    Burn,
     EvaluationReport,
     ObjectiveResult,
     TierResult,
     Verdict,
-    WindowBurn,
     burn_rates,
-    decide,
+    objective_result,
     rank_for,
 )
 from slo.performance import classify
@@ -323,24 +323,12 @@ def _latency(
         events_name, good_name = events_key(name), good_key(condition(objective))
     events, good = counts.total(events_name), counts.total(good_name)
     observed = _observed(counts, name, events, objective.target)
-    verdict = decide(objective, events, good, observed, spec.min_events)
-    burn, alerts = _burn(spec, objective, counts, events_name, good_name, windows)
+    burn = _burn(spec, objective, counts, events_name, good_name, windows)
     if name == ITL_FIELD:
         client_events = events if counts.client_gaps else 0
     else:
         client_events = counts.total(client_key(name)) if name in CLIENT_VIEW else 0
-    return ObjectiveResult(
-        tier.name,
-        objective,
-        events,
-        good,
-        verdict,
-        observed,
-        None,
-        burn,
-        alerts,
-        min(client_events, events),
-    )
+    return objective_result(spec, tier.name, objective, events, good, burn, observed, client_events)
 
 
 def _ratio(
@@ -353,9 +341,8 @@ def _ratio(
     windows: Sequence[float],
 ) -> ObjectiveResult:
     events, good = counts.total(events_name), counts.total(good_name)
-    verdict = decide(objective, events, good, None, spec.min_events)
-    burn, alerts = _burn(spec, objective, counts, events_name, good_name, windows)
-    return ObjectiveResult(tier.name, objective, events, good, verdict, None, None, burn, alerts)
+    burn = _burn(spec, objective, counts, events_name, good_name, windows)
+    return objective_result(spec, tier.name, objective, events, good, burn)
 
 
 def _burn(
@@ -365,7 +352,7 @@ def _burn(
     events_name: str,
     good_name: str,
     windows: Sequence[float],
-) -> tuple[tuple[WindowBurn, ...], tuple[str, ...]]:
+) -> Burn:
     events, good = counts.cumulative(events_name), counts.cumulative(good_name)
     per_window = {w: (int(events[i]), int(events[i] - good[i])) for i, w in enumerate(windows)}
     total_events = counts.total(events_name)
