@@ -25,7 +25,7 @@ from slo.spec.alert_policy import (
     ThresholdAlert,
     build_alert_policy,
 )
-from slo.spec.fields import Fail, check_keys, count, duration, line_of, strings
+from slo.spec.fields import Fail, check_keys, count, duration, line_of, optional_section, strings
 from slo.spec.objectives import Objective, parse_objective
 from slo.spec.openslo import openslo_to_spec_dict
 from slo.spec.yamlfile import error_line, error_problem, load_documents
@@ -337,12 +337,11 @@ def _build_objectives(raw: Mapping[str, Any], fail: Fail) -> tuple[Objective, ..
 
 
 def _build_match(raw: object, tier_name: str, line: int, fail: Fail) -> MatchRule:
+    raw = optional_section(
+        raw, line, "match", _MATCH_KEYS, "header/values, api_keys or routes", fail
+    )
     if raw is None:
         return MatchRule()
-    if not isinstance(raw, Mapping):
-        fail(line, "'match' must be a mapping with header/values, api_keys or routes")
-    assert isinstance(raw, Mapping)
-    check_keys(raw, _MATCH_KEYS, "match", fail)
     header = raw.get("header")
     if header is not None and (not isinstance(header, str) or not header.strip()):
         fail(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slo.spec.anomaly_policy import AnomalyPolicy, build_anomaly_policy
-from slo.spec.fields import Fail, check_keys, count, duration, line_of, positive
+from slo.spec.fields import Fail, count, duration, line_of, optional_section, positive
 from slo.units import format_duration
 
 _POLICY_KEYS = ("min_events", "min_request_rate", "burn_rates", "thresholds", "anomalies")
@@ -89,12 +89,11 @@ class AlertPolicy:
 
 
 def build_alert_policy(raw: object, line: int, fail: Fail) -> AlertPolicy:
+    raw = optional_section(
+        raw, line, "alert_policy", _POLICY_KEYS, "burn_rates, thresholds, min_events", fail
+    )
     if raw is None:
         return AlertPolicy()
-    if not isinstance(raw, Mapping):
-        fail(line, "'alert_policy' must be a mapping with burn_rates, thresholds, min_events")
-    assert isinstance(raw, Mapping)
-    check_keys(raw, _POLICY_KEYS, "alert_policy", fail)
     burn_rates = DEFAULT_BURN_RATES
     if "burn_rates" in raw:
         rules = raw["burn_rates"]

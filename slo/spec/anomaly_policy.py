@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slo.sli import PHASES
-from slo.spec.fields import Fail, check_keys, count, duration, line_of, positive
+from slo.spec.fields import Fail, check_keys, count, duration, line_of, optional_section, positive
 from slo.units import format_duration
 
 LATENCY_SIGNALS: tuple[str, ...] = ("ttft_p95", "tpot_p95", "e2e_p95")
@@ -68,12 +68,11 @@ class AnomalyPolicy:
 
 
 def build_anomaly_policy(raw: object, line: int, fail: Fail) -> AnomalyPolicy:
+    raw = optional_section(
+        raw, line, "anomalies", _KEYS, "min_requests, sigmas, min_band, for, skip", fail
+    )
     if raw is None:
         return AnomalyPolicy()
-    if not isinstance(raw, Mapping):
-        fail(line, "'anomalies' must be a mapping with min_requests, sigmas, min_band, for, skip")
-    assert isinstance(raw, Mapping)
-    check_keys(raw, _KEYS, "anomalies", fail)
     enabled = raw.get("enabled", True)
     if not isinstance(enabled, bool):
         fail(line_of(raw, "enabled"), f"enabled must be true or false, got {enabled!r}")

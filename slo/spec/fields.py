@@ -28,6 +28,20 @@ def check_keys(raw: Mapping[Any, Any], allowed: Sequence[str], what: str, fail: 
             fail(line_of(raw, key), f"unknown {what} key {key!r}; {hint}")
 
 
+def optional_section(
+    raw: object, line: int, name: str, keys: Sequence[str], shape: str, fail: Fail
+) -> Mapping[Any, Any] | None:
+    """A section the spec may leave out: None when it does, else the mapping, failing when it
+    is not one (naming its `shape`) or has a key other than `keys`."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        fail(line, f"'{name}' must be a mapping with {shape}")
+    assert isinstance(raw, Mapping)
+    check_keys(raw, keys, name, fail)
+    return raw
+
+
 def strings(raw: Mapping[Any, Any], key: str, fail: Fail) -> tuple[str, ...]:
     value = raw.get(key, [])
     if isinstance(value, str):
