@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slo.errors import UsageError
+from slo.tier_numbers import parse_tier_numbers
 
 MIX_TOLERANCE = 0.10  # a target tier share this far from the measured one gets a warning
 
@@ -76,16 +77,7 @@ def cost_of(
 
 def parse_rates(text: str) -> dict[str, float]:
     """'premium=10,standard=30' -> {tier: requests/s}."""
-    rates: dict[str, float] = {}
-    for part in filter(None, (piece.strip() for piece in text.split(","))):
-        name, sep, value = part.partition("=")
-        try:
-            rate = float(value) if sep else math.nan
-        except ValueError:
-            rate = math.nan
-        if not name.strip() or not math.isfinite(rate) or rate < 0:
-            raise UsageError(f"--rate: {part!r} is not TIER=REQUESTS_PER_S; e.g. premium=10")
-        rates[name.strip()] = rate
+    rates = dict(parse_tier_numbers(text, "--rate", "TIER=REQUESTS_PER_S; e.g. premium=10"))
     if not rates or sum(rates.values()) <= 0:
         raise UsageError("--rate: give at least one tier with a rate > 0")
     return rates

@@ -16,6 +16,7 @@ from typing import Literal
 
 from slo.capacity.arrivals import ArrivalKind, next_gap
 from slo.errors import UsageError
+from slo.tier_numbers import parse_tier_numbers
 
 Endpoint = Literal["chat", "completions"]
 Arrival = Literal["poisson", "concurrency"]
@@ -139,18 +140,8 @@ def get_profile(name: str) -> Profile:
 
 def parse_tier_mix(text: str) -> tuple[tuple[str, float], ...]:
     """'premium=0.2,standard=0.7,batch=0.1' -> normalized weights (they need not sum to 1)."""
-    mix: list[tuple[str, float]] = []
-    for part in filter(None, (piece.strip() for piece in text.split(","))):
-        name, sep, weight_text = part.partition("=")
-        try:
-            weight = float(weight_text) if sep else math.nan
-        except ValueError:
-            weight = math.nan
-        if not name.strip() or not math.isfinite(weight) or weight < 0:
-            raise UsageError(
-                f"--tier-mix: {part!r} is not TIER=WEIGHT; write e.g. premium=0.2,standard=0.8"
-            )
-        mix.append((name.strip(), weight))
+    form = "TIER=WEIGHT; write e.g. premium=0.2,standard=0.8"
+    mix = parse_tier_numbers(text, "--tier-mix", form)
     total = sum(weight for _, weight in mix)
     if not mix or total <= 0:
         raise UsageError("--tier-mix: give at least one tier with a weight > 0")
