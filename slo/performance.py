@@ -10,7 +10,7 @@ deployment, so divide by the GPU count before comparing across setups.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +55,7 @@ class Classification:
     reason: str
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "tier": self.tier,
-            "ttft_p95_s": self.ttft_p95_s,
-            "tpot_p95_s": self.tpot_p95_s,
-            "tokens_per_s": self.tokens_per_s,
-            "reason": self.reason,
-        }
+        return asdict(self)
 
 
 def _known(value: float | None) -> bool:
