@@ -46,7 +46,9 @@ def add_entry(registry: Path, entry: str) -> str:
     (name,) = re.findall(r'^"(\w+)": "[\w.]+",\n$', entry)
     assert name not in COMMANDS, f"slo {name} exists already"
     source = registry.read_text()
-    (anchor,) = AFTER.findall(source)
+    anchors = AFTER.findall(source)
+    assert len(anchors) == 1, f"{REGISTRY}: no one entry of lint in COMMANDS to follow: {anchors}"
+    (anchor,) = anchors
     registry.write_text(source.replace(anchor, anchor + "    " + entry, 1))
     return name
 
