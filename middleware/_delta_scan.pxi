@@ -1,7 +1,8 @@
 # The usual delta, decided on the bytes (included by _hotpath.pyx).
 #
 # Nearly every event of a stream is one chunk with one choice whose text is a non-empty string
-# and nothing else that counts (no usage, timings, error, finish). `_usual_delta` says so from a
+# and nothing else that counts (no usage, error, finish, nor an object beside the choices: an
+# engine's report, `EngineAdapter.body_keys`, is always decoded). `_usual_delta` says so from a
 # single pass over the payload, without msgspec building its structs. It answers 1 only inside
 # a strict subset of JSON that msgspec surely decodes to that same verdict: plain keys, known
 # fields of the types the structs take, at most one of each, valid UTF-8, no surrogate escapes,
@@ -311,6 +312,11 @@ cdef int _choice(_Cursor* c, _Span* span) noexcept nogil:
             return text if delta < 0 else delta
 
 
+cdef inline bint _opens_object(_Cursor* c) noexcept nogil:
+    _space(c)
+    return c.at < c.end and c.at[0] == 123
+
+
 cdef int _usual_delta(const unsigned char* payload, Py_ssize_t size, _Span* span) noexcept nogil:
     """1 when the payload (a JSON object) is surely the usual token chunk, else 0: decode it.
     On 1, `span` says where its text's string lies."""
@@ -330,10 +336,12 @@ cdef int _usual_delta(const unsigned char* payload, Py_ssize_t size, _Span* span
                 return 0
             usual = 1
             more = _member(&c, &seen, 1)
-        elif _is(name, length, "usage") or _is(name, length, "timings"):
-            more = _member(&c, &seen, 2 if name[0] == 117 else 4) if _null(&c) else -1
+        elif _is(name, length, "usage"):
+            more = _member(&c, &seen, 2) if _null(&c) else -1
         elif _is(name, length, "error"):
             more = _member(&c, &seen, 8) if _null(&c) else -1
+        elif _opens_object(&c):
+            return 0  # an engine's report, maybe (`EngineAdapter.body_keys`): decode it
         else:
             more = _next(&c) if _skip(&c, 1) == 0 else -1
         if more <= 0:

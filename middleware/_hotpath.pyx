@@ -24,7 +24,8 @@ import bisect as _bisect
 
 from middleware import _hotpath_py as _py
 from middleware.ring import NUM_SLOTS as _NUM_SLOTS
-from middleware.wire_chunk import NOT_DECODED, decode_chunk
+import middleware.wire_chunk as wire_chunk
+from middleware.wire_chunk import NOT_DECODED, carries_report
 
 IMPLEMENTATION = "compiled"
 # The twin's functions, by name: both implementations export exactly these.
@@ -118,7 +119,7 @@ cdef object _token_events_in(object reader, object data):
     if reader._head_pending:  # the first event only
         reader._read_head(payload)
     try:
-        chunk = decode_chunk(payload)
+        chunk = wire_chunk.decode_chunk(payload)
     except NOT_DECODED:
         return 0
     return 1 if _decoded_has_text(reader, chunk) else 0
@@ -149,8 +150,8 @@ cdef bint _decoded_has_text(object reader, object chunk) except -1:
         choices is not None
         and len(choices) == 1
         and chunk.usage is None
-        and chunk.timings is None
         and chunk.error is None
+        and not carries_report(chunk)
     ):
         choice = choices[0]
         delta = choice.delta

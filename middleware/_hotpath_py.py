@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
+import middleware.wire_chunk as wire_chunk
 from middleware.ring import NUM_SLOTS
-from middleware.wire_chunk import NOT_DECODED, Chunk, decode_chunk
+from middleware.wire_chunk import NOT_DECODED, Chunk, carries_report
 
 IMPLEMENTATION = "pure-python"
 # The functions each implementation provides, with the same signatures and behaviour: the
@@ -58,7 +59,7 @@ def token_events_in(reader: Any, data: bytes) -> int:
     if reader._head_pending:  # the first event only: one attribute read per chunk after it
         reader._read_head(memoryview(data)[6:-2])
     try:
-        chunk = decode_chunk(memoryview(data)[6:-2])
+        chunk = wire_chunk.decode_chunk(memoryview(data)[6:-2])
     except NOT_DECODED:
         return 0
     return 1 if reader._decoded_has_text(chunk) else 0
@@ -66,14 +67,14 @@ def token_events_in(reader: Any, data: bytes) -> int:
 
 def decoded_has_text(reader: Any, chunk: Chunk) -> bool:
     """Whether a decoded chunk is a token event, counted. The usual delta (one choice with
-    text; no usage, timings, error or finish) is decided in a few attribute reads."""
+    text; no usage, engine report, error or finish) is decided in a few attribute reads."""
     choices = chunk.choices
     if (
         choices is not None
         and len(choices) == 1
         and chunk.usage is None
-        and chunk.timings is None
         and chunk.error is None
+        and not carries_report(chunk)
     ):
         choice = choices[0]
         delta = choice.delta

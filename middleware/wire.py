@@ -7,8 +7,8 @@ Used by the middleware (on the bytes the app sends) and by `slo bench` (on the b
   finish-only and usage-only chunks, comments and `[DONE]` are not token events.
 - `usage` (a plain body, or the last chunk of a stream with `stream_options.include_usage`)
   gives exact counts; vLLM's `continuous_usage_stats` puts a cumulative usage in every chunk.
-  llama.cpp's `timings` rides in the last chunk or the body
-  (`middleware.upstream.engines.llamacpp`).
+- An engine's own report beside the OpenAI fields (a body key of its adapter,
+  `middleware.upstream.registry`) is decoded with the chunk and read by that adapter.
 - Without usage the count is the number of token events, and says so (`tokens_source`).
 
 Per chunk the cost is a bytes search and, for chunks that look like data, one msgspec decode
@@ -22,21 +22,16 @@ from __future__ import annotations
 from typing import Any
 
 import middleware.hotpath as hotpath
-from middleware.upstream import UpstreamReport, apply_timings, apply_usage
-from middleware.wire_chunk import (
-    NOT_DECODED,
-    Chunk,
-    chunk_has_text,
-    decode_body,
-    decode_chunk,
-    decode_head,
-)
+import middleware.wire_chunk as wire_chunk
+from middleware.upstream import UpstreamReport, apply_usage
+from middleware.upstream.registry import read_response_body
+from middleware.wire_chunk import NOT_DECODED, Chunk, chunk_has_text, decode_head
 
 __all__ = ["WireReader", "chunk_has_text"]
 
 
 class WireReader:
-    """What one response put on the wire: token events, usage, timings.
+    """What one response put on the wire: token events, usage, the engine's reports.
 
     Feed it the body bytes in the order they are sent; `feed` answers per piece whether it
     carried a token event. Events split across pieces are joined first.
@@ -87,7 +82,7 @@ class WireReader:
 
     @property
     def events(self) -> int:
-        """OpenAI-shaped data events seen (any chunk with choices, usage or timings)."""
+        """OpenAI-shaped data events seen (any chunk with choices, usage or an engine's report)."""
         usual = self._usual
         return self._events if usual is None else self._events + usual.count
 
@@ -109,7 +104,7 @@ class WireReader:
             if self._head_pending:
                 self._read_head(data[6:-2])
             try:
-                chunk = decode_chunk(data[6:-2])
+                chunk = wire_chunk.decode_chunk(data[6:-2])
             except NOT_DECODED:
                 return 0, data
             return (1 if self._decoded_has_text(chunk) else 0), data
@@ -173,7 +168,7 @@ class WireReader:
         if self._head_pending:
             self._read_head(payload)
         try:
-            chunk = decode_chunk(payload)
+            chunk = wire_chunk.decode_chunk(payload)
         except NOT_DECODED:
             return False, False
         return self._chunk(chunk)
@@ -196,17 +191,18 @@ class WireReader:
             self.finish_reasons.extend(c.finish_reason for c in chunk.choices if c.finish_reason)
         if chunk.usage is not None:
             apply_usage(self.report, chunk.usage)
-        if chunk.timings is not None:
-            apply_timings(self.report, chunk.timings)
+        if wire_chunk.carries_report(chunk):
+            read_response_body(self.report, wire_chunk.reports_in(chunk))
         if chunk_has_text(chunk):
             self._token_events += 1
             return True, False
         return False, not chunk.choices and chunk.usage is not None
 
     def read_body(self, body: bytes | bytearray) -> bool:
-        """A plain (not streamed) JSON body: counts from usage/timings; whether it has text."""
+        """A plain (not streamed) JSON body: counts from usage or the engine's report; whether it
+        has text."""
         try:
-            chunk = decode_body(body)  # the head's fields too: one decode of the body
+            chunk = wire_chunk.decode_body(body)  # the head's fields too: one decode of the body
         except NOT_DECODED:
             self._read_head(body)  # its id and model may still be read
             return False
@@ -216,7 +212,7 @@ class WireReader:
 
     @property
     def output_tokens(self) -> int:
-        """Exact where the engine said (usage, timings), else the token events counted."""
+        """Exact where the engine said (usage, its own report), else the token events counted."""
         reported = self.report.output_tokens
         return self.token_events if reported is None else reported
 

@@ -6,6 +6,11 @@ not name. They live apart from `middleware.wire` so that both hot-path implement
 import cycle. `gc=False`: a decoded chunk holds no reference back to itself, so the cyclic
 garbage collector need not track the few objects made per event (it ran in 7% of a profile
 of the per-event scan).
+
+The engines' own reports beside the OpenAI fields (llama.cpp's `timings`: each adapter's
+`body_keys`, `middleware.upstream.registry`) are fields of a subclass made from the registry,
+made again when an adapter brings a new key; so read the decoders as `wire_chunk.decode_chunk`
+and `wire_chunk.decode_body`, at the call, and a chunk's reports with `reports_in`.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+
+from middleware.upstream.registry import BODY_KEYS, BODY_KEYS_LISTENERS
 
 
 class Function(msgspec.Struct, gc=False):
@@ -40,7 +47,6 @@ class Choice(msgspec.Struct, gc=False):
 class Chunk(msgspec.Struct, gc=False):
     choices: list[Choice] | None = None
     usage: dict[str, Any] | None = None
-    timings: dict[str, Any] | None = None
     error: Any = None
 
 
@@ -59,10 +65,45 @@ class Body(Chunk, gc=False):
     model: Any = None
 
 
-decode_chunk = msgspec.json.Decoder(Chunk).decode
 decode_head = msgspec.json.Decoder(Head).decode
-decode_body = msgspec.json.Decoder(Body).decode
 NOT_DECODED = msgspec.DecodeError
+# Made by `_read_body_keys` from the registry: the decoders, and the attribute of each body key.
+decode_chunk: Any = msgspec.json.Decoder(Chunk).decode
+decode_body: Any = msgspec.json.Decoder(Body).decode
+REPORT_FIELDS: tuple[tuple[str, str], ...] = ()  # (attribute, body key)
+
+
+def _read_body_keys() -> None:
+    """Decode every registered body key too (any JSON value; None where absent or null)."""
+    global decode_chunk, decode_body, REPORT_FIELDS
+    REPORT_FIELDS = tuple((f"report_{index}", key) for index, key in enumerate(BODY_KEYS))
+    fields = [(name, Any, msgspec.field(default=None, name=key)) for name, key in REPORT_FIELDS]
+    reporting_chunk = msgspec.defstruct("Chunk", fields, bases=(Chunk,), gc=False)
+    reporting_body = msgspec.defstruct("Body", fields, bases=(Body,), gc=False)
+    decode_chunk = msgspec.json.Decoder(reporting_chunk).decode
+    decode_body = msgspec.json.Decoder(reporting_body).decode
+
+
+def carries_report(chunk: Chunk) -> bool:
+    """Whether a decoded chunk (or body) carries one of the engines' reports."""
+    for name, _ in REPORT_FIELDS:  # noqa: SIM110 (a loop, no generator: asked once per chunk)
+        if getattr(chunk, name) is not None:
+            return True
+    return False
+
+
+def reports_in(chunk: Chunk) -> dict[str, Any]:
+    """The engines' reports a decoded chunk (or body) carries, by body key."""
+    found = {}
+    for name, key in REPORT_FIELDS:
+        value = getattr(chunk, name)
+        if value is not None:
+            found[key] = value
+    return found
+
+
+_read_body_keys()
+BODY_KEYS_LISTENERS.append(_read_body_keys)
 
 
 def _has_text(value: Any) -> bool:

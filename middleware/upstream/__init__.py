@@ -14,7 +14,8 @@ reports it, in a plain body or in the last chunk of a stream with
 `stream_options.include_usage`): the wire format's own, not one engine's.
 
 Every adapter declares what it reads in one `EngineAdapter` (`registry.py`): headers and the
-function that reads them, body keys, span names and attributes, and its `/metrics` families.
+function that reads them, body keys and the function that reads them, span names and
+attributes, and its `/metrics` families.
 
 Each adapter fills an `UpstreamReport`; the timeline carves the phases it knows out of the
 time before the first token, and the counts replace the chunk count.

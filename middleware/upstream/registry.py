@@ -1,12 +1,14 @@
 """One registry of upstream engines: what each puts on the wire and beside it.
 
-Each engine's module declares one `EngineAdapter`: the response headers and body keys it reads,
+Each engine's module declares one `EngineAdapter`: the response headers and body keys it reads
+(and the functions that read them),
 the names of its request spans (OTLP, `POST /v1/traces`) and which span attributes hold its
 phases and counts, and which of its Prometheus `/metrics` families map onto the engine gauges
 the bundled engine fills. Adding an engine is one module that calls `register` and its test.
 
-Nothing here runs per chunk: the middleware derives its header set and span-name lookup from
-the registry once, at import.
+Nothing here runs per usual chunk: the exchange looks response headers up in `RESPONSE_HEADERS`,
+and the wire decodes `BODY_KEYS` beside the OpenAI fields (`middleware.wire_chunk`, rebuilt when
+an adapter brings a new key), so a chunk carries an engine's report only where it says so.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from middleware.upstream.report import UpstreamReport
 # `/metrics` family can feed (`slo.sli` catalog names of the engine gauges and counters).
 SPAN_FIELDS = ("queue_s", "prefill_s", "decode_s", "input_tokens", "output_tokens", "request_id")
 ENGINE_METRIC_TARGETS = ("queue_depth", "running", "batch_size", "kv_usage", "preemptions")
+# The OpenAI fields of a chunk or body that the wire reads itself: no engine's body key.
+OPENAI_BODY_FIELDS = ("choices", "usage", "error", "id", "model", "object", "created")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,10 @@ class EngineAdapter:
     `headers` are the response headers the engine tells a request's phases or counts in, and
     `read_headers(report, found)` takes them into the request's `UpstreamReport` (`found`: the
     headers of `headers` the response carried, by lower-case name; True when it took any).
+    `body_keys` are the top-level keys of a response body or stream chunk the engine reports in,
+    beside the OpenAI fields, and `read_body(report, found)` takes them (`found`: the keys of
+    `body_keys` the chunk carried, not null, with their decoded JSON values; True when it took
+    any).
     `span_attributes` maps a `SPAN_FIELDS` name to the engine's span attribute; latencies are
     in units of `span_unit_s` seconds. `read_span` overrides the attribute map for an engine
     whose spans need more than a lookup. `metrics` maps a `/metrics` family name (as
@@ -69,6 +77,7 @@ class EngineAdapter:
     headers: frozenset[bytes] = frozenset()
     read_headers: Callable[[UpstreamReport, Mapping[bytes, bytes]], bool] | None = None
     body_keys: tuple[str, ...] = ()
+    read_body: Callable[[UpstreamReport, Mapping[str, Any]], bool] | None = None
     span_names: frozenset[str] = frozenset()
     # For an engine whose request span names carry the request (SGLang's " Req 1a2b3c4d").
     span_name_pattern: re.Pattern[str] | None = None
@@ -85,6 +94,7 @@ class EngineAdapter:
             )
         if any(name != name.lower() for name in self.headers):
             raise ValueError(f"engine adapter {self.name!r}: name `headers` in lower case")
+        self._check_body_keys()
         unknown = set(self.span_attributes) - set(SPAN_FIELDS)
         if unknown:
             raise ValueError(
@@ -96,6 +106,19 @@ class EngineAdapter:
             raise ValueError(
                 f"engine adapter {self.name!r}: metrics map onto {sorted(targets)}; "
                 f"use one of {ENGINE_METRIC_TARGETS}"
+            )
+
+    def _check_body_keys(self) -> None:
+        if bool(self.body_keys) != (self.read_body is not None):
+            raise ValueError(
+                f"engine adapter {self.name!r}: `body_keys` and `read_body` come together "
+                "(the keys it reads, and the function that reads them)"
+            )
+        taken = set(self.body_keys) & set(OPENAI_BODY_FIELDS)
+        if taken:
+            raise ValueError(
+                f"engine adapter {self.name!r}: body_keys {sorted(taken)} are OpenAI fields the "
+                "wire reads itself; name the engine's own keys"
             )
 
     def phases(self, trace_id: str, attributes: Mapping[str, Any]) -> SpanPhases | None:
@@ -120,6 +143,10 @@ ADAPTERS: dict[str, EngineAdapter] = {}
 # Every response header some adapter reads (lower case), kept up to date by `register`: the
 # exchange looks each response header up here, so an adapter registered later is read too.
 RESPONSE_HEADERS: set[bytes] = set()
+# Every body key some adapter reads, in the order they came: the wire decodes these beside the
+# OpenAI fields. `register` tells each of `BODY_KEYS_LISTENERS` when a new key comes.
+BODY_KEYS: list[str] = []
+BODY_KEYS_LISTENERS: list[Callable[[], None]] = []
 
 
 def register(adapter: EngineAdapter) -> EngineAdapter:
@@ -133,8 +160,19 @@ def register(adapter: EngineAdapter) -> EngineAdapter:
                 f"engine adapters {other.name!r} and {adapter.name!r} both claim spans "
                 f"named {sorted(shared)}; a span name must say which engine sent it"
             )
+    for other in ADAPTERS.values():
+        shared_keys = set(adapter.body_keys) & set(other.body_keys)
+        if shared_keys:
+            raise ValueError(
+                f"engine adapters {other.name!r} and {adapter.name!r} both read the body keys "
+                f"{sorted(shared_keys)}; a body key must say which engine sent it"
+            )
     ADAPTERS[adapter.name] = adapter
     RESPONSE_HEADERS.update(adapter.headers)
+    if adapter.body_keys:
+        BODY_KEYS.extend(adapter.body_keys)
+        for listener in BODY_KEYS_LISTENERS:
+            listener()
     return adapter
 
 
@@ -156,4 +194,14 @@ def read_response_headers(report: UpstreamReport, found: Mapping[bytes, bytes]) 
     for adapter in ADAPTERS.values():
         if adapter.read_headers is not None and not adapter.headers.isdisjoint(found):
             took = adapter.read_headers(report, found) or took
+    return took
+
+
+def read_response_body(report: UpstreamReport, found: Mapping[str, Any]) -> bool:
+    """Each adapter whose body keys a chunk or body carried (`found`: key to value, not null)
+    reads them into `report`; True when one took something."""
+    took = False
+    for adapter in ADAPTERS.values():
+        if adapter.read_body is not None and not found.keys().isdisjoint(adapter.body_keys):
+            took = adapter.read_body(report, found) or took
     return took

@@ -25,6 +25,15 @@ def _number(value: Any) -> float | None:
     return None
 
 
+def read_llamacpp_body(report: UpstreamReport, found: Mapping[str, Any]) -> bool:
+    """The `timings` object of a chunk or body, taken into `report`; False when it is not one."""
+    timings = found.get("timings")
+    if not isinstance(timings, Mapping):
+        return False
+    apply_timings(report, timings)
+    return True
+
+
 def apply_timings(report: UpstreamReport, timings: Mapping[str, Any]) -> None:
     """Take prefill (and, for a plain response, decode) time and counts from `timings`."""
     prompt_ms = _number(timings.get("prompt_ms"))
@@ -52,6 +61,7 @@ LLAMA_CPP = register(
     EngineAdapter(
         name="llamacpp",
         body_keys=("timings",),
+        read_body=read_llamacpp_body,
         metrics={
             "llamacpp:requests_processing": "running",
             "llamacpp:requests_deferred": "queue_depth",
