@@ -16,6 +16,12 @@ from matplotlib.figure import Figure
 
 from slo.cli.report.figures import PALETTE, new_figure, to_svg
 
+# What each step measured, drawn against the rate offered: (key, marker, colour, label).
+_MEASURED = (
+    ("throughput_rps", "o", PALETTE[0], "throughput (ok)"),
+    ("goodput_rps", "s", PALETTE[2], "goodput"),
+)
+
 
 def _steps(document: dict[str, Any]) -> list[dict[str, Any]]:
     judged = [s for s in document["steps"] if s.get("verdict") in ("pass", "fail")]
@@ -29,20 +35,9 @@ def capacity_figure(document: dict[str, Any]) -> Figure:
     top, bottom = figure.subplots(2, 1, sharex=True)
     rates = [s["rate"] for s in steps]
     top.plot(rates, rates, color="#bbb", linestyle=":", label="offered")
-    top.plot(
-        rates,
-        [s.get("throughput_rps") or 0 for s in steps],
-        marker="o",
-        color=PALETTE[0],
-        label="throughput (ok)",
-    )
-    top.plot(
-        rates,
-        [s.get("goodput_rps") or 0 for s in steps],
-        marker="s",
-        color=PALETTE[2],
-        label="goodput",
-    )
+    for key, marker, color, label in _MEASURED:
+        values = [s.get(key) or 0 for s in steps]
+        top.plot(rates, values, marker=marker, color=color, label=label)
     if knee:
         top.axhline(knee, color=PALETTE[3], linewidth=1, label=f"capacity baseline {knee:g} req/s")
     top.set_ylabel("requests/s")
