@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slo.cli.common.flags import add_results_flag, add_spec_flag
+from slo.cli.common.flags import add_pem_flag, add_results_flag, add_spec_flag
 from slo.errors import UsageError
 
 if TYPE_CHECKING:
@@ -37,10 +37,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_results_flag(parser)
     parser.add_argument("--db", metavar="URL", help="a record store, e.g. sqlite:///records.db")
     parser.add_argument("--prometheus", metavar="URL", help="a Prometheus server scraping llm-slo")
-    parser.add_argument(
+    add_pem_flag(
+        parser,
         "--prometheus-ca-file",
-        metavar="PEM",
-        help="verify an https:// --prometheus against this CA "
+        "verify an https:// --prometheus against this CA "
         "(default: $LLM_SLO_PROMETHEUS_CA_FILE, else the system's CAs)",
     )
     parser.add_argument(

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from engine.policies import POLICIES, POLICY_NAMES, default_policy
+from slo.cli.common.flags import add_number_flag
 from slo.errors import UsageError
 
 SCHEDULING = POLICY_NAMES  # --scheduling's choices (slo compare's scheduling variants too)
@@ -35,12 +36,7 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b|b)?\s*$", re.IGNORECASE)
 
 
 def add_engine_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--max-batch-size",
-        type=int,
-        default=64,
-        help="sequences decoded together in one step (default: %(default)s)",
-    )
+    add_number_flag(parser, "--max-batch-size", int, 64, "sequences decoded together in one step")
     parser.add_argument(
         "--max-model-len",
         type=int,

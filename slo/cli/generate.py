@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slo.cli.common.flags import add_spec_flag
+from slo.cli.common.flags import SHOWN_DEFAULT, add_pem_flag, add_spec_flag
 from slo.cli.paths import output_directory
 from slo.cli.scrape_config import (
     Scrape,
@@ -55,40 +55,32 @@ class Targets:
         return config or None
 
 
+# The services the files point to: each flag's default is the Targets field of its name.
+_URL_FLAGS = {
+    "--webhook-url": "URL every Alertmanager receiver posts to",
+    "--runbook-url": "base URL of the published runbooks/",
+    "--grafana-url": "Grafana base URL for the alerts' dashboard links",
+    "--prometheus-url": "Prometheus URL for the Grafana datasource",
+}
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     defaults = Targets()
     add_spec_flag(parser)
     parser.add_argument("--out", required=True, help="directory to write into (created)")
-    parser.add_argument(
-        "--webhook-url",
-        default=defaults.webhook_url,
-        help="URL every Alertmanager receiver posts to (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--runbook-url",
-        default=defaults.runbook_url,
-        help="base URL of the published runbooks/ (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--grafana-url",
-        default=defaults.grafana_url,
-        help="Grafana base URL for the alerts' dashboard links (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--prometheus-url",
-        default=defaults.prometheus_url,
-        help="Prometheus URL for the Grafana datasource (default: %(default)s)",
-    )
+    for flag, help in _URL_FLAGS.items():
+        default = getattr(defaults, flag.removeprefix("--").replace("-", "_"))
+        parser.add_argument(flag, default=default, help=help + SHOWN_DEFAULT)
     parser.add_argument(
         "--webhook-token-file",
         metavar="FILE",
         help="Alertmanager sends 'Authorization: Bearer <this file's content>' to --webhook-url "
         "(a path on Alertmanager's machine)",
     )
-    parser.add_argument(
+    add_pem_flag(
+        parser,
         "--webhook-ca-file",
-        metavar="PEM",
-        help="Alertmanager verifies an https:// --webhook-url against this CA (a path on "
+        "Alertmanager verifies an https:// --webhook-url against this CA (a path on "
         "Alertmanager's machine)",
     )
     add_scrape_flags(parser)

@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from slo.cli.common.flags import add_number_flag
 from slo.errors import UsageError
 
 HELP = "replicas and cost for a target load, from slo bench --find-max-rate's capacity.json"
@@ -37,11 +38,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="H=R,...",
         help="a day: hour=requests/s, each holding until the next, e.g. 0=10,8=50,20=20",
     )
-    parser.add_argument(
+    add_number_flag(
+        parser,
         "--headroom",
-        type=float,
-        default=0.2,
-        help="share of each replica's capacity kept free at the target (default: %(default)s)",
+        float,
+        0.2,
+        "share of each replica's capacity kept free at the target",
     )
     parser.add_argument(
         "--price", type=float, metavar="USD", help="price of one replica-hour, for the cost lines"

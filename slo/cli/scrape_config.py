@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from slo.cli.common.flags import add_pem_flag
 from slo.errors import UsageError
 
 JOB_NAME = "llm-slo"
@@ -52,11 +53,10 @@ def add_scrape_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="how Prometheus reaches them (default: https with --scrape-ca-file, else http)",
     )
-    group.add_argument(
+    add_pem_flag(
+        group,
         "--scrape-ca-file",
-        default=None,
-        metavar="PEM",
-        help="the CA that signed the replicas' certificates, as a path on the Prometheus host",
+        "the CA that signed the replicas' certificates, as a path on the Prometheus host",
     )
     group.add_argument(
         "--ops-token-file",

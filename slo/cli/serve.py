@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from slo.cli.common.flags import add_number_flag
 from slo.cli.engine_flags import add_engine_flags, engine_overrides
 from slo.cli.security import (
     add_security_flags,
@@ -64,12 +65,12 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
         help="auto, float32 or bfloat16; bfloat16 is the fast one on CPUs with bf16 instructions "
         "(default: %(default)s)",
     )
-    parser.add_argument(
+    add_number_flag(
+        parser,
         "--max-waiting",
-        type=int,
-        default=256,
-        help="requests allowed to wait for a batch slot before new ones get 429 "
-        "(default: %(default)s)",
+        int,
+        256,
+        "requests allowed to wait for a batch slot before new ones get 429",
     )
 
 
@@ -111,12 +112,7 @@ def _add_engine_config_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="speculative decoding with this draft model (e.g. bundled:small-draft)",
     )
-    parser.add_argument(
-        "--speculative-tokens",
-        type=int,
-        default=4,
-        help="draft tokens proposed per step (default: 4)",
-    )
+    add_number_flag(parser, "--speculative-tokens", int, 4, "draft tokens proposed per step")
     parser.add_argument(
         "--quantization",
         choices=["int8", "int4"],

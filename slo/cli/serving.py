@@ -11,7 +11,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from slo.cli.common.flags import add_spec_flag
+from slo.cli.common.flags import add_number_flag, add_seconds_flag, add_spec_flag
 from slo.errors import UsageError
 
 # The proxy's uvicorn protocol: httptools, with streamed body pieces written directly.
@@ -27,9 +27,7 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
     )
-    parser.add_argument(
-        "--port", type=int, default=8000, help="port to bind (default: %(default)s)"
-    )
+    add_number_flag(parser, "--port", int, 8000, "port to bind")
     add_spec_flag(parser)
     parser.add_argument(
         "--store",
@@ -48,13 +46,13 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
         help="require API keys from this YAML file (hashed; per-key tier and rate limits); "
         "`slo keys new` writes it",
     )
-    parser.add_argument(
+    add_seconds_flag(
+        parser,
         "--shutdown-timeout",
-        type=float,
-        default=30.0,
+        30.0,
+        "on SIGTERM, stop accepting and give in-flight requests this long to finish before they "
+        "are cut; every record is flushed either way",
         metavar="SECONDS",
-        help="on SIGTERM, stop accepting and give in-flight requests this long to finish before "
-        "they are cut; every record is flushed either way (default: %(default)s)",
     )
     parser.add_argument(
         "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"

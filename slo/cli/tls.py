@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slo.cli.common.flags import add_pem_flag
 from slo.errors import UsageError
 
 _PEM_CERT = re.compile(r"-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----")
@@ -37,23 +38,16 @@ class ServerTls:
 
 def add_server_tls_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("TLS (see docs/security.md)")
-    group.add_argument(
-        "--ssl-certfile",
-        default=None,
-        metavar="PEM",
-        help="serve HTTPS with this certificate (chain), leaf first",
-    )
-    group.add_argument(
+    add_pem_flag(group, "--ssl-certfile", "serve HTTPS with this certificate (chain), leaf first")
+    add_pem_flag(
+        group,
         "--ssl-keyfile",
-        default=None,
-        metavar="PEM",
-        help="the certificate's private key, unencrypted (default: read from --ssl-certfile)",
+        "the certificate's private key, unencrypted (default: read from --ssl-certfile)",
     )
-    group.add_argument(
+    add_pem_flag(
+        group,
         "--ssl-ca-certs",
-        default=None,
-        metavar="PEM",
-        help="mutual TLS: every client must present a certificate signed by one of these CAs",
+        "mutual TLS: every client must present a certificate signed by one of these CAs",
     )
     group.add_argument(
         "--ssl-min-version",

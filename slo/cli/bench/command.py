@@ -19,7 +19,13 @@ from slo.cli.bench.profiles import (
 )
 from slo.cli.bench.search_flags import add_search_flags
 from slo.cli.bench.workload_plan import add_workload_flags, workload_plan
-from slo.cli.common.flags import add_quiet_flag, add_spec_flag
+from slo.cli.common.flags import (
+    add_number_flag,
+    add_quiet_flag,
+    add_seconds_flag,
+    add_seed_flag,
+    add_spec_flag,
+)
 from slo.errors import UsageError
 
 if TYPE_CHECKING:  # httpx and rich load when a run starts, not when the CLI parser is built
@@ -66,13 +72,7 @@ def _add_load_flags(parser: argparse.ArgumentParser) -> None:
         default="chat",
         help="traffic shape: " + "; ".join(f"{p.name}: {p.description}" for p in PROFILES.values()),
     )
-    parser.add_argument(
-        "--requests",
-        type=int,
-        default=100,
-        metavar="N",
-        help="requests to send (default: %(default)s)",
-    )
+    add_number_flag(parser, "--requests", int, 100, "requests to send", metavar="N")
     pace = parser.add_mutually_exclusive_group()
     pace.add_argument(
         "--rate",
@@ -115,22 +115,13 @@ def _add_tier_flags(parser: argparse.ArgumentParser) -> None:
         default="x-llm-tier",
         help="request header carrying the tier (default: %(default)s)",
     )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of lengths, prompts, tiers and arrivals (default: %(default)s)",
-    )
+    add_seed_flag(parser, "seed of lengths, prompts, tiers and arrivals")
 
 
 def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     """How long the run may take, where its records go and what judges them."""
-    parser.add_argument(
-        "--duration-limit",
-        type=float,
-        default=600.0,
-        metavar="S",
-        help="stop after S seconds, keeping what finished (default: %(default)s)",
+    add_seconds_flag(
+        parser, "--duration-limit", 600.0, "stop after S seconds, keeping what finished"
     )
     parser.add_argument(
         "--out",
@@ -161,14 +152,13 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
             f"{FALLBACK_CONTEXT})"
         ),
     )
-    parser.add_argument(
+    add_number_flag(
+        parser,
         "--chars-per-token",
-        type=float,
-        default=1.0,
-        help=(
-            "prompt characters per planned token: 1 is exact for byte-level tokenizers and safe "
-            "for all; ~4 for BPE (default: %(default)s)"
-        ),
+        float,
+        1.0,
+        "prompt characters per planned token: 1 is exact for byte-level tokenizers and safe for "
+        "all; ~4 for BPE",
     )
 
 
@@ -186,13 +176,7 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
             "do not send ignore_eos (for servers that reject unknown fields); replies may end early"
         ),
     )
-    parser.add_argument(
-        "--request-timeout",
-        type=float,
-        default=300.0,
-        metavar="S",
-        help="per-request timeout (default: %(default)s)",
-    )
+    add_seconds_flag(parser, "--request-timeout", 300.0, "per-request timeout")
     add_quiet_flag(parser)
 
 

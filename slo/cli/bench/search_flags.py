@@ -7,6 +7,7 @@ import argparse
 
 from slo.capacity.arrivals import ARRIVALS
 from slo.capacity.search import SearchSettings
+from slo.cli.common.flags import add_number_flag, add_seconds_flag
 
 
 def add_search_flags(parser: argparse.ArgumentParser) -> None:
@@ -16,14 +17,12 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
         default="poisson",
         help="open-loop arrivals: constant gaps, Poisson, or gamma (default: %(default)s)",
     )
-    parser.add_argument(
+    add_number_flag(
+        parser,
         "--burstiness",
-        type=float,
-        default=1.0,
-        help=(
-            "gamma shape with --arrival gamma: 1 is Poisson, < 1 burstier, > 1 steadier (default: "
-            "%(default)s)"
-        ),
+        float,
+        1.0,
+        "gamma shape with --arrival gamma: 1 is Poisson, < 1 burstier, > 1 steadier",
     )
     search = parser.add_argument_group("capacity search (--find-max-rate, --find-max-concurrency)")
     _add_bisection_flags(search)
@@ -43,63 +42,48 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_bisection_flags(search: argparse._ArgumentGroup) -> None:
     """When the search stops, and how sure it is of its answer."""
-    search.add_argument(
+    add_number_flag(
+        search,
         "--resolution",
-        type=float,
-        default=SearchSettings.resolution,
-        help=(
-            "stop bisecting when the bracket is narrower than this share of its low end (default: "
-            "%(default)s)"
-        ),
+        float,
+        SearchSettings.resolution,
+        "stop bisecting when the bracket is narrower than this share of its low end",
     )
-    search.add_argument(
-        "--max-steps",
-        type=int,
-        default=SearchSettings.max_steps,
-        help="at most this many steps (default: %(default)s)",
-    )
-    search.add_argument(
+    add_number_flag(search, "--max-steps", int, SearchSettings.max_steps, "at most this many steps")
+    add_number_flag(
+        search,
         "--confirm",
-        type=int,
-        default=SearchSettings.confirmations,
+        int,
+        SearchSettings.confirmations,
+        "run the answer N more times, on fresh draws, before calling it the max; a failed "
+        "run sends the search below it",
         metavar="N",
-        help=(
-            "run the answer N more times, on fresh draws, before calling it the max; a failed "
-            "run sends the search below it (default: %(default)s)"
-        ),
     )
 
 
 def _add_window_flags(search: argparse._ArgumentGroup) -> None:
     """What each step measures: enough requests for the tail, time for queues to build."""
-    search.add_argument(
+    add_number_flag(
+        search,
         "--tail-events",
-        type=int,
-        default=10,
-        help=(
-            "requests beyond each tier's strictest percentile per step: sizes the measured window "
-            "(default: %(default)s)"
-        ),
+        int,
+        10,
+        "requests beyond each tier's strictest percentile per step: sizes the measured window",
     )
-    search.add_argument(
+    add_seconds_flag(
+        search,
         "--min-window",
-        type=float,
-        default=10.0,
-        metavar="S",
-        help=(
-            "with --find-max-rate, each step measures at least S seconds of arrivals, so queues "
-            "have time to build (default: %(default)s)"
-        ),
+        10.0,
+        "with --find-max-rate, each step measures at least S seconds of arrivals, so queues "
+        "have time to build",
     )
-    search.add_argument(
+    add_number_flag(
+        search,
         "--warmup",
-        type=float,
-        default=0.2,
+        float,
+        0.2,
+        "warm-up requests per step, sent first and not judged, as a share of the measured ones",
         metavar="SHARE",
-        help=(
-            "warm-up requests per step, sent first and not judged, as a share of the measured "
-            "ones (default: %(default)s)"
-        ),
     )
 
 
@@ -111,19 +95,12 @@ def _add_pacing_flags(search: argparse._ArgumentGroup) -> None:
         metavar="LOAD",
         help="first load to try (default: 0.8x a saturation probe's rate; concurrency 1)",
     )
-    search.add_argument(
+    add_seconds_flag(
+        search,
         "--cooldown",
-        type=float,
-        default=2.0,
-        metavar="S",
-        help=(
-            "pause after a step that did not pass, for what the server still runs of it to drain "
-            "(default: %(default)s)"
-        ),
+        2.0,
+        "pause after a step that did not pass, for what the server still runs of it to drain",
     )
-    search.add_argument(
-        "--probe-concurrency",
-        type=int,
-        default=32,
-        help="closed-loop width of the saturation probe (default: %(default)s)",
+    add_number_flag(
+        search, "--probe-concurrency", int, 32, "closed-loop width of the saturation probe"
     )

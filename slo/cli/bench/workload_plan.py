@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from slo.capacity.workloads import TraceRequest, read_trace, sessions
 from slo.cli.bench.profiles import PlannedRequest, Profile
+from slo.cli.common.flags import add_number_flag, add_seconds_flag
 from slo.errors import UsageError
 
 
@@ -21,12 +22,13 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
             "hash_ids (the Mooncake format)"
         ),
     )
-    group.add_argument(
+    add_number_flag(
+        group,
         "--trace-scale",
-        type=float,
-        default=1.0,
+        float,
+        1.0,
+        "replay X times faster: X times the trace's rate",
         metavar="X",
-        help="replay X times faster: X times the trace's rate (default: %(default)s)",
     )
     group.add_argument(
         "--sessions",
@@ -37,16 +39,8 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
             "times at --rate sessions/s"
         ),
     )
-    group.add_argument(
-        "--turns", type=int, default=4, help="turns per session (default: %(default)s)"
-    )
-    group.add_argument(
-        "--think-time",
-        type=float,
-        default=1.0,
-        metavar="S",
-        help="seconds between a session's turns (default: %(default)s)",
-    )
+    add_number_flag(group, "--turns", int, 4, "turns per session")
+    add_seconds_flag(group, "--think-time", 1.0, "seconds between a session's turns")
 
 
 def workload_plan(

@@ -23,3 +23,38 @@ def add_results_flag(parser: argparse._ActionsContainer) -> None:
 def add_quiet_flag(parser: argparse._ActionsContainer) -> None:
     """`--quiet`: a benchmark without its progress bar."""
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+# How a flag's help ends when it shows its default (argparse fills the value in).
+SHOWN_DEFAULT = " (default: %(default)s)"
+
+
+def add_number_flag(
+    parser: argparse._ActionsContainer,
+    flag: str,
+    kind: type[int] | type[float],
+    default: float,
+    help: str,
+    metavar: str | None = None,
+) -> None:
+    """A number (`kind`: int or float) with a default, which its help ends with."""
+    parser.add_argument(
+        flag, type=kind, default=default, metavar=metavar, help=help + SHOWN_DEFAULT
+    )
+
+
+def add_seconds_flag(
+    parser: argparse._ActionsContainer, flag: str, default: float, help: str, metavar: str = "S"
+) -> None:
+    """A span of time: a float of seconds, shown as S (or SECONDS), its default after its help."""
+    add_number_flag(parser, flag, float, default, help, metavar)
+
+
+def add_seed_flag(parser: argparse._ActionsContainer, help: str) -> None:
+    """`--seed`: where the command's random draws start, 0 unless given."""
+    add_number_flag(parser, "--seed", int, 0, help)
+
+
+def add_pem_flag(parser: argparse._ActionsContainer, flag: str, help: str) -> None:
+    """A certificate, its key or a CA bundle: a PEM file, none unless given."""
+    parser.add_argument(flag, metavar="PEM", help=help)

@@ -8,7 +8,7 @@ from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING
 
-from slo.cli.common.flags import add_spec_flag
+from slo.cli.common.flags import add_number_flag, add_seed_flag, add_spec_flag
 from slo.cli.compare.matrix import VARIANTS, Measurement
 from slo.errors import UsageError
 
@@ -52,7 +52,7 @@ def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
         "scheduling policies, from fifo,priority,slo",
     )
     parser.add_argument("--requests", type=int, default=16, help="requests per variant")
-    parser.add_argument("--seed", type=int, default=0, help="workload seed (default: 0)")
+    add_seed_flag(parser, "workload seed")
 
 
 def _add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -66,17 +66,15 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
         help="draft for the speculative variant (default: %(default)s)",
     )
     parser.add_argument("--speculative-tokens", type=int, default=4, help="draft tokens per step")
-    parser.add_argument(
-        "--context",
-        type=int,
-        default=512,
-        help="shrink the profile's lengths to fit this many tokens (default: %(default)s)",
+    add_number_flag(
+        parser, "--context", int, 512, "shrink the profile's lengths to fit this many tokens"
     )
-    parser.add_argument(
+    add_number_flag(
+        parser,
         "--shared-prefix-chars",
-        type=int,
-        default=256,
-        help="a system prompt this long opens every prompt, as in chat (default: %(default)s)",
+        int,
+        256,
+        "a system prompt this long opens every prompt, as in chat",
     )
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
 
@@ -91,18 +89,15 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
         "rate would leave it idle and every throughput equal (0 sends all at once; "
         "default: %(default)s)",
     )
-    parser.add_argument(
+    add_number_flag(
+        parser,
         "--repeats",
-        type=int,
-        default=3,
-        help="runs per variant, interleaved, medians kept: steadier on a shared machine "
-        "(default: %(default)s)",
+        int,
+        3,
+        "runs per variant, interleaved, medians kept: steadier on a shared machine",
     )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch CPU threads; 1 keeps runs steady on a shared machine (default: %(default)s)",
+    add_number_flag(
+        parser, "--threads", int, 1, "torch CPU threads; 1 keeps runs steady on a shared machine"
     )
 
 
@@ -113,17 +108,15 @@ def _add_scheduling_flags(parser: argparse.ArgumentParser) -> None:
         help="scheduling variants: the SLO spec whose premium and batch tiers are judged and "
         "scheduled by (default: the packaged example)",
     )
-    parser.add_argument(
-        "--duration",
-        type=float,
-        default=6.0,
-        help="scheduling variants: seconds of traffic per run (default: %(default)s)",
+    add_number_flag(
+        parser, "--duration", float, 6.0, "scheduling variants: seconds of traffic per run"
     )
-    parser.add_argument(
+    add_number_flag(
+        parser,
         "--max-num-batched-tokens",
-        type=int,
-        default=256,
-        help="scheduling variants: the engine's per-step token budget (default: %(default)s)",
+        int,
+        256,
+        "scheduling variants: the engine's per-step token budget",
     )
 
 

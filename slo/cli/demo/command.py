@@ -16,7 +16,13 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slo.cli.common.flags import add_quiet_flag, add_spec_flag
+from slo.cli.common.flags import (
+    add_number_flag,
+    add_quiet_flag,
+    add_seconds_flag,
+    add_seed_flag,
+    add_spec_flag,
+)
 from slo.cli.paths import output_directory
 from slo.errors import UsageError
 
@@ -47,23 +53,10 @@ def _add_tour_flags(parser: argparse.ArgumentParser) -> None:
         "--out", default="slo-demo", help="directory to write into (default: %(default)s)"
     )
     add_spec_flag(parser, help="SLO spec (default: the packaged example, copied to OUT/slo.yaml)")
-    parser.add_argument(
-        "--requests", type=int, default=60, help="requests in the benchmark (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--rate",
-        type=float,
-        default=5.0,
-        help="Poisson arrivals, requests/s (default: %(default)s)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="benchmark seed (default: %(default)s)")
-    parser.add_argument(
-        "--duration-limit",
-        type=float,
-        default=60.0,
-        metavar="S",
-        help="stop the benchmark after S seconds (default: %(default)s)",
-    )
+    add_number_flag(parser, "--requests", int, 60, "requests in the benchmark")
+    add_number_flag(parser, "--rate", float, 5.0, "Poisson arrivals, requests/s")
+    add_seed_flag(parser, "benchmark seed")
+    add_seconds_flag(parser, "--duration-limit", 60.0, "stop the benchmark after S seconds")
     add_quiet_flag(parser)
 
 
@@ -78,34 +71,16 @@ def _add_scenario_flags(parser: argparse.ArgumentParser) -> None:
         "regression: prefill 2x slower, and what the alerts say about it "
         "(default: %(default)s)",
     )
-    parser.add_argument(
+    add_seconds_flag(
+        parser,
         "--calm",
-        type=float,
-        default=4.0,
-        metavar="S",
-        help="overload: seconds of premium traffic alone; regression: seconds of calibration "
-        "and of healthy traffic (default: %(default)s)",
+        4.0,
+        "overload: seconds of premium traffic alone; regression: seconds of calibration and of "
+        "healthy traffic",
     )
-    parser.add_argument(
-        "--slow",
-        type=float,
-        default=15.0,
-        metavar="S",
-        help="regression: seconds with prefill 2x slower (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--flood",
-        type=float,
-        default=15.0,
-        metavar="S",
-        help="overload: seconds of the batch flood (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--flood-clients",
-        type=int,
-        default=24,
-        help="overload: batch clients (default: %(default)s)",
-    )
+    add_seconds_flag(parser, "--slow", 15.0, "regression: seconds with prefill 2x slower")
+    add_seconds_flag(parser, "--flood", 15.0, "overload: seconds of the batch flood")
+    add_number_flag(parser, "--flood-clients", int, 24, "overload: batch clients")
 
 
 def run(args: argparse.Namespace) -> int:

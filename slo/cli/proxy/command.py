@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from slo.cli.common.flags import add_number_flag, add_pem_flag, add_seconds_flag
 from slo.cli.proxy.app import build
 from slo.cli.security import add_security_flags, read_access
 from slo.cli.serving import add_server_flags, check_positive_seconds, run_until_stopped
@@ -44,27 +45,26 @@ def _add_upstream_flags(parser: argparse.ArgumentParser) -> None:
         default="upstream",
         help="model label on metrics and records (default: %(default)s)",
     )
-    parser.add_argument(
+    add_number_flag(
+        parser,
         "--max-connections",
-        type=int,
-        default=256,
-        help="most connections open to the upstream at once; more requests wait "
-        "(default: %(default)s)",
+        int,
+        256,
+        "most connections open to the upstream at once; more requests wait",
     )
-    parser.add_argument(
+    add_seconds_flag(
+        parser,
         "--connect-timeout",
-        type=float,
-        default=5.0,
+        5.0,
+        "give up reaching the upstream (or waiting for a free connection): 504",
         metavar="SECONDS",
-        help="give up reaching the upstream (or waiting for a free connection): 504 "
-        "(default: %(default)s)",
     )
-    parser.add_argument(
+    add_seconds_flag(
+        parser,
         "--read-timeout",
-        type=float,
-        default=300.0,
+        300.0,
+        "give up when the upstream sends nothing for this long: 504",
         metavar="SECONDS",
-        help="give up when the upstream sends nothing for this long: 504 (default: %(default)s)",
     )
     parser.add_argument(
         "--inject-usage",
@@ -85,12 +85,8 @@ def _add_engine_telemetry_flags(parser: argparse.ArgumentParser) -> None:
         "engine gauges: queue depth, running, batch size, KV cache, preemptions; auto: "
         "<upstream>/metrics, once it answers (default: %(default)s)",
     )
-    parser.add_argument(
-        "--upstream-metrics-interval",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="how often to read them (default: %(default)s)",
+    add_seconds_flag(
+        parser, "--upstream-metrics-interval", 5.0, "how often to read them", metavar="SECONDS"
     )
     parser.add_argument(
         "--engine-spans",
@@ -108,13 +104,13 @@ def _add_engine_telemetry_flags(parser: argparse.ArgumentParser) -> None:
         "engine's name from its /v1/models owned_by (vllm, sglang, llama_cpp, ...), read once "
         "at startup with the models it lists (default: %(default)s)",
     )
-    parser.add_argument(
+    add_seconds_flag(
+        parser,
         "--engine-span-wait",
-        type=float,
-        default=10.0,
+        10.0,
+        "how long a finished request waits for its engine span before it is recorded without "
+        "it; above the engine's export delay (vLLM: 5 s)",
         metavar="SECONDS",
-        help="how long a finished request waits for its engine span before it is recorded "
-        "without it; above the engine's export delay (vLLM: 5 s) (default: %(default)s)",
     )
 
 
@@ -163,23 +159,16 @@ def check_flags(args: argparse.Namespace) -> None:
 
 def _add_upstream_tls_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("TLS to the upstream (an https:// --upstream)")
-    group.add_argument(
+    add_pem_flag(
+        group,
         "--upstream-ca-certs",
-        default=None,
-        metavar="PEM",
-        help="verify the upstream's certificate against these CAs (default: the system's)",
+        "verify the upstream's certificate against these CAs (default: the system's)",
     )
-    group.add_argument(
-        "--upstream-certfile",
-        default=None,
-        metavar="PEM",
-        help="present this client certificate to the upstream (mTLS)",
+    add_pem_flag(
+        group, "--upstream-certfile", "present this client certificate to the upstream (mTLS)"
     )
-    group.add_argument(
-        "--upstream-keyfile",
-        default=None,
-        metavar="PEM",
-        help="its private key (default: read from --upstream-certfile)",
+    add_pem_flag(
+        group, "--upstream-keyfile", "its private key (default: read from --upstream-certfile)"
     )
     group.add_argument(
         "--upstream-insecure",
