@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from engine.policies import POLICIES, POLICY_NAMES, default_policy
-from slo.cli.common.flags import add_number_flag
+from slo.cli.common.flags import add_number_flag, check_at_least_one
 from slo.errors import UsageError
 
 SCHEDULING = POLICY_NAMES  # --scheduling's choices (slo compare's scheduling variants too)
@@ -91,14 +91,14 @@ def parse_size(text: str, flag: str) -> int:
 
 def engine_overrides(args: argparse.Namespace, spec_path: str | None) -> dict[str, Any]:
     """EngineConfig fields from the flags; one line naming the flag on a bad value."""
-    for flag, value in (
-        ("--max-batch-size", args.max_batch_size),
-        ("--max-model-len", args.max_model_len),
-        ("--kv-cache-blocks", args.kv_cache_blocks),
-        ("--max-num-batched-tokens", args.max_num_batched_tokens),
-    ):
-        if value is not None and value < 1:
-            raise UsageError(f"{flag} must be at least 1, got {value}")
+    check_at_least_one(
+        {
+            "--max-batch-size": args.max_batch_size,
+            "--max-model-len": args.max_model_len,
+            "--kv-cache-blocks": args.kv_cache_blocks,
+            "--max-num-batched-tokens": args.max_num_batched_tokens,
+        }
+    )
     overrides: dict[str, Any] = {
         "max_batch_size": args.max_batch_size,
         "max_model_len": args.max_model_len,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from slo.cli.common.flags import add_number_flag
+from slo.cli.common.flags import add_number_flag, check_at_least_one
 from slo.cli.engine_flags import add_engine_flags, engine_overrides
 from slo.cli.security import (
     add_security_flags,
@@ -135,11 +135,9 @@ def _add_engine_config_flags(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     step_delay_ms: float = args.step_delay_ms
-    speculative_tokens: int = args.speculative_tokens
     if step_delay_ms < 0:
         raise UsageError(f"--step-delay-ms must be >= 0, got {step_delay_ms}")
-    if speculative_tokens < 1:
-        raise UsageError(f"--speculative-tokens must be at least 1, got {speculative_tokens}")
+    check_at_least_one({"--speculative-tokens": args.speculative_tokens})
     request_timeout_s: float | None = args.request_timeout
     first_token_timeout_s: float | None = args.first_token_timeout
     shutdown_timeout_s: float = args.shutdown_timeout

@@ -4,6 +4,9 @@ the same wherever it appears; a command whose use of it differs says so in its o
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+
+from slo.errors import UsageError
 
 SPEC_HELP = "the SLO spec (default: the packaged example spec)"
 
@@ -58,3 +61,10 @@ def add_seed_flag(parser: argparse._ActionsContainer, help: str) -> None:
 def add_pem_flag(parser: argparse._ActionsContainer, flag: str, help: str) -> None:
     """A certificate, its key or a CA bundle: a PEM file, none unless given."""
     parser.add_argument(flag, metavar="PEM", help=help)
+
+
+def check_at_least_one(flags: Mapping[str, int | None]) -> None:
+    """Each count flag, when given, is at least 1: one line naming the first that is not."""
+    for flag, value in flags.items():
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1, got {value}")

@@ -8,7 +8,12 @@ from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING
 
-from slo.cli.common.flags import add_number_flag, add_seed_flag, add_spec_flag
+from slo.cli.common.flags import (
+    add_number_flag,
+    add_seed_flag,
+    add_spec_flag,
+    check_at_least_one,
+)
 from slo.cli.compare.matrix import VARIANTS, Measurement
 from slo.errors import UsageError
 
@@ -153,13 +158,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_counts(args: argparse.Namespace) -> None:
-    requests: int = args.requests
-    repeats: int = args.repeats
+    check_at_least_one({"--requests": args.requests, "--repeats": args.repeats})
     rate: float = args.rate
-    if requests < 1:
-        raise UsageError(f"--requests must be at least 1, got {requests}")
-    if repeats < 1:
-        raise UsageError(f"--repeats must be at least 1, got {repeats}")
     if rate < 0:
         raise UsageError(f"--rate must be >= 0, got {rate}")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from slo.cli.common.flags import check_at_least_one
 from slo.cli.engine_flags import SCHEDULING
 from slo.errors import SpecError, UsageError
 
@@ -53,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
     policies = ["fifo", *(p for p in POLICIES if p in names and p != "fifo")]
     spec = _spec(args.spec)
     tiers = _overload_tiers(spec)
-    if args.repeats < 1:
-        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    check_at_least_one({"--repeats": args.repeats})
     if args.duration <= 0:
         raise UsageError(f"--duration must be a positive number of seconds, got {args.duration}")
     rows = summarize_rounds(_run_rounds(args, spec, tiers, policies), spec)

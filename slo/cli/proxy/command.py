@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from slo.cli.common.flags import add_number_flag, add_pem_flag, add_seconds_flag
+from slo.cli.common.flags import (
+    add_number_flag,
+    add_pem_flag,
+    add_seconds_flag,
+    check_at_least_one,
+)
 from slo.cli.proxy.app import build
 from slo.cli.security import add_security_flags, read_access
 from slo.cli.serving import add_server_flags, check_positive_seconds, run_until_stopped
-from slo.errors import UsageError
 
 HELP = "measure any OpenAI-compatible server: a streaming reverse proxy with the middleware"
 DESCRIPTION = (
@@ -144,8 +148,7 @@ def run(args: argparse.Namespace) -> int:
 
 def check_flags(args: argparse.Namespace) -> None:
     """The numeric flags, checked before anything is read or started."""
-    if args.max_connections < 1:
-        raise UsageError(f"--max-connections must be at least 1, got {args.max_connections}")
+    check_at_least_one({"--max-connections": args.max_connections})
     check_positive_seconds(
         {
             "--connect-timeout": args.connect_timeout,
