@@ -5,7 +5,8 @@ policy only answers its questions: in what order prefill work goes (`rank`), who
 whom (`may_preempt`, `victim_key`), which waiting requests to give up on (`shed`), how to
 shape a step (`shape_step`, `holds_prefill`, `note_prefill`) and what to learn once it ran
 (`after_step`). A policy that has nothing to say about a question answers with the neutral
-value (`OrderingPolicy` gives those), so the scheduler never asks which policy it holds.
+value (the protocol's own answers, which `OrderingPolicy` inherits), so the scheduler never
+asks which policy it holds.
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ class PolicyClass(Protocol):
 
 @runtime_checkable
 class SchedulingPolicy(Protocol):
-    """What the scheduler asks of a policy; nothing else of one is ever called."""
+    """What the scheduler asks of a policy; nothing else of one is ever called. Where a
+    question has a neutral answer (shed nothing, leave the step as planned, hold no prefill,
+    learn nothing), the method gives it: a class that subclasses this one inherits them."""
 
     name: ClassVar[str]
     promise: ClassVar[str]  # see PolicyClass
@@ -98,7 +101,7 @@ class SchedulingPolicy(Protocol):
         self, waiting: list[Sequence], running: list[Sequence], now_ns: int, tokens_per_step: int
     ) -> list[tuple[Sequence, str]]:
         """Waiting sequences to refuse now, each with its reason, in the order given up on."""
-        ...
+        return []
 
     def shape_step(
         self,
@@ -109,15 +112,15 @@ class SchedulingPolicy(Protocol):
         step: int,
     ) -> StepShape:
         """The step's TPOT bound, decodes and prefill cap; `step` numbers the steps."""
-        ...
+        return StepShape(None, decoding)
 
     def holds_prefill(self, sequence: Sequence, now_ns: int) -> bool:
         """Whether `sequence`'s prefill waits in the step planned now."""
-        ...
+        return False
 
     def note_prefill(self, sequence: Sequence) -> None:
         """A prefill chunk of `sequence` was planned in this step."""
-        ...
+        return None
 
     def after_step(
         self,
@@ -132,7 +135,7 @@ class SchedulingPolicy(Protocol):
         """A step that did work took `step_s`: it prefilled `prefill_tokens` (None: not
         known), decoded `decoding` under the bound `tpot_s`, and left `waiting_decodes`
         decoding sequences out; `budget` is the step's full token budget."""
-        ...
+        return None
 
 
 def by_tier_victim_key(sequence: Sequence) -> tuple[int, int]:
@@ -145,42 +148,9 @@ def by_tier_may_preempt(waiting: Sequence, running: Sequence) -> bool:
     return running.priority > waiting.priority
 
 
-class OrderingPolicy:
-    """A policy that only orders and preempts: it sheds nothing and leaves steps as planned."""
+class OrderingPolicy(SchedulingPolicy):
+    """A policy that only orders and preempts (its subclass defines `rank`, `victim_key` and
+    `may_preempt`): it sheds nothing and leaves steps as planned, the protocol's answers."""
 
-    name: ClassVar[str]
     reads_objectives: ClassVar[bool] = False
     default_for: ClassVar[str | None] = None
-
-    def shed(
-        self, waiting: list[Sequence], running: list[Sequence], now_ns: int, tokens_per_step: int
-    ) -> list[tuple[Sequence, str]]:
-        return []
-
-    def shape_step(
-        self,
-        decoding: list[Sequence],
-        prefilling: list[Sequence],
-        waiting: list[Sequence],
-        now_ns: int,
-        step: int,
-    ) -> StepShape:
-        return StepShape(None, decoding)
-
-    def holds_prefill(self, sequence: Sequence, now_ns: int) -> bool:
-        return False
-
-    def note_prefill(self, sequence: Sequence) -> None:
-        return None
-
-    def after_step(
-        self,
-        step_s: float,
-        tpot_s: float | None,
-        decoding: list[Sequence],
-        budget: int,
-        waiting_decodes: int,
-        *,
-        prefill_tokens: int | None = None,
-    ) -> None:
-        return None
