@@ -9,11 +9,10 @@ field's name, never silently ignored.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from engine.errors import CheckpointError
+from engine.errors import CheckpointError, read_checkpoint_json
 
 SUPPORTED = ("llama", "mistral", "qwen2")
 
@@ -87,10 +86,7 @@ def generation_defaults(directory: Path) -> dict[str, Any]:
     path = directory / "generation_config.json"
     if not path.is_file():
         return {}
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from error
+    raw = read_checkpoint_json(path)
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
     fields: dict[str, Any] = {}

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.architectures import architecture_fields
-from engine.errors import CheckpointError
+from engine.errors import CheckpointError, read_checkpoint_json
 from engine.policies import DEFAULT_POLICY, POLICY_NAMES
 
 __all__ = ["CheckpointError", "EngineConfig", "ModelConfig"]
@@ -97,13 +96,11 @@ class ModelConfig:
     @classmethod
     def from_file(cls, path: Path) -> ModelConfig:
         try:
-            raw = json.loads(path.read_text())
+            raw = read_checkpoint_json(path)
         except FileNotFoundError as error:
             raise CheckpointError(
                 f"{path}: not found; a checkpoint directory needs config.json"
             ) from error
-        except json.JSONDecodeError as error:
-            raise CheckpointError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from error
         if not isinstance(raw, dict):
             raise CheckpointError(f"{path}: expected a JSON object")
         return cls.from_dict(raw, source=str(path))

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.config import CheckpointError
+from engine.errors import CheckpointError, read_checkpoint_json
 
 DEFAULT_CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n"
@@ -80,10 +79,7 @@ class Tokenizer:
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from error
+    data = read_checkpoint_json(path)
     return data if isinstance(data, dict) else {}
 
 
