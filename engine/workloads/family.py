@@ -18,11 +18,18 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass
+from typing import Unpack
 
 from engine.engine import Engine
-from engine.outputs import RequestShed
 from engine.sampling import SamplingParams
-from engine.workloads.overload import OverloadRun, RequestTiming, run_on_engine, timed_request
+from engine.workloads.overload import (
+    EngineOptions,
+    OverloadRun,
+    RequestTiming,
+    run_on_engine,
+    timed_complete,
+    timed_request,
+)
 
 BATCH_KINDS = ("flood", "short", "mixed")
 TIER_PRIORITY = {"premium": 0, "standard": 1, "batch": 2}  # the packaged example spec's
@@ -108,19 +115,12 @@ async def _drive(engine: Engine, draw: LoadDraw, duration_s: float) -> list[Requ
     async def batch_client(client: int) -> list[RequestTiming]:
         params = SamplingParams(max_tokens=draw.batch_max_tokens, temperature=0, ignore_eos=True)
         client_rng = random.Random(draw.seed * 104729 + client)
-        done = []
+        done: list[RequestTiming] = []
+        priority = TIER_PRIORITY["batch"]
         while time.perf_counter() < stop_at:
             prompt = _prompt(client_rng, "batch", draw.batch_prompt_chars)
             # Offline jobs read the whole reply (no stream), as in the overload.
-            timing, sent = RequestTiming("batch", "ok"), time.perf_counter()
-            try:
-                output = await engine.complete(prompt, params, TIER_PRIORITY["batch"])
-            except RequestShed:
-                timing.outcome = "shed"
-            else:
-                timing.e2e_s = time.perf_counter() - sent
-                timing.output_tokens = output.completion_tokens
-            done.append(timing)
+            done.append(await timed_complete(engine, "batch", prompt, params, priority))
         return done
 
     count = int(duration_s / min(draw.premium_interval_s, 0.1)) + 2  # more than enough gaps
@@ -136,21 +136,9 @@ async def _drive(engine: Engine, draw: LoadDraw, duration_s: float) -> list[Requ
 
 
 def run_draw(
-    model: str,
-    policy: str,
-    draw: LoadDraw,
-    duration_s: float,
-    *,
-    tier_objectives: dict[int, tuple[float | None, float | None]] | None = None,
-    max_num_batched_tokens: int | None = None,
-    device: str = "auto",
+    model: str, policy: str, draw: LoadDraw, duration_s: float, **options: Unpack[EngineOptions]
 ) -> OverloadRun:
-    """One draw on a fresh engine under `policy`; the budget None: `slo serve`'s default."""
-    return run_on_engine(
-        model,
-        policy,
-        lambda engine: _drive(engine, draw, duration_s),
-        tier_objectives=tier_objectives,
-        max_num_batched_tokens=max_num_batched_tokens,
-        device=device,
-    )
+    """One draw on a fresh engine under `policy`; the budget left out is None: `slo serve`'s
+    default."""
+    options.setdefault("max_num_batched_tokens", None)
+    return run_on_engine(model, policy, lambda engine: _drive(engine, draw, duration_s), **options)

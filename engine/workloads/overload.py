@@ -11,10 +11,11 @@ judging against objectives is left to the caller (the SLO arithmetic lives in `s
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from engine.config import EngineConfig
 from engine.engine import Engine
@@ -98,6 +99,23 @@ async def timed_request(
     return timing
 
 
+async def timed_complete(
+    engine: Engine, tier: str, prompt: str, params: SamplingParams, priority: int
+) -> RequestTiming:
+    """An offline job's request: the whole reply at once (no stream, so the event loop is not
+    woken per token), timed end to end."""
+    sent = time.perf_counter()
+    timing = RequestTiming(tier, "ok")
+    try:
+        output = await engine.complete(prompt, params, priority)
+    except RequestShed:
+        timing.outcome = "shed"
+    else:
+        timing.e2e_s = time.perf_counter() - sent
+        timing.output_tokens = output.completion_tokens
+    return timing
+
+
 async def _drive(engine: Engine, workload: OverloadWorkload, flood: bool) -> list[RequestTiming]:
     stop_at = time.perf_counter() + workload.duration_s
     premium_params = SamplingParams(
@@ -124,25 +142,26 @@ async def _drive(engine: Engine, workload: OverloadWorkload, flood: bool) -> lis
         return list(await asyncio.gather(*tasks))
 
     async def batch_client(client: int) -> list[RequestTiming]:
-        # Offline jobs read the whole reply (no stream): the event loop is not woken per token.
-        done = []
+        done: list[RequestTiming] = []
+        priority = workload.batch_priority
         prompt = _batch_prompt(client, workload.batch_prompt_chars)
         while time.perf_counter() < stop_at:
-            sent = time.perf_counter()
-            timing = RequestTiming(BATCH, "ok")
-            try:
-                output = await engine.complete(prompt, batch_params, workload.batch_priority)
-            except RequestShed:
-                timing.outcome = "shed"
-            else:
-                timing.e2e_s = time.perf_counter() - sent
-                timing.output_tokens = output.completion_tokens
-            done.append(timing)
+            done.append(await timed_complete(engine, BATCH, prompt, batch_params, priority))
         return done
 
     clients = [batch_client(c) for c in range(workload.batch_clients)] if flood else []
     results = await asyncio.gather(premium(), *clients)
     return [timing for group in results for timing in group]
+
+
+class EngineOptions(TypedDict, total=False):
+    """How `run_on_engine` sets up its engine, as the runs built on it pass them on; one left
+    out takes `run_on_engine`'s default."""
+
+    tier_objectives: dict[int, tuple[float | None, float | None]] | None
+    max_num_batched_tokens: int | None
+    device: str
+    cpu_threads: int | None
 
 
 def run_overload(
@@ -151,22 +170,11 @@ def run_overload(
     workload: OverloadWorkload,
     *,
     flood: bool = True,
-    tier_objectives: dict[int, tuple[float | None, float | None]] | None = None,
-    max_num_batched_tokens: int | None = 256,
-    device: str = "auto",
-    cpu_threads: int | None = 1,
+    **options: Unpack[EngineOptions],
 ) -> OverloadRun:
     """One run on a fresh engine (load and warm-up outside the measured window)."""
-    return run_on_engine(
-        model,
-        policy,
-        lambda engine: _drive(engine, workload, flood),
-        tier_objectives=tier_objectives,
-        max_num_batched_tokens=max_num_batched_tokens,
-        device=device,
-        cpu_threads=cpu_threads,
-        flood=flood,
-    )
+    drive = functools.partial(_drive, workload=workload, flood=flood)
+    return run_on_engine(model, policy, drive, flood=flood, **options)
 
 
 def run_on_engine(
