@@ -2,7 +2,6 @@
 live SLOs for LLM serving. Never imports torch or the bundled engine.
 """
 
-from middleware.bridge import EngineBridge
 from middleware.clock import Clock, ScriptedClock, SystemClock
 from middleware.config import (
     ConfigError,
@@ -14,7 +13,9 @@ from middleware.config import (
     TelemetryConfig,
 )
 from middleware.core import LatencyMiddleware
-from middleware.timeline import Breakdown, RequestTimeline, current_timeline
+from middleware.request.bridge import EngineBridge
+from middleware.request.context import current_timeline
+from middleware.request.timeline import Breakdown, RequestTimeline
 
 __all__ = [
     "Breakdown",

@@ -24,8 +24,8 @@ import bisect as _bisect
 
 from middleware import _hotpath_py as _py
 from middleware.ring import NUM_SLOTS as _NUM_SLOTS
-import middleware.wire_chunk as wire_chunk
-from middleware.wire_chunk import NOT_DECODED, carries_report
+import middleware.wire.chunk as wire_chunk
+from middleware.wire.chunk import NOT_DECODED, carries_report
 
 IMPLEMENTATION = "compiled"
 # The twin's functions, by name: both implementations export exactly these.

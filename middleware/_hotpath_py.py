@@ -3,13 +3,14 @@ must agree with, and what runs where it is not built or `LLM_SLO_PURE_PYTHON=1`
 (`middleware.hotpath` chooses). Each function here has a twin of the same name and behaviour
 in `_hotpath.pyx`; `tests/unit/middleware/test_hotpath_agree.py` holds them to it.
 
-- `token_events_in`, `decoded_has_text`: methods of `middleware.wire.WireReader` (per chunk);
-- `chunk_sent`: a method of `middleware.timeline.RequestTimeline` (per chunk);
+- `token_events_in`, `decoded_has_text`: methods of `middleware.wire.reader.WireReader` (per chunk);
+- `chunk_sent`: a method of `middleware.request.timeline.RequestTimeline` (per chunk);
 - `gaps_s`: the inter-token gaps of a request's marks (per request, one per token);
-- `bucket_counts`: the histogram bucket search (`middleware.histograms`);
+- `bucket_counts`: the histogram bucket search (`middleware.metrics.histograms`);
 - `window_add`: the live-window update (`middleware.live.windows.WindowSet.add`);
-- `timings_comment`: the server's timings at a stream's end (`middleware.reporting`);
-- `observe_values`: one request's values into their histogram series (`middleware.metrics`);
+- `timings_comment`: the server's timings at a stream's end (`middleware.request.reporting`);
+- `observe_values`: one request's values into their histogram series
+  (`middleware.metrics.metric_set`);
 - `count_in_columns`: one request's latencies into a live window's columns (`middleware.live`).
 """
 
@@ -23,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-import middleware.wire_chunk as wire_chunk
+import middleware.wire.chunk as wire_chunk
 from middleware.ring import NUM_SLOTS
-from middleware.wire_chunk import NOT_DECODED, Chunk, carries_report
+from middleware.wire.chunk import NOT_DECODED, Chunk, carries_report
 
 IMPLEMENTATION = "pure-python"
 # The functions each implementation provides, with the same signatures and behaviour: the
@@ -107,7 +108,7 @@ def exchange_send(exchange: Any, message: Any) -> Awaitable[None]:
 
 def measured_offer(exchange: Any, below_offer: Callable[[bytes], bool]) -> Callable[[bytes], bool]:
     """The measured request's direct write of a stream's middle piece
-    (`middleware.exchange_direct`): while the answer is an SSE stream and the server below
+    (`middleware.request.exchange_direct`): while the answer is an SSE stream and the server below
     takes the piece (`below_offer` wrote it: True), the piece is marked and read as
     `Exchange.send` marks and reads a middle chunk, the clock read before the write. False:
     nothing was written or marked, and the piece goes through `send`."""

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from middleware.clock import Clock, SystemClock
-from middleware.state import request_state
+from middleware.request.state import request_state
 from middleware.types import ASGIApp, Receive, Scope, Send
 from slo.errors import UsageError
 from slo.spec import SLOSpec

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from middleware.otel.messages import input_messages, output_messages
-from middleware.state import request_state
+from middleware.request.state import request_state
 from middleware.types import ASGIApp, Message, Receive, Scope, Send
 
 DEFAULT_REDACTIONS: tuple[str, ...] = (

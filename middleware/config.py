@@ -120,7 +120,9 @@ class ReportingConfig:
     # Ask streamed requests for usage (stream_options.include_usage) so token counts are exact
     # on engines that report it; clients that did not ask never see it.
     inject_usage: bool = False
-    report_delay_s: float = 0.0  # report a moment after the request ends (`middleware.later`)
+    report_delay_s: float = (
+        0.0  # report a moment after the request ends (`middleware.request.later`)
+    )
     alertmanager_url: str | None = None  # where the live alerts are pushed
 
     def __post_init__(self) -> None:

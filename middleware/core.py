@@ -19,7 +19,6 @@ from functools import partial
 from pathlib import Path
 
 from middleware.auth import ApiKeyAuth, ApiKeyMiddleware
-from middleware.bridge import EngineBridge
 from middleware.capture import CaptureMiddleware, ContentCapture
 from middleware.clock import Clock, SystemClock
 from middleware.config import (
@@ -27,31 +26,29 @@ from middleware.config import (
     MiddlewareConfig,
     TelemetryConfig,
 )
-from middleware.direct_body import direct_body, put_direct_body
 from middleware.endpoints import serve_metrics, serve_slo
-from middleware.exchange import Exchange
-from middleware.exchange_direct import measured_direct_body
 from middleware.intake import SpanJoin, serve_traces
 from middleware.intake.propagate import propagate_context
-from middleware.later import Later
 from middleware.lifespan import Lifespan
 from middleware.live import LiveSLO
-from middleware.measured import MeasuredRequest
-from middleware.metrics import MetricSet
+from middleware.metrics.metric_set import MetricSet
 from middleware.otel import GenAIMetrics, ModelLabels
 from middleware.otel.models import MODELS_PATH, read_models_listing
 from middleware.otel.request import operation_for_route
 from middleware.otel.sdk import metrics_wanted
-from middleware.settle import Reporter
-from middleware.state import request_state
-from middleware.timeline import (
-    RequestTimeline,
-    reset_current_timeline,
-    set_current_timeline,
-)
+from middleware.request.bridge import EngineBridge
+from middleware.request.context import reset_current_timeline, set_current_timeline
+from middleware.request.exchange import Exchange
+from middleware.request.exchange_direct import measured_direct_body
+from middleware.request.later import Later
+from middleware.request.measured import MeasuredRequest
+from middleware.request.settle import Reporter
+from middleware.request.state import request_state
+from middleware.request.timeline import RequestTimeline
 from middleware.tracing import DropCounter, RequestTracer
 from middleware.types import ASGIApp, Message, Receive, Scope, Send
-from middleware.wire_io import ask_for_usage
+from middleware.wire.direct_body import direct_body, put_direct_body
+from middleware.wire.io import ask_for_usage
 from slo.spec import SLOSpec
 from slo.store import RecordStore
 
@@ -113,7 +110,8 @@ class LatencyMiddleware:
         self.capture = config.security.capture
         self.app = self._stack(app, self.auth, self.capture)
         self._set_up_engine_spans(config.engine_spans, routes.traces_path)
-        # Reports may wait a moment (`middleware.later`): whatever reads them runs them first.
+        # Reports may wait a moment (`middleware.request.later`): whatever reads them runs them
+        # first.
         self._later = Later(config.reporting.report_delay_s)
         self.lifespan = Lifespan(self.close, before_close=self._later.run_now)
         self.reporter = self._reporter()

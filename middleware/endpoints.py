@@ -7,7 +7,7 @@ from typing import Any
 
 from middleware.live import LiveSLO
 from middleware.live.page import respond as slo_page_answer
-from middleware.metrics import MetricSet
+from middleware.metrics.metric_set import MetricSet
 from middleware.types import Scope, Send
 
 

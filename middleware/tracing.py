@@ -19,13 +19,13 @@ from typing import Any
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 
-from middleware.exchange import Exchange
 from middleware.intake.propagate import HandedIds
 from middleware.otel.conventions import FALLBACK_PROVIDER, SCHEMA_URL
 from middleware.otel.metrics import GenAIMetrics
 from middleware.otel.models import ModelLabels
 from middleware.otel.request import GenAIRequest, read_request_body
-from middleware.timeline import Breakdown, RequestTimeline
+from middleware.request.exchange import Exchange
+from middleware.request.timeline import Breakdown, RequestTimeline
 
 logger = logging.getLogger("middleware.tracing")
 

@@ -14,7 +14,7 @@ objective's threshold:
 
 Scale out before the ratio reaches 1: a target of 0.7 leaves 30% of the objective for the
 new replica to start. Computed the same way in two places from the same series: in the
-server (`middleware.headroom.HeadroomCollector`, from llm_slo_* it already exports, so the
+server (`middleware.metrics.headroom.HeadroomCollector`, from llm_slo_* it already exports, so the
 bundled engine and `slo proxy`, which fills llm_slo_queue_depth from the engine's /metrics,
 both have it) and in Prometheus (`promql`, for KEDA and the HPA).
 """

@@ -270,7 +270,7 @@ CATALOG: dict[str, SLI] = {sli.name: sli for sli in (*_SLIS, *ENGINE_SLIS, *_LOS
 LATENCY_SLIS: tuple[str, ...] = tuple(sli.name for sli in CATALOG.values() if sli.is_latency)
 # What the middleware, the live windows, the records and the dashboards derive their lists
 # from (never re-typed there). A latency SLI's record field is also the attribute of the
-# middleware's Breakdown (middleware/breakdown.py) that measures it.
+# middleware's Breakdown (middleware/request/breakdown.py) that measures it.
 LATENCY_FIELDS: dict[str, str] = {
     sli.name: sli.record_field for sli in CATALOG.values() if sli.is_latency and sli.record_field
 }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from middleware.timeline import RequestTimeline
+from middleware.request.timeline import RequestTimeline
 from middleware.upstream import SpanPhases, UpstreamReport
 
 

@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 
 import middleware.hotpath as hotpath
-from middleware.breakdown import measured_fields
 from middleware.clock import Clock, SystemClock
-from middleware.histograms import BucketCounts, bucket_counts
 from middleware.live.alerting import budget_firing, firing_rules, push_to_alertmanager
 from middleware.live.shared import PusherElection, SharedWindowSet, shared_dir, window_series
 from middleware.live.windows import SLOTS_PER_WINDOW, WindowSet
-from middleware.timeline import Breakdown
+from middleware.metrics.histograms import BucketCounts, bucket_counts
+from middleware.request.breakdown import measured_fields
+from middleware.request.timeline import Breakdown
 from slo.alert_rules import alert_rules, histogram_quantile, windows_s
 from slo.arithmetic import attainment, budget_remaining, burn_rate, goodput_checks, verdict
 from slo.sli import (

@@ -5,7 +5,7 @@ waits, sheds per tier, prefill chunks per step) and the GPUs' gauges.
 Fed by the bundled engine's steps (`observe_step`), by another engine's own `/metrics`
 (`set_engine_wide`, from `slo proxy --upstream-metrics`) and by GPU readings (`observe_gpus`).
 Every per-tier child is made at construction, at 0, keyed by the tier's priority (what the
-engine reports). `middleware.metrics.MetricSet` owns one, in its registry.
+engine reports). `middleware.metrics.metric_set.MetricSet` owns one, in its registry.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from middleware.instruments import counter, gauge, histogram, label_values
+from middleware.metrics.instruments import counter, gauge, histogram, label_values
 from slo.sli import CATALOG, SHED_REASONS
 from slo.spec import SLOSpec
 

@@ -4,8 +4,8 @@ for its definition), as a Prometheus collector computed at scrape time.
 It reads the llm_slo_* series already in the registry (queue depth per tier, finished
 requests, prefill time), so it needs no hook into the request path: the bundled engine fills
 those series through its hooks, `slo proxy` from the engine's /metrics, and the gauge is the
-same in both. `middleware.metrics.MetricSet` registers it next to the middleware's metrics
-(with several workers, on the registry that sums their files, so it reads every worker):
+same in both. `middleware.metrics.metric_set.MetricSet` registers it next to the middleware's
+metrics (with several workers, on the registry that sums their files, so it reads every worker):
 
     registry.register(HeadroomCollector(spec, registry))
 

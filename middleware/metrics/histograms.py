@@ -2,7 +2,7 @@
 
 A stream's inter-token gaps are counted on a histogram's buckets with a sort and a few bisects
 per touched bucket (`bucket_counts`), shared by the Prometheus histogram
-(`middleware.prom_export`) and the live windows. `FlushOnCollect` lets whoever reads the
+(`middleware.metrics.prom_export`) and the live windows. `FlushOnCollect` lets whoever reads the
 registry see the counts that wait in plain lists (the request counter's, the token counter's).
 """
 

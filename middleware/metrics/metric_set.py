@@ -8,7 +8,7 @@ rule, panel and `slo check --prometheus`). In multiprocess mode a created child 
 the worker's file at 0 at once, so the aggregated `/metrics` has them from the first scrape.
 
 Label children are bound once per (tier, route) and outcome. In one process the request
-histograms are our own (`middleware.prom_export.OwnHistogram`: plain-list bucket counts fed
+histograms are our own (`middleware.metrics.prom_export.OwnHistogram`: plain-list bucket counts fed
 under one lock per request, read by the registry through prometheus_client's public collector
 API), and the request counters wait in plain counts until the registry is read, or at most
 FLUSH_EVERY_S. OpenMetrics output carries exemplars with trace ids. With
@@ -17,8 +17,8 @@ histograms and multiprocess files (`observe` per value), flushed after every req
 `/metrics` aggregates every worker.
 
 The engine's series (its gauges, step counters, scheduler tier isolation, GPUs) are
-`middleware.engine_series.EngineSeries`, which a MetricSet owns and registers with its own.
-The per-tier SLO-headroom gauge (`middleware.headroom`) is computed from those series at
+`middleware.metrics.engine_series.EngineSeries`, which a MetricSet owns and registers with its own.
+The per-tier SLO-headroom gauge (`middleware.metrics.headroom`) is computed from those series at
 scrape time; with several workers, from every worker's sum.
 """
 
@@ -37,12 +37,12 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPEN
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 import middleware.hotpath as hotpath
-from middleware.engine_series import EngineSeries
-from middleware.headroom import HeadroomCollector
-from middleware.histograms import BucketCounts, FlushOnCollect, bucket_counts
-from middleware.instruments import counter, histogram
-from middleware.prom_export import OwnHistogram
-from middleware.timeline import Breakdown
+from middleware.metrics.engine_series import EngineSeries
+from middleware.metrics.headroom import HeadroomCollector
+from middleware.metrics.histograms import BucketCounts, FlushOnCollect, bucket_counts
+from middleware.metrics.instruments import counter, histogram
+from middleware.metrics.prom_export import OwnHistogram
+from middleware.request.timeline import Breakdown
 from slo.sli import (
     CATALOG,
     LATENCY_FIELDS,
@@ -53,7 +53,7 @@ from slo.sli import (
 from slo.spec import SLOSpec
 
 if TYPE_CHECKING:
-    from middleware.measured import MeasuredRequest
+    from middleware.request.measured import MeasuredRequest
 
 # Longest a request's observations wait before reaching the metrics while requests come in.
 # A scrape always sees them: reading the registry (or `/metrics`) flushes first.
@@ -165,7 +165,7 @@ class MetricSet:
         return bound
 
     def _request_histogram(self, name: str, bounds: tuple[float, ...]) -> Any:
-        """The catalog histogram `name`: our own (`middleware.prom_export`) in one process,
+        """The catalog histogram `name`: our own (`middleware.metrics.prom_export`) in one process,
         prometheus_client's where its multiprocess files must add the workers up."""
         if self.multiprocess:
             return histogram(self.registry, name, bounds)

@@ -11,7 +11,7 @@ exemplars in OpenMetrics), without a `_created` series.
 
 With PROMETHEUS_MULTIPROC_DIR set, values must reach prometheus_client's per-process files for
 `/metrics` to add up the workers: there the middleware uses its `Histogram` and `observe` per
-value (see `middleware.instruments.histogram`).
+value (see `middleware.metrics.instruments.histogram`).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from middleware.otel.cells import Cell, CellTable, HistogramCell
 from middleware.otel.models import ModelLabels
 from middleware.otel.prometheus import PrometheusSide
 from middleware.otel.request import GenAIRequest
-from middleware.timeline import Breakdown
+from middleware.request.timeline import Breakdown
 
 FLUSH_EVERY_S = 1.0
 # (operation, request model label, response model label, error type)

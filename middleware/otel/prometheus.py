@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from middleware.metrics.prom_export import cumulative_buckets
 from middleware.otel.cells import Cell, CounterCell, HistogramCell
 from middleware.otel.conventions import Instrument
-from middleware.prom_export import cumulative_buckets
 
 
 def _label_values(cell: Cell) -> list[str]:

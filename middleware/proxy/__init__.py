@@ -27,11 +27,11 @@ import logging
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from middleware.direct_body import direct_body
 from middleware.proxy.client import UpstreamConnection, UpstreamError, UpstreamPool
-from middleware.state import request_state
-from middleware.timeline import current_timeline
+from middleware.request.context import current_timeline
+from middleware.request.state import request_state
 from middleware.types import Message, Receive, Scope, Send
+from middleware.wire.direct_body import direct_body
 
 # RFC 9110 7.6.1: meaningful for one connection only, never forwarded. Content-length is
 # recomputed (the body may have been rewritten on the way in), host names the upstream.
@@ -214,7 +214,7 @@ class ProxyApp:
     ) -> None:
         """The upstream's response to the client, piece by piece as it arrives: written
         straight from the upstream connection's callback where the server offers it
-        (`middleware.direct_body`), else each piece sent by this task."""
+        (`middleware.wire.direct_body`), else each piece sent by this task."""
         await send(
             {
                 "type": "http.response.start",

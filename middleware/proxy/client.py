@@ -65,7 +65,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._received_any = False
         self._last_data_at = 0.0
         self._timer: asyncio.TimerHandle | None = None
-        # Where body pieces go as they arrive, past the task (`middleware.direct_body`): the
+        # Where body pieces go as they arrive, past the task (`middleware.wire.direct_body`): the
         # client's socket, when the server offers it; returns False when it cannot take one.
         self.sink: Callable[[bytes], bool] | None = None
         self._holding = False  # `read` handed out a piece the proxy has not sent yet

@@ -1,6 +1,6 @@
 """`Breakdown`: everything derived from one finished request's timeline, in seconds.
 
-The additive parts (`phases`) sum to e2e: see `middleware.timeline` for how the request's
+The additive parts (`phases`) sum to e2e: see `middleware.request.timeline` for how the request's
 critical path is cut into them. A latency SLI that none of the fields below measures is
 measured here too, from the timeline's marks: one function in `MEASURED_FROM_MARKS`, under
 its record field (CONTRIBUTING.md: add a latency SLI, end to end).
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from slo.sli import PHASES
 
 if TYPE_CHECKING:
-    from middleware.timeline import RequestTimeline
+    from middleware.request.timeline import RequestTimeline
 
 NS = 1e-9
 

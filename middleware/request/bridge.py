@@ -12,7 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from middleware.timeline import RequestTimeline, current_timeline
+from middleware.request.context import current_timeline
+from middleware.request.timeline import RequestTimeline
 
 
 class EngineBridge:

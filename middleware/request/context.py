@@ -7,7 +7,7 @@ import contextvars
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from middleware.timeline import RequestTimeline
+    from middleware.request.timeline import RequestTimeline
 
 _current: contextvars.ContextVar[RequestTimeline | None] = contextvars.ContextVar(
     "llm_slo_timeline", default=None

@@ -12,17 +12,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import middleware.hotpath as hotpath
-from middleware.reporting import server_timing_value, timings_comment
-from middleware.timeline import RequestTimeline
+from middleware.request.reporting import server_timing_value, timings_comment
+from middleware.request.timeline import RequestTimeline
 from middleware.types import Message, Receive, Send
-from middleware.wire import WireReader
-from middleware.wire_io import (
+from middleware.wire.io import (
     UPSTREAM_HEADERS,
     keep_body,
     read_upstream_headers,
     settle_body,
     settle_stream,
 )
+from middleware.wire.reader import WireReader
 
 # Request bodies kept for their fields up to this size (a long prompt is a few MB of JSON).
 MAX_REQUEST_BODY = 16 << 20

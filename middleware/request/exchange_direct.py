@@ -1,4 +1,4 @@
-"""The measured request's side of a direct body write (`middleware.direct_body`).
+"""The measured request's side of a direct body write (`middleware.wire.direct_body`).
 
 When the server below offers direct writes for the request's `send`, the exchange offers the
 app above its own: valid for `exchange.send`, ready only while the answer is an SSE stream (a
@@ -12,8 +12,8 @@ stream's start and its last message still go through `send`, where the stream is
 from __future__ import annotations
 
 import middleware.hotpath as hotpath
-from middleware.direct_body import DirectBody
-from middleware.exchange import Exchange
+from middleware.request.exchange import Exchange
+from middleware.wire.direct_body import DirectBody
 
 
 def measured_direct_body(exchange: Exchange, below: DirectBody) -> DirectBody:

@@ -3,8 +3,8 @@
 Made when the middleware takes the request (`middleware.core`), ended when the app returns or
 raises, settled once (`settle`: the counts its answer carried, the tier the layers decided,
 the outcome and status), then read by everything that reports it: the record
-(`middleware.reporting.record_fields`), the span's attributes, the metrics and the live
-windows (`middleware.settle.Reporter`).
+(`middleware.request.reporting.record_fields`), the span's attributes, the metrics and the live
+windows (`middleware.request.settle.Reporter`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from slo.sli import outcome_for_status
 
 if TYPE_CHECKING:
     from middleware.capture import CaptureBuffer
-    from middleware.exchange import Exchange
     from middleware.intake.propagate import HandedIds
-    from middleware.state import RequestState
-    from middleware.timeline import RequestTimeline
+    from middleware.request.exchange import Exchange
+    from middleware.request.state import RequestState
+    from middleware.request.timeline import RequestTimeline
 
 
 def classify_outcome(

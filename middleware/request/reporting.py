@@ -7,14 +7,14 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import middleware.hotpath as hotpath
-from middleware.breakdown import measured_fields
 from middleware.otel.request import GenAIRequest
-from middleware.timeline import Breakdown
+from middleware.request.breakdown import measured_fields
+from middleware.request.timeline import Breakdown
 from slo.records import FIELD_NAMES, LIST_FIELDS
 from slo.sli import LATENCY_FIELDS, PHASE_FIELDS, PHASES
 
 if TYPE_CHECKING:
-    from middleware.measured import MeasuredRequest
+    from middleware.request.measured import MeasuredRequest
 
 
 # %-formatted in one step from a template made once. "%.3f" rounds exactly as round(value, 3)

@@ -8,14 +8,14 @@ import asyncio
 import logging
 
 from middleware.capture import ContentCapture
-from middleware.histograms import bucket_counts
 from middleware.intake import SpanJoin, apply_engine_span
 from middleware.intake.propagate import HandedIds
 from middleware.live import LiveSLO
-from middleware.measured import MeasuredRequest
-from middleware.metrics import MetricSet
-from middleware.reporting import record_fields, span_attributes
-from middleware.timeline import Breakdown
+from middleware.metrics.histograms import bucket_counts
+from middleware.metrics.metric_set import MetricSet
+from middleware.request.measured import MeasuredRequest
+from middleware.request.reporting import record_fields, span_attributes
+from middleware.request.timeline import Breakdown
 from middleware.tracing import RequestTracer
 from middleware.upstream import SpanPhases
 from slo.store import RecordStore
@@ -53,7 +53,7 @@ class Reporter:
     def ended(self, request: MeasuredRequest) -> None:
         """A request ended (its app returned or raised): settle it, report it (`finish`), and
         charge its tokens to its API key. Called at once, or a moment later
-        (`middleware.later`): its scope state is read now."""
+        (`middleware.request.later`): its scope state is read now."""
         if request.join_keys is not None:
             self.span_join.end(*request.join_keys)
         try:

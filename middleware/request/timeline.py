@@ -28,18 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import middleware.hotpath as hotpath
-from middleware.breakdown import MEASURED_FROM_MARKS, NS, Breakdown
 from middleware.clock import Clock
-from middleware.context import current_timeline, reset_current_timeline, set_current_timeline
+from middleware.request.breakdown import MEASURED_FROM_MARKS, NS, Breakdown
 from middleware.upstream import UpstreamReport
 
 __all__ = [
     "NS",
     "Breakdown",
     "RequestTimeline",
-    "current_timeline",
-    "reset_current_timeline",
-    "set_current_timeline",
 ]
 
 ENGINE_EVENTS = (

@@ -7,7 +7,7 @@ phases and counts, and which of its Prometheus `/metrics` families map onto the 
 the bundled engine fills. Adding an engine is one module that calls `register` and its test.
 
 Nothing here runs per usual chunk: the exchange looks response headers up in `RESPONSE_HEADERS`,
-and the wire decodes `BODY_KEYS` beside the OpenAI fields (`middleware.wire_chunk`, rebuilt when
+and the wire decodes `BODY_KEYS` beside the OpenAI fields (`middleware.wire.chunk`, rebuilt when
 an adapter brings a new key), so a chunk carries an engine's report only where it says so.
 """
 

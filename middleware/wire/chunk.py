@@ -1,7 +1,7 @@
 """The typed shape of one OpenAI chunk (or plain body), as the wire parser decodes it.
 
 msgspec decodes each data event into these small structs in C, skipping every field they do
-not name. They live apart from `middleware.wire` so that both hot-path implementations
+not name. They live apart from `middleware.wire.reader` so that both hot-path implementations
 (`middleware._hotpath`, compiled, and `middleware._hotpath_py`) can import them without an
 import cycle. `gc=False`: a decoded chunk holds no reference back to itself, so the cyclic
 garbage collector need not track the few objects made per event (it ran in 7% of a profile

@@ -20,8 +20,8 @@ A server that can write the current response's body pieces itself offers that in
 
 A layer that wants to see every piece (the latency middleware) wraps the offer with its own
 `send`, `ready` and `write`, and puts its wrapper in the scope in its place
-(`middleware.exchange`). The upstream client calls `offer` from its protocol callback, as the
-bytes arrive (`middleware.proxy.client`); the end of the response, errors and anything that
+(`middleware.request.exchange`). The upstream client calls `offer` from its protocol callback, as
+the bytes arrive (`middleware.proxy.client`); the end of the response, errors and anything that
 could not be written at once still go through `send`, in order.
 """
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import msgspec
 
-from middleware.timeline import RequestTimeline
+from middleware.request.timeline import RequestTimeline
 from middleware.types import Message, Receive, Scope
 from middleware.upstream import read_response_headers
 from middleware.upstream.registry import RESPONSE_HEADERS
-from middleware.wire import WireReader
+from middleware.wire.reader import WireReader
 
 # The request body is parsed and, when usage is asked for, written again on every streamed
 # request: msgspec does both in a fifth of the stdlib's time (2 vs 11 us for a chat request).

@@ -13,7 +13,7 @@ Used by the middleware (on the bytes the app sends) and by `slo bench` (on the b
 
 Per chunk the cost is a bytes search and, for chunks that look like data, one msgspec decode
 into a small typed struct that skips every field it does not name (C, no dicts built;
-`middleware.wire_chunk`). The per-chunk path of a stream is compiled where built
+`middleware.wire.chunk`). The per-chunk path of a stream is compiled where built
 (`middleware.hotpath`).
 """
 
@@ -22,10 +22,10 @@ from __future__ import annotations
 from typing import Any
 
 import middleware.hotpath as hotpath
-import middleware.wire_chunk as wire_chunk
+import middleware.wire.chunk as wire_chunk
 from middleware.upstream import UpstreamReport, apply_usage
 from middleware.upstream.registry import read_response_body
-from middleware.wire_chunk import NOT_DECODED, Chunk, chunk_has_text, decode_head
+from middleware.wire.chunk import NOT_DECODED, Chunk, chunk_has_text, decode_head
 
 __all__ = ["WireReader", "chunk_has_text"]
 

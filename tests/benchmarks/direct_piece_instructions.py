@@ -43,11 +43,11 @@ def _generic(direct_body: Any) -> Any:
 
 
 async def _offer_pieces(generic: bool) -> None:
-    import middleware.exchange_direct as exchange_direct
+    import middleware.request.exchange_direct as exchange_direct
     import slo.cli.proxy.direct as proxy_direct
     from middleware.clock import SystemClock
-    from middleware.exchange import Exchange
-    from middleware.timeline import RequestTimeline
+    from middleware.request.exchange import Exchange
+    from middleware.request.timeline import RequestTimeline
     from tests.helpers.cycle_standin import cycle_standin
 
     if generic:

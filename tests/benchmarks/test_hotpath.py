@@ -1,7 +1,7 @@
 """The compiled per-event hot path against its pure-Python twin, on the same streams in the
 same run: µs of the middleware's per-event bookkeeping per SSE event.
 
-The workload is what `middleware.exchange.Exchange` does per streamed chunk (the wire scan,
+The workload is what `middleware.request.exchange.Exchange` does per streamed chunk (the wire scan,
 `WireReader.token_events_in`, and the timeline's mark, `RequestTimeline.chunk_sent`) and once
 per request (the inter-token gaps, their bucket search for the ITL histogram and the
 live-window update), on vLLM-shaped streams of 64 events: a role chunk, content deltas,
@@ -39,10 +39,10 @@ import pytest
 
 from middleware import _hotpath_py, hotpath
 from middleware.clock import ScriptedClock
-from middleware.histograms import bucket_counts
 from middleware.live.windows import WindowSet
-from middleware.timeline import RequestTimeline
-from middleware.wire import WireReader
+from middleware.metrics.histograms import bucket_counts
+from middleware.request.timeline import RequestTimeline
+from middleware.wire.reader import WireReader
 from slo.sli import buckets_for
 from tests.benchmarks.bench_record import ROOT, load_average, stamp, table, write_section
 from tests.helpers.hotpath import implementations, using

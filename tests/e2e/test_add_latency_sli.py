@@ -92,7 +92,7 @@ def test_the_contributing_example_adds_a_latency_sli_in_three_files(tmp_path: Pa
     entry = catalog.rstrip() + ",\n"  # an element of the tuple
     insert_after(copy / "slo" / "sli.py", "_SLIS: tuple[SLI, ...] = (\n", entry, "    ")
     insert_after(copy / "slo" / "records.py", "    ttft_s: float | None = None\n", record, "    ")
-    breakdown = copy / "middleware" / "breakdown.py"
+    breakdown = copy / "middleware" / "request" / "breakdown.py"
     breakdown.write_text(breakdown.read_text() + "\n\n" + measurement)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy), str(ROOT)])}
     done = subprocess.run(

@@ -31,7 +31,7 @@ from tests.helpers.slot_server import _chunk, _json  # the same SSE chunks and J
 
 @dataclass
 class Step:
-    """What `middleware.engine_series.EngineSeries.observe_step` reads of a step."""
+    """What `middleware.metrics.engine_series.EngineSeries.observe_step` reads of a step."""
 
     num_running: int
     waiting_by_priority: dict[int, int]

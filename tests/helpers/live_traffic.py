@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
-from middleware.timeline import Breakdown
+from middleware.request.timeline import Breakdown
 from tests.helpers.tier_specs import burn_alert, burn_policy, make_tier, spec_yaml, threshold_alert
 
 SPEC = spec_yaml(

@@ -4,9 +4,9 @@ metrics) without a request going through the middleware."""
 from __future__ import annotations
 
 from middleware import ScriptedClock
-from middleware.exchange import Exchange
-from middleware.measured import MeasuredRequest
-from middleware.timeline import RequestTimeline
+from middleware.request.exchange import Exchange
+from middleware.request.measured import MeasuredRequest
+from middleware.request.timeline import RequestTimeline
 from middleware.types import Message
 
 

@@ -44,7 +44,7 @@ from alerts.policy_tests import Traffic, availability_series, histogram_series
 from alerts.rules import Links, shown_annotations
 from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
-from middleware.timeline import Breakdown
+from middleware.request.timeline import Breakdown
 from slo.alert_budget import ALERT_NAME as BUDGET_ALERT
 from slo.alert_rules import AVAILABILITY as AVAILABILITY_SLI
 from slo.alert_rules import AlertRule, alert_rules

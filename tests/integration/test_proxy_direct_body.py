@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from middleware import LatencyMiddleware
-from middleware.direct_body import EXTENSION
 from middleware.proxy import ProxyApp
+from middleware.wire.direct_body import EXTENSION
 from slo.cli.proxy.direct import DirectBodyProtocol
 from tests.helpers.proxy_upstream import OpenAIUpstream
 from tests.helpers.servers import uvicorn_thread

@@ -20,7 +20,11 @@ import pytest
 
 from middleware.clock import SystemClock
 from middleware.proxy import ProxyApp
-from middleware.timeline import RequestTimeline, reset_current_timeline, set_current_timeline
+from middleware.request.timeline import (
+    RequestTimeline,
+    reset_current_timeline,
+    set_current_timeline,
+)
 from middleware.types import Message
 
 pytestmark = pytest.mark.integration

@@ -27,7 +27,7 @@ from slo.cli.bench.timings import PHASES, parse_server_timing, parse_timings_com
 from slo.sli import outcome_for_status
 
 if TYPE_CHECKING:
-    from middleware.wire import WireReader
+    from middleware.wire.reader import WireReader
     from slo.cli.bench.lean_http import LeanClient, LeanResponse
 
     # What sends: httpx, or the lean client for plain http:// (the same calls and errors).
@@ -166,9 +166,9 @@ async def measure(
 async def _read_stream(
     response: httpx.Response | LeanResponse, result: Measurement, start: float
 ) -> None:
-    """Read an SSE stream with the middleware's wire parser (`middleware.wire`): one
+    """Read an SSE stream with the middleware's wire parser (`middleware.wire.reader`): one
     definition of a token event on both sides of the wire."""
-    from middleware.wire import WireReader  # the front door imports middleware per command
+    from middleware.wire.reader import WireReader  # the front door imports middleware per command
 
     reader = WireReader(keep_comments=True)
     last_text_at: float | None = None
@@ -200,7 +200,7 @@ async def _read_stream(
 
 
 def _read_full_body(result: Measurement, payload: bytes) -> None:
-    from middleware.wire import WireReader
+    from middleware.wire.reader import WireReader
 
     reader = WireReader()
     reader.read_body(payload)

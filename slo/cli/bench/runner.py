@@ -110,7 +110,7 @@ async def run_plan(
     `stop_when(record, planned)` is asked after each finished request; True ends the run
     there (a step of the capacity search that can no longer pass), as the duration limit would.
     """
-    import middleware.wire  # noqa: F401  (imported by the first reply: not on the schedule)
+    import middleware.wire.reader  # noqa: F401  (imported by the first reply: not on the schedule)
 
     run = _Run(plan, settings, out, stop_when, _progress_bar(progress))
     async with _client(base_url, settings.timeout_s, transport) as client:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import ssl
 
     from middleware.core import LatencyMiddleware
-    from middleware.metrics import MetricSet
+    from middleware.metrics.metric_set import MetricSet
     from middleware.proxy import ProxyApp
     from middleware.types import ASGIApp
     from middleware.upstream.engine_metrics import EngineMetricsScraper
@@ -63,7 +63,7 @@ def build(
         provider_name=provider_name,
         models=listed,
         # A sidecar's clients often send the next request as the last one ends: its start
-        # goes first, the last one's report a moment later (`middleware.later`).
+        # goes first, the last one's report a moment later (`middleware.request.later`).
         report_delay_s=REPORT_DELAY_S,
     )
     where = f"{scheme(context)}://{args.host}:{args.port}"

@@ -1,7 +1,7 @@
 """uvicorn's httptools protocol, offering each response's streamed body pieces a direct write.
 
 `slo proxy` serves on this protocol (`http="slo.cli.proxy.direct:DirectBodyProtocol"`): per
-request it puts a `middleware.direct_body.DirectBody` in `scope["extensions"]`, valid for
+request it puts a `middleware.wire.direct_body.DirectBody` in `scope["extensions"]`, valid for
 the request's own `send`, whose `write` frames a piece as uvicorn's `send` does (one HTTP/1.1
 chunk) and hands it to the transport. uvicorn's response state (started, chunked, complete,
 keep-alive) stays uvicorn's: the start and the end of every response still go through
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from middleware.direct_body import DirectBody, put_direct_body
+from middleware.wire.direct_body import DirectBody, put_direct_body
 
 
 class DirectBodyProtocol(HttpToolsProtocol):

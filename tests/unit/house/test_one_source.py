@@ -21,9 +21,9 @@ from dashboards.genai_row import TITLE as GENAI_TITLE
 from dashboards.panels import LATENCY_PANELS, rows
 from middleware import ScriptedClock
 from middleware.live import BREAKDOWN_FIELD, TierWindows, breakdown_fields
-from middleware.metrics import PER_REQUEST, REQUEST_HISTOGRAMS, MetricSet
-from middleware.reporting import record_fields, server_timing_value, timings_comment
-from middleware.timeline import Breakdown, RequestTimeline
+from middleware.metrics.metric_set import PER_REQUEST, REQUEST_HISTOGRAMS, MetricSet
+from middleware.request.reporting import record_fields, server_timing_value, timings_comment
+from middleware.request.timeline import Breakdown, RequestTimeline
 from slo.genai import (
     INSTRUMENTS,
     REQUEST_DURATION,

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from middleware.types import Message
-from middleware.wire_io import ask_for_usage
+from middleware.wire.io import ask_for_usage
 
 JSON_VALUES = st.recursive(
     st.none()

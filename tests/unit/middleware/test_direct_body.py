@@ -1,4 +1,4 @@
-"""Direct body writes (middleware.direct_body): an offer is used only by the `send` it was made
+"""Direct body writes (middleware.wire.direct_body): an offer is used only by the `send` it was made
 for, and the upstream connection keeps the pieces' order whichever way each one goes (straight
 to the client from its callback, or through the proxy's task when the client pushes back)."""
 
@@ -10,8 +10,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from middleware.direct_body import EXTENSION, DirectBody, direct_body, put_direct_body
 from middleware.proxy.client import UpstreamConnection
+from middleware.wire.direct_body import EXTENSION, DirectBody, direct_body, put_direct_body
 
 
 async def _send(message: dict[str, object]) -> None:

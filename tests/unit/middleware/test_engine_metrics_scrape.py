@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from middleware.live.page import engine_now
-from middleware.metrics import MetricSet
+from middleware.metrics.metric_set import MetricSet
 from middleware.upstream import ADAPTERS
 from middleware.upstream.engine_metrics import (
     EngineMetricsScraper,

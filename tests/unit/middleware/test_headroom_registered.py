@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts.autoscaling import render_autoscaling
 from middleware import LatencyMiddleware
 from middleware.config import MiddlewareConfig
-from middleware.metrics import MetricSet
+from middleware.metrics.metric_set import MetricSet
 from middleware.types import Receive, Scope, Send
 from slo.headroom import GAUGE, WINDOW_S
 from slo.sli import CATALOG
@@ -104,7 +104,7 @@ def test_with_several_workers_the_gauge_reads_every_workers_queue(tmp_path: Path
     metrics_dir.mkdir()
     worker = textwrap.dedent(f"""
         import sys
-        from middleware.metrics import MetricSet
+        from middleware.metrics.metric_set import MetricSet
         from slo.spec import SLOSpec
         metrics = MetricSet(SLOSpec.from_yaml({SPEC!r}), "m")
         metrics.gauges["queue_depth"].labels(tier="premium", model="m").set(int(sys.argv[1]))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from middleware import _hotpath_py, hotpath
 from middleware.hotpath import compiled
-from middleware.wire import WireReader
+from middleware.wire.reader import WireReader
 from tests.conftest import require_or_skip
 
 TEXT = st.text(max_size=12) | st.sampled_from(["", " the", "\n", 'a"b\\c', "é", "日本", "🙂"])

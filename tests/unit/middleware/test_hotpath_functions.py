@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from middleware import _hotpath_py, hotpath
 from middleware.clock import ScriptedClock
-from middleware.exchange import Exchange
-from middleware.histograms import bucket_counts
 from middleware.live.windows import NUM_SLOTS, WindowSet
-from middleware.timeline import RequestTimeline
-from middleware.wire import WireReader
+from middleware.metrics.histograms import bucket_counts
+from middleware.request.exchange import Exchange
+from middleware.request.timeline import RequestTimeline
+from middleware.wire.reader import WireReader
 from tests.conftest import require_or_skip
 from tests.helpers.hotpath import using
 
@@ -70,7 +70,8 @@ def test_using_rebinds_every_hot_function() -> None:
             assert hotpath.timings_comment is module.timings_comment
             assert hotpath.observe_values is module.observe_values
             assert hotpath.count_in_columns is module.count_in_columns
-            from middleware import histograms, settle
+            from middleware.metrics import histograms
+            from middleware.request import settle
 
             assert histograms.bucket_counts is settle.bucket_counts is module.bucket_counts
 
@@ -269,15 +270,15 @@ def drive_direct(
     name: str, pieces: list[tuple[bytes, bool]], through_send_only: bool, ticking: bool = False
 ) -> tuple[Any, ...]:
     """A stream's middle pieces on implementation `name`, each offered to the measured direct
-    write (`middleware.exchange_direct`) over a server that is ready or not as scripted, and
+    write (`middleware.request.exchange_direct`) over a server that is ready or not as scripted, and
     sent through `Exchange.send` where the offer is refused (as `slo proxy` does); or, with
     `through_send_only`, all sent. What reached the client, in order, the marks and counts;
     `ticking`: the exchange's clock moves 1 ns at every read, and each direct write also
     records the time it ran (last)."""
     import asyncio
 
-    from middleware.direct_body import DirectBody
-    from middleware.exchange_direct import measured_direct_body
+    from middleware.request.exchange_direct import measured_direct_body
+    from middleware.wire.direct_body import DirectBody
 
     out: list[bytes] = []
     server = {"ready": True}
@@ -370,7 +371,7 @@ OBSERVED = FLOATS | st.integers(-(2**60), 2**60) | st.none()
 
 
 def _series_plan(bounds: list[list[Any]], takes: list[bool]) -> list[tuple[Any, bool]]:
-    from middleware.prom_export import HistogramSeries
+    from middleware.metrics.prom_export import HistogramSeries
 
     return [
         (HistogramSeries(tuple(each) if index % 2 else each), take)  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from middleware import LatencyMiddleware
 from middleware.config import MiddlewareConfig
-from middleware.metrics import PER_REQUEST
+from middleware.metrics.metric_set import PER_REQUEST
 from slo.sli import CATALOG, OUTCOMES
 from tests.helpers.tier_specs import make_tier, spec_yaml
 

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from middleware.histograms import bucket_counts
-from middleware.metrics import REQUEST_HISTOGRAMS, MetricSet
-from middleware.timeline import Breakdown
+from middleware.metrics.histograms import bucket_counts
+from middleware.metrics.metric_set import REQUEST_HISTOGRAMS, MetricSet
+from middleware.request.timeline import Breakdown
 from slo.spec import SLOSpec
 from tests.helpers.hotpath import each_hotpath  # noqa: F401  (runs each test on both hot paths)
 from tests.helpers.measured import settled_request

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from middleware import ScriptedClock
-from middleware.reporting import server_timing_value, timings_comment
-from middleware.timeline import Breakdown, RequestTimeline
+from middleware.request.reporting import server_timing_value, timings_comment
+from middleware.request.timeline import Breakdown, RequestTimeline
 from slo.sli import PHASES
 
 PREFIX = b": llm-slo-timings "

@@ -10,7 +10,7 @@ import pytest
 
 from middleware import LatencyMiddleware, ScriptedClock, current_timeline
 from middleware.config import MiddlewareConfig
-from middleware.timeline import RequestTimeline
+from middleware.request.timeline import RequestTimeline
 from slo.spec import SLOSpec
 from slo.store import RecordStore
 from tests.helpers.hotpath import each_hotpath  # noqa: F401  (runs each test on both hot paths)

@@ -1,4 +1,4 @@
-"""Reports that wait a moment (`middleware.later`, `slo proxy`'s default): the request is
+"""Reports that wait a moment (`middleware.request.later`, `slo proxy`'s default): the request is
 reported by itself once the delay is over, and whatever reads the reports sooner (`/metrics`,
 `/slo`, `requests_seen`, `close`) runs the waiting ones first, so every reader still counts the
 request that just ended. With no delay nothing waits."""
@@ -13,7 +13,7 @@ import pytest
 
 from middleware import LatencyMiddleware, ScriptedClock
 from middleware.config import MiddlewareConfig
-from middleware.later import Later
+from middleware.request.later import Later
 from slo.store import RecordStore
 from tests.helpers.scripted_stream import call, vllm_style_app
 

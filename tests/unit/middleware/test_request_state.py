@@ -1,6 +1,6 @@
-"""`scope["state"]`'s keys are named once (`middleware.state.RequestState`); the bundled engine's
-API, which cannot import the middleware, writes out the keys it uses, held to the same names and
-types here; and no module reads or writes a key the TypedDict does not name."""
+"""`scope["state"]`'s keys are named once (`middleware.request.state.RequestState`); the bundled
+engine's API, which cannot import the middleware, writes out the keys it uses, held to the same
+names and types here; and no module reads or writes a key the TypedDict does not name."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import get_type_hints
 
 from engine.api.state import EngineRequestState
 from middleware.capture import CaptureBuffer
-from middleware.state import RequestState
+from middleware.request.state import RequestState
 
 ROOT = Path(__file__).resolve().parents[3]
 # `state["key"]`, `state.get("key"`, `state["a"], state["b"] = ...` and `scope["state"]["key"]`.
@@ -43,7 +43,7 @@ def test_every_key_read_or_written_is_named_in_request_state() -> None:
     # The walk finds the keys the door and the engine's API use (a broken pattern finds none).
     assert {"request_id", "tier", "priority", "outcome", "capture"} <= set(used)
     unnamed = {key: sorted(paths) for key, paths in used.items() if key not in named}
-    assert not unnamed, f"scope state keys not in middleware.state.RequestState: {unnamed}"
+    assert not unnamed, f"scope state keys not in middleware.request.state.RequestState: {unnamed}"
 
 
 def test_the_pattern_finds_each_spelling() -> None:

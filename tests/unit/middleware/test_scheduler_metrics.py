@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dashboards.panels import rows
 from engine.hooks import StepStats
-from middleware.metrics import MetricSet
+from middleware.metrics.metric_set import MetricSet
 from slo.sli import CATALOG, SHED_REASONS
 from slo.spec import SLOSpec
 

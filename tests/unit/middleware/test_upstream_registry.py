@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from middleware import wire_chunk
+import middleware.wire.chunk as wire_chunk
 from middleware.upstream import ADAPTERS, EngineAdapter, UpstreamReport, read_response_headers
 from middleware.upstream.engines import ENGINE_MODULES
 from middleware.upstream.registry import (
@@ -20,7 +20,7 @@ from middleware.upstream.registry import (
     read_response_body,
     register,
 )
-from middleware.wire import WireReader
+from middleware.wire.reader import WireReader
 from tests.helpers.hotpath import each_hotpath  # noqa: F401  (runs each test on both hot paths)
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from middleware.upstream import UpstreamReport, apply_timings
 from middleware.upstream.engines.tgi import apply_tgi_headers
-from middleware.wire import WireReader
+from middleware.wire.reader import WireReader
 from tests.helpers.hotpath import each_hotpath  # noqa: F401  (runs each test on both hot paths)
 
 

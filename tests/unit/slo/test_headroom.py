@@ -9,7 +9,7 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from middleware.headroom import HeadroomCollector
+from middleware.metrics.headroom import HeadroomCollector
 from slo.headroom import DEFAULT_TARGET, GAUGE, WINDOW_S, headroom_ratio, promql, signals
 from slo.sli import CATALOG
 from slo.spec import SLOSpec

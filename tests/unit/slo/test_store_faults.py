@@ -153,7 +153,7 @@ def test_delete_before_removes_old_records_only(db: Path) -> None:
 def test_loss_counters_are_exported_from_the_running_totals() -> None:
     from types import SimpleNamespace
 
-    from middleware.metrics import MetricSet
+    from middleware.metrics.metric_set import MetricSet
     from slo.sli import CATALOG
     from slo.spec import SLOSpec
 

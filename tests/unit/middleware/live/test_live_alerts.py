@@ -5,10 +5,10 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from middleware.clock import ScriptedClock
-from middleware.histograms import bucket_counts
 from middleware.live import LiveSLO
-from middleware.metrics import MetricSet
-from middleware.timeline import Breakdown
+from middleware.metrics.histograms import bucket_counts
+from middleware.metrics.metric_set import MetricSet
+from middleware.request.timeline import Breakdown
 from slo.spec import SLOSpec
 from tests.helpers.hotpath import each_hotpath  # noqa: F401  (runs each test on both hot paths)
 from tests.helpers.live_traffic import SPEC, feed

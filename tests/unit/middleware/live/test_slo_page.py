@@ -12,8 +12,8 @@ from engine.hooks import StepStats
 from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
 from middleware.live.page import observed_text, respond
-from middleware.metrics import MetricSet
-from middleware.timeline import Breakdown
+from middleware.metrics.metric_set import MetricSet
+from middleware.request.timeline import Breakdown
 from slo.arithmetic import budget_remaining, burn_rate
 from slo.spec import SLOSpec
 from tests.helpers.tier_specs import burn_alert, burn_policy, make_tier, spec_yaml

@@ -11,7 +11,7 @@ from engine.hooks import StepStats
 from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
 from middleware.live.page import respond
-from middleware.metrics import MetricSet
+from middleware.metrics.metric_set import MetricSet
 from slo.spec import SLOSpec
 from tests.helpers.tier_specs import make_tier, spec_yaml
 

@@ -12,7 +12,7 @@ import pytest
 from middleware.capture import CaptureBuffer, ContentCapture
 from middleware.otel.models import ModelLabels
 from middleware.otel.request import GenAIRequest, operation_for_route, read_request_body
-from middleware.wire import WireReader
+from middleware.wire.reader import WireReader
 from tests.helpers.hotpath import each_hotpath  # noqa: F401  (runs each test on both hot paths)
 
 

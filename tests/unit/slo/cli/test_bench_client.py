@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from middleware.reporting import server_timing_value, timings_comment
-from middleware.timeline import Breakdown
+from middleware.request.reporting import server_timing_value, timings_comment
+from middleware.request.timeline import Breakdown
 from slo.cli.bench.client import RequestSettings, measure, request_body
 from slo.cli.bench.profiles import PlannedRequest
 from slo.cli.bench.timings import parse_server_timing, parse_timings_comment
