@@ -1,10 +1,11 @@
 """How one forward's tokens attend over the paged KV cache, the same way in every layer.
 
-`Attention.forward` (engine/model.py) computes a layer's queries, keys and values and hands
-them to the forward's `Attend`: that writes the keys and values into the layer's cache and
-attends each query over its sequence's context. `PaddedAttention` serves a [B, T] batch (the
-kv cache's `AttentionBatch`: prefill, decode, speculative verification); engine/fused.py's
-`RaggedBatch` serves a step's decodes and prefill chunks as one ragged batch.
+`Attention.forward` (engine/model.py) computes a layer's queries, keys and values, writes the
+keys and values into the layer's cache where the forward's `Attend` says, reads back the
+context it names, and hands the queries and that context to its `attend`, which attends each
+query over its sequence's context. `PaddedAttention` serves a [B, T] batch (the kv cache's
+`AttentionBatch`: prefill, decode, speculative verification); engine/fused.py's `RaggedBatch`
+serves a step's decodes and prefill chunks as one ragged batch.
 """
 
 from __future__ import annotations
@@ -36,19 +37,21 @@ class AttentionBatch:
 
 
 class Attend(Protocol):
-    """How one forward's tokens attend over the paged cache, the same for every layer."""
+    """How one forward's tokens attend over the paged cache, the same for every layer.
 
-    def attend(
-        self,
-        q: torch.Tensor,
-        new_k: torch.Tensor,
-        new_v: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-    ) -> torch.Tensor:
-        """Write the tokens' keys and values [tokens, kv_heads, D] into one layer's cache,
-        then attend their queries [tokens, heads, D] over each one's context: [tokens, heads
-        * D]."""
+    Each layer writes its tokens' keys and values into its cache at `slot_mapping` (the rows
+    `token_index` keeps, if any: padding is not cached), reads back the rows `context_slots`
+    names, and attends the queries over them with `attend`.
+    """
+
+    token_index: torch.Tensor | None  # [N] rows (of the forward's tokens) that are cached
+    slot_mapping: torch.Tensor  # [N] cache slot of each cached token
+    context_slots: torch.Tensor  # the cache slots of every sequence's context, flat
+    max_position: int  # the largest position of the forward (the RoPE table's size)
+
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """The tokens' queries [tokens, heads, D] over their contexts, the rows `context_slots`
+        names of a layer's cache ([slots, kv_heads, D] each): [tokens, heads * D]."""
         ...
 
 
@@ -80,8 +83,10 @@ class PaddedAttention:
     """A [B, T] batch's attention (`LlamaForCausalLM.forward`): each sequence's T queries
     over its context of L keys, shorter rows masked."""
 
-    batch: AttentionBatch
-    slots: torch.Tensor  # `batch.context_slots` flat
+    token_index: torch.Tensor | None  # the batch's
+    slot_mapping: torch.Tensor  # the batch's
+    context_slots: torch.Tensor  # the batch's, flat
+    max_position: int  # L - 1
     context: tuple[int, int, int, int]  # (B, L, kv_heads, head_dim)
     queries: tuple[int, int, int, int]  # (B, T, heads, head_dim)
     mask: torch.Tensor | None  # the batch's, narrowed to a sliding window
@@ -99,24 +104,13 @@ class PaddedAttention:
         heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
         context = (bsz, length, kv_heads, config.head_dim)
         queries = (bsz, width, heads, config.head_dim)
-        return cls(batch, batch.context_slots.view(-1), context, queries, mask, heads != kv_heads)
+        # The largest position is below the longest context (no device sync to find it).
+        slots, top, gqa = batch.context_slots.view(-1), length - 1, heads != kv_heads
+        return cls(batch.token_index, batch.slot_mapping, slots, top, context, queries, mask, gqa)
 
-    def attend(
-        self,
-        q: torch.Tensor,
-        new_k: torch.Tensor,
-        new_v: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-    ) -> torch.Tensor:
-        batch = self.batch
-        if batch.token_index is not None:  # padding is not cached
-            new_k = new_k.index_select(0, batch.token_index)
-            new_v = new_v.index_select(0, batch.token_index)
-        key_cache.index_copy_(0, batch.slot_mapping, new_k)
-        value_cache.index_copy_(0, batch.slot_mapping, new_v)
-        keys = key_cache.index_select(0, self.slots).view(self.context).transpose(1, 2)
-        values = value_cache.index_select(0, self.slots).view(self.context).transpose(1, 2)
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        keys = keys.view(self.context).transpose(1, 2)
+        values = values.view(self.context).transpose(1, 2)
         decode = self.queries[1] == 1  # one query per sequence: [B, heads, 1, D] as it is
         queries = q.unsqueeze(2) if decode else q.view(self.queries).transpose(1, 2)
         attn = F.scaled_dot_product_attention(

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.attention import LayerInputs, sliding_window_mask
+from engine.attention import sliding_window_mask
 from engine.kv_cache import PagedKVCache
 from engine.model import LlamaForCausalLM
 from engine.sequence import Sequence
 
-__all__ = ["AttentionGroup", "RaggedBatch", "fused_forward", "ragged_forward"]
+__all__ = ["AttentionGroup", "RaggedBatch", "fused_forward"]
 
 
 @dataclass
@@ -90,21 +90,11 @@ class RaggedBatch:
     groups: list[AttentionGroup]
     max_position: int  # the largest position of the step (RoPE table size)
     gqa: bool  # fewer key/value heads than query heads
+    token_index: torch.Tensor | None = None  # None: no padding, every token is cached
 
-    def attend(
-        self,
-        q: torch.Tensor,
-        new_k: torch.Tensor,
-        new_v: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-    ) -> torch.Tensor:
-        """`Attend` over the step's groups: every token's keys and values are in the cache
-        before any group reads its context, and one gather per layer reads every group's."""
-        key_cache.index_copy_(0, self.slot_mapping, new_k)
-        value_cache.index_copy_(0, self.slot_mapping, new_v)
-        keys = key_cache.index_select(0, self.context_slots)
-        values = value_cache.index_select(0, self.context_slots)
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """`Attend` over the step's groups: the layer cached every token's keys and values
+        before any group reads its context, and read every group's in one gather."""
         parts = [group.attend(q, keys, values, self.gqa) for group in self.groups]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
@@ -201,22 +191,6 @@ def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def ragged_forward(
-    model: LlamaForCausalLM,
-    input_ids: torch.Tensor,
-    positions: torch.Tensor,
-    key_caches: list[torch.Tensor],
-    value_caches: list[torch.Tensor],
-    batch: RaggedBatch,
-) -> torch.Tensor:
-    """The decoder over a ragged batch: the last layer's hidden states [N, hidden], before the
-    final norm (the caller norms only the rows it wants logits of)."""
-    if not model.fused:
-        model.fuse()
-    cos, sin = model.rope(positions, model.model.embedding.dtype, batch.max_position)
-    return model.model.forward(input_ids, LayerInputs(cos, sin, batch), key_caches, value_caches)
-
-
 FusedLogits = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -233,7 +207,10 @@ def fused_forward(
     ) -> FusedLogits:
         decodes = sequences[: len(sequences) - len(chunks)]
         input_ids, positions, batch = build_ragged(model, cache, decodes, chunks)
-        hidden = ragged_forward(model, input_ids, positions, cache.keys, cache.values, batch)
+        # The decoder over the ragged batch: the last layer's hidden states [N, hidden], before
+        # the final norm (`_logits` norms only the rows it wants logits of).
+        inputs = model.layer_inputs(positions, batch)
+        hidden = model.model.forward(input_ids, inputs, cache.keys, cache.values)
         for sequence in decodes:
             sequence.num_cached = sequence.num_tokens
         for sequence, count in chunks:

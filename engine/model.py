@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.attention import AttentionBatch, LayerInputs, PaddedAttention
+from engine.attention import Attend, AttentionBatch, LayerInputs, PaddedAttention
 from engine.config import ModelConfig
 from engine.quantize import Weight, WeightPacker, linear, linear_add, weight_packer
 from engine.rope import rope_inverse_frequencies
@@ -142,8 +142,16 @@ class Attention(nn.Module):
         half = head_dim // 2
         swapped = torch.cat((qk[..., half:], qk[..., :half]), dim=-1)
         qk = qk * inputs.cos + swapped * inputs.sin
-        new_v = new_v.view(tokens, -1, head_dim)
-        attn = inputs.attention.attend(qk[:, :heads], qk[:, heads:], new_v, key_cache, value_cache)
+        new_k, new_v = qk[:, heads:], new_v.view(tokens, -1, head_dim)
+        attention = inputs.attention
+        if attention.token_index is not None:  # padding is not cached
+            new_k = new_k.index_select(0, attention.token_index)
+            new_v = new_v.index_select(0, attention.token_index)
+        key_cache.index_copy_(0, attention.slot_mapping, new_k)
+        value_cache.index_copy_(0, attention.slot_mapping, new_v)
+        keys = key_cache.index_select(0, attention.context_slots)
+        values = value_cache.index_select(0, attention.context_slots)
+        attn = attention.attend(qk[:, :heads], keys, values)
         return linear_add(residual, attn, self.o_weight, self.o_bias)
 
 
@@ -356,15 +364,20 @@ class LlamaForCausalLM(DirectChildren):
         batch: AttentionBatch,
     ) -> torch.Tensor:
         """The final hidden states [B, T, hidden] of `input_ids` [B, T] at `positions`."""
-        if not self.fused:
-            self.fuse()
         bsz, seq_len = input_ids.shape
-        dtype = self.model.embedding.dtype
-        # Every position is below the longest context of the batch (no device sync to find it).
-        cos, sin = self.rope(positions, dtype, batch.context_slots.shape[1] - 1)
-        inputs = LayerInputs(cos, sin, PaddedAttention.of(batch, positions, self.config))
+        inputs = self.layer_inputs(positions, PaddedAttention.of(batch, positions, self.config))
         hidden = self.model.forward(input_ids.view(-1), inputs, key_caches, value_caches)
         return self.model.norm.forward(hidden).view(bsz, seq_len, -1)
+
+    def layer_inputs(self, positions: torch.Tensor, attention: Attend) -> LayerInputs:
+        """What every layer of a forward reads besides the hidden states: the RoPE tables at
+        `positions` (up to `attention.max_position`) and how the tokens attend. The forward
+        of a [B, T] batch and engine/fused.py's of a ragged step both start here; the weights
+        are packed first if they are not yet."""
+        if not self.fused:
+            self.fuse()
+        cos, sin = self.rope(positions, self.model.embedding.dtype, attention.max_position)
+        return LayerInputs(cos, sin, attention)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return linear(hidden, self.lm_head_weight).float()
