@@ -31,6 +31,7 @@ class OpenAIUpstream:
         self.disconnects = 0  # streams the client (the proxy) walked away from
         self.last_headers: dict[str, str] = {}
         self.last_path = ""
+        self.last_request: dict[str, Any] = {}  # the JSON body it was last sent
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -59,6 +60,7 @@ class OpenAIUpstream:
         except ValueError:
             await _answer(send, 400, b'{"error": {"message": "body is not JSON"}}')
             return
+        self.last_request = request
         delay_s = float(headers.get("x-test-delay-s", 0))
         if delay_s:
             await asyncio.sleep(delay_s)

@@ -72,13 +72,13 @@ def test_openai_client_through_the_proxy(
     assert rows[-1]["tier"] == "premium"
 
 
-def test_inject_usage_makes_counts_exact_and_the_client_sees_no_usage(
+def test_counts_are_exact_by_default_and_the_client_sees_no_usage(
     upstream: tuple[OpenAIUpstream, str], tmp_path: Path
 ) -> None:
     _, upstream_url = upstream
     db = tmp_path / "records.db"
     chat = [{"role": "user", "content": "hi"}]
-    with slo_proxy(upstream_url, db, "--inject-usage") as base_url:
+    with slo_proxy(upstream_url, db) as base_url:  # usage is asked for by default
         client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0)
         chunks = list(
             client.chat.completions.create(model="m", messages=chat, max_tokens=7, stream=True)
@@ -100,6 +100,19 @@ def test_inject_usage_makes_counts_exact_and_the_client_sees_no_usage(
         assert row["queue_prefill_s"] is not None and row["other_s"] is not None
         parts = ("network_s", "queue_prefill_s", "decode_s", "detokenize_s", "other_s")
         assert sum(row[part] or 0.0 for part in parts) == pytest.approx(row["e2e_s"], abs=1e-6)
+
+
+def test_no_inject_usage_leaves_the_request_as_sent_and_counts_chunks(
+    upstream: tuple[OpenAIUpstream, str], tmp_path: Path
+) -> None:
+    app, upstream_url = upstream
+    db = tmp_path / "records.db"
+    with slo_proxy(upstream_url, db, "--no-inject-usage") as base_url:
+        client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0)
+        stream = client.completions.create(model="m", prompt="hi", max_tokens=4, stream=True)
+        assert len([chunk for chunk in stream if chunk.choices[0].text]) == 4
+        assert "stream_options" not in app.last_request
+    assert [(row["output_tokens"], row["tokens_source"]) for row in records(db)] == [(4, "chunks")]
 
 
 def test_upstream_down_is_a_502_recorded_as_server_error(tmp_path: Path) -> None:

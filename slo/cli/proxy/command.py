@@ -72,9 +72,12 @@ def _add_upstream_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--inject-usage",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="ask streamed requests for usage (stream_options.include_usage) so token counts "
-        "are exact on engines that report it; clients that did not ask never see it",
+        "are exact on engines that report it; clients that did not ask never see it "
+        "(default: on; --no-inject-usage for an engine that refuses stream_options, and the "
+        "count is the token chunks)",
     )
 
 

@@ -121,6 +121,14 @@ def test_slo_proxy_flags_become_the_config() -> None:
     assert config.telemetry.provider_name == "vllm"
 
 
+def test_slo_proxy_asks_for_usage_unless_told_not_to() -> None:
+    parser = build_parser("proxy")
+    upstream = ["proxy", "--upstream", "http://127.0.0.1:1"]
+    assert middleware_config(parser.parse_args(upstream)).reporting.inject_usage is True
+    told = parser.parse_args([*upstream, "--no-inject-usage"])
+    assert middleware_config(told).reporting.inject_usage is False
+
+
 def test_slo_serve_flags_become_the_config(tmp_path: Path) -> None:
     keys = tmp_path / "keys.yaml"
     args = build_parser("serve").parse_args(["serve", "--api-keys", str(keys)])
