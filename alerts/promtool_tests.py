@@ -9,14 +9,15 @@ Per (tier, SLI) three test groups feed synthetic series of that SLI only:
   and cancellations on top, which availability leaves out); nothing fires;
 - low traffic: all bad, but so few events that every window holds fewer than `min_events`
   even after Prometheus extrapolates `increase()`; nothing fires.
-Plus the absent-metrics alert, firing without series and silent with them, and the policy
-groups of `alerts.policy_tests`: traffic at each burn-rate rule's factor fires exactly the
-alerts the arithmetic expects, and resolves once good traffic has filled the short window.
+Plus the absent-metrics alert, firing without series and silent with them; the burn-rate
+groups of `alerts.burn_tests`, which prove each burn-rate rule of every tier and objective
+(its factor, its windows, page against ticket, that it resolves, its guard); and the phase
+groups of `alerts.phase_tests`.
 
 Series get a sample every `evaluation_interval_s` (<= 1m); rules are evaluated on a coarser
 grid (`rule_evaluation_s`, the common divisor of the policy's long windows and the tiles,
-5m by default): `increase()` reads the raw samples whatever the grid, and a 3d test then costs
-864 rule evaluations instead of 4320.
+5m by default): `increase()` reads the raw samples whatever the grid, and 7 hours of test
+cost 84 rule evaluations instead of 420.
 
 Rates are evaluated on data that starts at time 0, so no test needs days of samples: every
 window, even 3d, sees the same all-bad (or all-good) traffic after the first samples.
@@ -28,10 +29,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from alerts.burn_tests import Timing, burn_groups
 from alerts.phase_tests import phase_groups
-from alerts.policy_tests import availability_series, policy_cases
+from alerts.policy_tests import expected_alerts
 from alerts.records import recorded_windows, tile_of
-from alerts.rules import GOOD_OUTCOME, REQUESTS, Links, group_order, shown_annotations
+from alerts.rules import GOOD_OUTCOME, REQUESTS, Links, group_order
 from alerts.templating import render
 from slo.alert_rules import AVAILABILITY, AlertRule, alert_rules, windows_s
 from slo.promql import le_value, prom_duration
@@ -138,16 +140,6 @@ def _availability_series(tier: str, case: str, steps: int, rate: int, low: int) 
     return [requests(GOOD_OUTCOME, _ramp(rate, steps)), *ignored]
 
 
-def _expected(rules: list[AlertRule], spec: SLOSpec, links: Links) -> list[dict[str, Any]]:
-    return [
-        {
-            "exp_labels": rule.labels_with_phase(),
-            "exp_annotations": shown_annotations(rule, spec, links),
-        }
-        for rule in rules
-    ]
-
-
 def test_groups(spec: SLOSpec, links: Links) -> list[dict[str, Any]]:
     """The `tests:` of the promtool file, as data."""
     rules = alert_rules(spec)
@@ -181,7 +173,7 @@ def test_groups(spec: SLOSpec, links: Links) -> list[dict[str, Any]]:
                 {
                     "eval_time": prom_duration(eval_s),
                     "alertname": name,
-                    "exp_alerts": _expected(
+                    "exp_alerts": expected_alerts(
                         [r for r in tier_rules if r.name == name] if case == "breach" else [],
                         spec,
                         links,
@@ -198,34 +190,8 @@ def test_groups(spec: SLOSpec, links: Links) -> list[dict[str, Any]]:
                 }
             )
     groups.extend(_absent_groups(spec, rules, links, interval, grid))
-    groups.extend(_policy_groups(spec, rules, links, interval, grid))
+    groups.extend(burn_groups(spec, rules, links, Timing(interval, grid, checks)))
     groups.extend(phase_groups(spec, rules, links, interval, grid))
-    return groups
-
-
-def _policy_groups(
-    spec: SLOSpec, rules: list[AlertRule], links: Links, interval: float, grid: float
-) -> list[dict[str, Any]]:
-    groups = []
-    for case in policy_cases(rules, interval, grid):
-        rule = case.rule
-        groups.append(
-            {
-                "name": f"{rule.tier} {rule.sli} x{rule.factor} over "
-                f"{prom_duration(rule.long_window_s or 0)}/"
-                f"{prom_duration(rule.short_window_s or 0)}",
-                "interval": prom_duration(interval),
-                "input_series": availability_series(rule.tier or "", case.traffic),
-                "alert_rule_test": [
-                    {
-                        "eval_time": prom_duration(step * interval),
-                        "alertname": rule.name,
-                        "exp_alerts": _expected(expected, spec, links),
-                    }
-                    for step, expected in case.checks
-                ],
-            }
-        )
     return groups
 
 
@@ -253,7 +219,7 @@ def _absent_groups(
                         {
                             "eval_time": prom_duration(eval_s),
                             "alertname": rule.name,
-                            "exp_alerts": _expected(expected, spec, links),
+                            "exp_alerts": expected_alerts(expected, spec, links),
                         }
                     ],
                 }
