@@ -1,8 +1,8 @@
 """`slo demo --scenario overload` end to end (short): two acts against real `slo serve`
 processes, the side-by-side report in the terminal and as HTML, each act's server records, and
-the demo's story: under fifo the flood slows premium's first tokens; under the default flags,
-where the spec's objectives choose the slo policy (as /health says), premium's burn-rate alert
-stays quiet and its p95 TTFT stays under fifo's or within its objective."""
+the demo's story: under fifo the flood takes premium's p95 TTFT past its objective; under the
+default flags, where the spec's objectives choose the slo policy (as /health says), premium is
+faster and its burn-rate alert stays quiet."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ def act_values(lines: list[str], label: str) -> list[str]:
 
 def test_overload_demo_runs_both_acts_and_writes_the_report(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    # A flood of 12 clients for 6 s: under fifo premium waits behind ~880-token prompts for
-    # most of a second (the alert fires within 2-3 s), under slo it stays near its 100 ms
-    # objective even on a busy 2-core machine; 4 clients for 4 s left fifo's alert quiet.
+    # A flood of 24 clients for 6 s: under fifo premium waits behind their ~880-token prompts
+    # (p95 TTFT 260-271 ms on a busy 2-core machine; 12 clients left it near 65 ms on a quiet
+    # one), and under slo it is served first.
     command = [sys.executable, "-m", "slo.cli", "demo", "--scenario", "overload"]
-    command += ["--out", str(out), "--calm", "1", "--flood", "6", "--flood-clients", "12"]
+    command += ["--out", str(out), "--calm", "1", "--flood", "6", "--flood-clients", "24"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=400, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
@@ -42,19 +42,16 @@ def test_overload_demo_runs_both_acts_and_writes_the_report(tmp_path: Path) -> N
         for label in ("premium p95 TTFT", "premium p99 ITL", "batch tokens/s")
     }
     assert all(len(values) == 2 and all(values) for values in acts.values()), acts
-    # The story: the flood slows premium's first tokens under fifo (whether its burn-rate
-    # alert fires within a 6 s flood depends on how fast the machine is: on a quiet one fifo's
-    # p95 can stay under 2x the objective); under the default flags premium stays fast and
-    # its alert quiet.
-    alert = act_values(lines, "premium burn-rate alert")
-    assert alert[0] == "quiet" or alert[0].startswith("fired at +"), result.stdout
-    assert alert[1] == "quiet", result.stdout
-    # Premium's p95 TTFT under the default flags is under fifo's, or within its objective
-    # (p95 ttft <= 100ms in the demo's spec): with prefill riding along decodes, fifo on a fast
-    # quiet machine can keep premium near 65 ms too, and two 6 s acts differ by tens of ms.
-    fifo_ttft, slo_ttft = (float(value.removesuffix(" ms")) for value in acts["premium p95 TTFT"])
+    # The story, by the spec's own objective (p95 ttft <= 100ms): the flood takes premium past
+    # it under fifo; under the default flags premium is faster and its burn-rate alert, the
+    # objective's judge, stays quiet. (One 6 s act's p95 swings with the machine: the slo act
+    # read 44 ms, and 155 ms with three other test runs on the same 2 cores; whether fifo's
+    # alert fires within the flood depends on the machine's speed too.)
     assert "p95 ttft <= 100ms" in (out / "overload.yaml").read_text()
-    assert slo_ttft < fifo_ttft or slo_ttft <= 100.0, result.stdout
+    fifo_ttft, slo_ttft = (float(value.removesuffix(" ms")) for value in acts["premium p95 TTFT"])
+    assert fifo_ttft > 100.0, f"fifo never hurt premium:\n{result.stdout}"
+    assert slo_ttft < fifo_ttft, f"slo did not spare premium:\n{result.stdout}"
+    assert act_values(lines, "premium burn-rate alert")[1] == "quiet", result.stdout
     failures = next(line for line in lines if line.startswith("batch failures")).split()[-2:]
     assert failures == ["0", "0"]
     assert "queue" in result.stdout and "decode" in result.stdout
