@@ -25,8 +25,11 @@ def test_prefix_hits_and_speculative_tokens_are_exported(tmp_path: Path) -> None
         "--model",
         "bundled:small",
         "--enable-prefix-caching",
+        # The target as its own draft agrees with itself: at temperature 0 greedy verification
+        # accepts what it drafted, so acceptance must be well above 0 (a random draft may
+        # honestly reach 0, which would hide a verification that accepts nothing).
         "--draft-model",
-        "bundled:small-draft",
+        "bundled:small",
         "--store",
         f"sqlite:///{tmp_path}/r.db",
     )
@@ -49,11 +52,9 @@ def test_prefix_hits_and_speculative_tokens_are_exported(tmp_path: Path) -> None
         <= total(text, "llm_slo_prefix_cache_queries_total")
     )
     assert total(text, "llm_slo_spec_decode_draft_tokens_total") > 0
-    assert (
-        0
-        <= total(text, "llm_slo_spec_decode_accepted_tokens_total")
-        <= total(text, "llm_slo_spec_decode_draft_tokens_total")
-    )
+    drafted = total(text, "llm_slo_spec_decode_draft_tokens_total")
+    accepted = total(text, "llm_slo_spec_decode_accepted_tokens_total")
+    assert 0.5 * drafted < accepted <= drafted, (accepted, drafted)
 
     from slo.store import RecordStore
 
