@@ -25,13 +25,21 @@ from slo.spec.alert_policy import (
     ThresholdAlert,
     build_alert_policy,
 )
-from slo.spec.fields import Fail, check_keys, count, duration, line_of, optional_section, strings
+from slo.spec.fields import (
+    DEFAULT_WINDOW_S,
+    Fail,
+    check_keys,
+    count,
+    duration,
+    line_of,
+    optional_section,
+    strings,
+)
 from slo.spec.objectives import Objective, parse_objective
 from slo.spec.openslo import openslo_to_spec_dict
 from slo.spec.yamlfile import error_line, error_problem, load_documents
 from slo.units import format_duration
 
-DEFAULT_WINDOW_S = 30 * 86400.0
 _TIER_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _TOP_KEYS = ("version", "window", "min_events", "tiers", "alert_policy")
 _TIER_KEYS = ("name", "priority", "default", "match", "objectives", "description")

@@ -10,6 +10,7 @@ from slo.spec.yamlfile import LineDict, LineList
 from slo.units import parse_duration
 
 Fail = Callable[[int, str], NoReturn]
+DEFAULT_WINDOW_S = 30 * 86400.0  # a spec's window when it names none
 
 
 def line_of(container: object, key: Any) -> int:

@@ -9,7 +9,8 @@ How an OpenSLO objective becomes ours:
 - any other ratioMetric (e.g. docs/slo-spec.md's 2xx over all requests) is read as availability;
   a note says so.
 The tier comes from `metadata.labels.tier` (default: one tier named "default"); the window
-from `timeWindow[0].duration`. Timeslices budgeting is refused: we count events.
+from the rolling `timeWindow`, one for the whole file. Timeslices budgeting is refused: we count
+events. What else is refused, and why, is in `slo.spec.openslo_fields`.
 """
 
 from __future__ import annotations
@@ -20,10 +21,17 @@ from typing import Any
 
 from slo.errors import SpecError, UsageError
 from slo.sli import CATALOG, LATENCY_SLIS
-from slo.units import format_duration, format_percent, parse_duration
+from slo.spec.fields import DEFAULT_WINDOW_S
+from slo.spec.openslo_fields import (
+    SloWindow,
+    check_kinds,
+    check_objective,
+    check_slo_spec,
+    one_window,
+    read_window,
+)
+from slo.units import format_duration, format_percent
 
-# OpenSLO duration shorthand adds calendar units; a month is counted as 30 days.
-_CALENDAR = {"M": "30d", "Q": "90d", "Y": "365d"}
 _METRIC_TO_SLI = {CATALOG[name].metric: name for name in LATENCY_SLIS}
 _METRIC_NAME = re.compile(r"llm_slo_[a-z_]+")
 _LE = re.compile(r"""le\s*=~?\s*["']([0-9.eE+-]+)["']""")
@@ -50,12 +58,15 @@ def openslo_to_spec_dict(
             documents[0] if documents else None,
             "no document of kind SLO; add one (apiVersion: openslo/v1, kind: SLO)",
         )
+    check_kinds(documents, source)
     notes: list[str] = []
     tiers: dict[str, list[str]] = {}
-    windows: list[float] = []
+    windows: list[SloWindow] = []
+    unwindowed: list[str] = []
     for slo in slos:
         spec = slo.get("spec") or {}
         name = str((slo.get("metadata") or {}).get("name", "slo"))
+        check_slo_spec(spec, source, name)
         method = spec.get("budgetingMethod", "Occurrences")
         if method != "Occurrences":
             raise _fail(
@@ -64,10 +75,15 @@ def openslo_to_spec_dict(
                 f"SLO {name!r}: budgetingMethod {method!r} is not supported; "
                 "use Occurrences (llm-slo counts events, not time slices)",
             )
-        windows.extend(_window(spec, source, slo))
+        window = read_window(spec, source, name)
+        if window is None:
+            unwindowed.append(name)
+        else:
+            windows.append(window)
         indicator = _indicator(spec, slis, source, slo, name)
         tier = _tier_label(slo)
-        for objective in spec.get("objectives") or []:
+        for index, objective in enumerate(spec.get("objectives") or []):
+            check_objective(objective, index, source, name)
             text, note = _objective(objective, indicator, source, slo, name)
             tiers.setdefault(tier, []).append(text)
             if note:
@@ -79,23 +95,10 @@ def openslo_to_spec_dict(
             for tier, objectives in tiers.items()
         ]
     }
-    if windows:
-        raw["window"] = format_duration(max(windows))
-    return raw, tuple(notes)
-
-
-def _window(spec: Mapping[str, Any], source: str, doc: Any) -> list[float]:
-    windows = spec.get("timeWindow") or []
-    if not windows:
-        return []
-    duration = str(windows[0].get("duration", ""))
-    for unit, days in _CALENDAR.items():
-        if duration.endswith(unit) and duration[:-1].isdigit():
-            duration = f"{int(duration[:-1]) * int(days[:-1])}d"
-    try:
-        return [parse_duration(duration)]
-    except ValueError as error:
-        raise _fail(source, doc, f"timeWindow: {error}") from None
+    window_s, window_notes = one_window(windows, unwindowed, source, DEFAULT_WINDOW_S)
+    if window_s is not None:
+        raw["window"] = format_duration(window_s)
+    return raw, (*notes, *window_notes)
 
 
 def _indicator(
