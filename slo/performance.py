@@ -22,12 +22,31 @@ class PerformanceTier:
     description: str
 
 
-# Fastest first: an observation belongs to the first tier whose bounds it meets.
+# Fastest first: an observation belongs to the first tier whose bounds it meets, its throughput
+# floor included. The article gives Ultra Low Latency no floor of its own ("variable, latency
+# prioritized"); it is held to Basic's, the lowest any tier has: a run below every floor serves
+# at no tier, however fast each request.
 LATENCY_TIERS: tuple[PerformanceTier, ...] = (
-    PerformanceTier("Ultra Low Latency", 0.100, 0.020, 0.0, "TTFT < 100 ms, TPOT < 20 ms"),
-    PerformanceTier("High Performance", 0.200, 0.030, 1000.0, "TTFT 100-200 ms, TPOT 20-30 ms"),
-    PerformanceTier("Optimized", 0.500, 0.050, 500.0, "TTFT 200-500 ms, TPOT 30-50 ms"),
-    PerformanceTier("Basic", 2.0, 0.100, 100.0, "TTFT 500 ms-2 s, TPOT 50-100 ms"),
+    PerformanceTier(
+        "Ultra Low Latency",
+        0.100,
+        0.020,
+        100.0,
+        "TTFT < 100 ms, TPOT < 20 ms, >= 100 tokens/s/GPU (Basic's floor)",
+    ),
+    PerformanceTier(
+        "High Performance",
+        0.200,
+        0.030,
+        1000.0,
+        "TTFT 100-200 ms, TPOT 20-30 ms, >= 1000 tokens/s/GPU",
+    ),
+    PerformanceTier(
+        "Optimized", 0.500, 0.050, 500.0, "TTFT 200-500 ms, TPOT 30-50 ms, >= 500 tokens/s/GPU"
+    ),
+    PerformanceTier(
+        "Basic", 2.0, 0.100, 100.0, "TTFT 500 ms-2 s, TPOT 50-100 ms, >= 100 tokens/s/GPU"
+    ),
 )
 COST_OPTIMIZED = PerformanceTier(
     "Cost Optimized", 5.0, 0.100, 2000.0, "TTFT up to 5 s, TPOT 50-100 ms, > 2000 tokens/s/GPU"
@@ -62,47 +81,75 @@ def _known(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """The bound of a tier that the figures miss: which one, and in words."""
+
+    bound: str  # "ttft", "tpot" or "throughput"
+    words: str
+
+
+def missed_bound(
+    tier: PerformanceTier,
+    ttft_p95_s: float | None,
+    tpot_p95_s: float | None,
+    tokens_per_s: float | None,
+) -> Miss | None:
+    """The first of the tier's bounds (TTFT, TPOT, throughput floor) the figures miss, None
+    when they meet all three. An unknown figure is not held against a tier (a non-streaming
+    run has no TPOT)."""
+    if _known(ttft_p95_s) and ttft_p95_s > tier.ttft_max_s:  # type: ignore[operator]
+        return Miss("ttft", f"p95 TTFT above its {tier.ttft_max_s * 1e3:g} ms")
+    if _known(tpot_p95_s) and tpot_p95_s > tier.tpot_max_s:  # type: ignore[operator]
+        return Miss("tpot", f"p95 TPOT above its {tier.tpot_max_s * 1e3:g} ms")
+    if _known(tokens_per_s) and tokens_per_s < tier.min_tokens_per_s:  # type: ignore[operator]
+        return Miss(
+            "throughput",
+            f"{tokens_per_s:.0f} tokens/s below its floor of {tier.min_tokens_per_s:g} tokens/s",
+        )
+    return None
+
+
 def classify(
     ttft_p95_s: float | None, tpot_p95_s: float | None, tokens_per_s: float | None
 ) -> Classification:
-    """The fastest latency tier both p95 TTFT and p95 TPOT meet.
+    """The fastest tier whose p95 TTFT, p95 TPOT and throughput floor all hold; the reason
+    says which bound kept it from the tier above.
 
     A deployment slower than Basic on TTFT but within 5 s and above 2000 tokens/s is Cost
-    Optimized: it traded latency for throughput on purpose. Unknown figures are not held
-    against a tier (a non-streaming run has no TPOT).
+    Optimized: it traded latency for throughput on purpose.
     """
-
-    def meets(tier: PerformanceTier) -> bool:
-        ttft_ok = not _known(ttft_p95_s) or ttft_p95_s <= tier.ttft_max_s  # type: ignore[operator]
-        tpot_ok = not _known(tpot_p95_s) or tpot_p95_s <= tier.tpot_max_s  # type: ignore[operator]
-        return ttft_ok and tpot_ok
-
-    figures = _describe(ttft_p95_s, tpot_p95_s, tokens_per_s)
+    figures = (ttft_p95_s, tpot_p95_s, tokens_per_s)
     if not _known(ttft_p95_s) and not _known(tpot_p95_s):
-        return Classification("unknown", ttft_p95_s, tpot_p95_s, tokens_per_s, "no TTFT or TPOT")
+        return Classification("unknown", *figures, "no TTFT or TPOT")
+    described = _describe(*figures)
     high_throughput = _known(tokens_per_s) and tokens_per_s > COST_OPTIMIZED.min_tokens_per_s  # type: ignore[operator]
+    passed: list[tuple[PerformanceTier, Miss]] = []  # the faster tiers, each with its miss
     for tier in LATENCY_TIERS:
-        if meets(tier):
+        miss = missed_bound(tier, *figures)
+        if miss is None:
             if tier.name == "Basic" and high_throughput:
                 break  # slow-ish latency bought with throughput: say so
-            return Classification(
-                tier.name, ttft_p95_s, tpot_p95_s, tokens_per_s, f"{figures}: {tier.description}"
-            )
-    if high_throughput and meets(COST_OPTIMIZED):
-        return Classification(
-            COST_OPTIMIZED.name,
-            ttft_p95_s,
-            tpot_p95_s,
-            tokens_per_s,
-            f"{figures}: {COST_OPTIMIZED.description}",
-        )
+            reason = f"{described}: {tier.description}{_why_not(passed)}"
+            return Classification(tier.name, *figures, reason)
+        passed.append((tier, miss))
+    if high_throughput and missed_bound(COST_OPTIMIZED, *figures) is None:
+        reason = f"{described}: {COST_OPTIMIZED.description}"
+        return Classification(COST_OPTIMIZED.name, *figures, reason)
     return Classification(
-        BELOW_BASIC,
-        ttft_p95_s,
-        tpot_p95_s,
-        tokens_per_s,
-        f"{figures}: slower than Basic (TTFT <= 2 s, TPOT <= 100 ms)",
+        BELOW_BASIC, *figures, f"{described}: below Basic{_why_not(passed, 'Basic')}"
     )
+
+
+def _why_not(faster: list[tuple[PerformanceTier, Miss]], below: str = "") -> str:
+    """Why the figures are not in a faster tier: the fastest one whose latency they meet
+    (only its throughput floor failed), else the nearest faster one; `below`: the tier they
+    fall below, named once."""
+    if not faster:
+        return ""
+    on_throughput = [(tier, miss) for tier, miss in faster if miss.bound == "throughput"]
+    tier, miss = on_throughput[0] if on_throughput else faster[-1]
+    return f": {miss.words}" if tier.name == below else f"; not {tier.name}: {miss.words}"
 
 
 def industry_position(metric: str, percentile: int, value_s: float) -> str:
