@@ -10,10 +10,11 @@ alerts that fire, and that no other does. Per objective, with the policy's facto
   1% of the smallest limit) above f x budget, then exactly f x budget (`>` is strict): the
   rules at f fire on the first and not on the second, so a factor written too high or too
   low fails;
-- a fast burn (just above the objective's highest factor), then good: pages and tickets
-  fire; a slow burn (at its lowest page factor), then good: the tickets below it fire and no
-  page does. After either, each alert resolves once its short window holds too little of
-  the burn, and none is left once the longest short window is all good;
+- a fast burn (every event bad), then good: pages and tickets fire; a slow burn (at the
+  objective's lowest page factor), then good: the tickets below it fire and no page does.
+  After either, each alert resolves once its short window holds too little of the burn
+  (after an outage, most of the short window: so each short window is pinned), and none is
+  left once the longest short window is all good;
 - a busy first step (so many good events that no rule fires while its long window holds
   them), then a fast burn: each rule whose long window is up to 6h fires one evaluation
   after its long window let go of that step, and not before;
@@ -179,8 +180,8 @@ def _edge_cases(drivers: Sequence[Lane], factors: Sequence[Decimal], timing: Tim
 
 
 def _stop_case(drivers: Sequence[Lane], slow: bool, timing: Timing) -> Case:
-    """A burn for `burn_s`, then good until the longest short window is all good: fast just
-    above each objective's highest factor, slow at its lowest page factor."""
+    """A burn for `burn_s`, then good until the longest short window is all good: fast is
+    every event bad, slow at the objective's lowest page factor."""
     longest_short = max(rule.short_window_s or 0.0 for lane in drivers for rule in lane.rules)
     end_s = timing.burn_s + timing.grid_s * math.ceil(longest_short / timing.grid_s)
     traffic = {}
@@ -188,14 +189,18 @@ def _stop_case(drivers: Sequence[Lane], slow: bool, timing: Timing) -> Case:
         pages = [
             f for f, r in zip(lane.factors, lane.rules, strict=True) if r.severity == "critical"
         ]
-        bad = lane.bad_at(min(pages)) if slow and pages else lane.bad_above(max(lane.factors))
+        if slow:
+            bad = lane.bad_at(min(pages)) if pages else lane.bad_above(max(lane.factors))
+        else:
+            bad = lane.per_step
         steps, burn_steps = timing.steps(end_s), timing.steps(timing.burn_s)
         traffic[index] = _steady(steps, lane.per_step, bad, burn_steps)
     resolved = tuple(
         (index, end_s, rule, False) for index, lane in enumerate(drivers) for rule in lane.rules
     )
     promises = _ratio_promises(drivers, traffic, timing.burn_s) + resolved
-    name = f"{'slow' if slow else 'fast'} burn for {prom_duration(timing.burn_s)}, then good"
+    burn = "slow burn" if slow else "fast burn (all bad)"
+    name = f"{burn} for {prom_duration(timing.burn_s)}, then good"
     return Case(name, end_s, traffic, (timing.burn_s, end_s), promises)
 
 
