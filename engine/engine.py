@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from engine.config import CheckpointError, EngineConfig, ModelConfig
-from engine.gpu import GpuStats, read_gpu_stats
+from engine.gpu import GpuReading, read_gpu_stats
 from engine.loader import load_model, resolve_checkpoint, resolve_device, resolve_dtype
 from engine.model import LlamaForCausalLM
 from engine.outputs import ColdStart, EngineTotals, RequestOutput, RequestTooLarge
@@ -301,7 +301,8 @@ class Engine:
             "priority_aging_s": config.priority_aging_s,
         }
 
-    def gpu_stats(self) -> list[GpuStats]:
+    def gpu_stats(self) -> GpuReading:
+        """This process's GPUs through NVML, and its failed calls so far (`engine.gpu`)."""
         return read_gpu_stats()
 
     async def wait_idle(self, timeout_s: float = 10.0) -> None:

@@ -18,7 +18,7 @@ Each part is checked where it is made: a bad value raises `ConfigError`, naming 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -83,7 +83,9 @@ class TelemetryConfig:
     genai_metrics: bool | None = None  # None: on when OpenTelemetry is on
     provider_name: str = FALLBACK_PROVIDER  # gen_ai.provider.name
     models: tuple[str, ...] = ()  # model names allowed as metric attributes
-    gpu_stats: Callable[[], Iterable[Any]] | None = None  # read at each /metrics scrape
+    # Read at each /metrics scrape: an `engine.gpu.GpuReading` (devices and NVML's failed
+    # calls), or an iterable of devices.
+    gpu_stats: Callable[[], Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "metric_readers", tuple(self.metric_readers))

@@ -11,7 +11,7 @@ engine reports). `middleware.metrics.metric_set.MetricSet` owns one, in its regi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
@@ -157,9 +157,10 @@ class EngineSeries:
         if preempted > 0:
             self._preemptions[default.priority].inc(preempted)
 
-    def observe_gpus(self, gpus: Iterable[Any]) -> None:
-        """Each GPU's utilization (0-1) and memory in use, labelled by its index."""
-        for gpu in gpus:
+    def observe_gpus(self, reading: Any) -> None:
+        """Each GPU's utilization (0-1) and memory in use, labelled by its index, from a
+        reading (`engine.gpu.GpuReading`; a plain iterable of devices is one too)."""
+        for gpu in getattr(reading, "devices", reading):
             index = str(gpu.index)
             self.gauges["gpu_utilization"].labels(model=self.model, gpu=index).set(
                 gpu.utilization_percent / 100

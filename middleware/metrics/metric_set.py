@@ -270,8 +270,9 @@ class MetricSet:
         (`EngineSeries.set_engine_wide`); `preempted`: preemptions since the last call."""
         self.engine.set_engine_wide(values, preempted)
 
-    def observe_gpus(self, gpus: Iterable[Any]) -> None:
-        self.engine.observe_gpus(gpus)
+    def observe_gpus(self, reading: Any) -> None:
+        """The GPU gauges and NVML's failed calls from a reading (`EngineSeries`)."""
+        self.engine.observe_gpus(reading)
 
     def observe_losses(self, store: Any | None, span_drops: Any, join_counts: Any = None) -> None:
         """Bring the loss counters up to the running totals of the record store, the span

@@ -330,11 +330,12 @@ def test_gpu_stats_report_the_cuda_devices(checkpoint: Path) -> None:
     try:
         engine.start_sync()
         allocated = torch.cuda.memory_allocated(0)
-        stats = engine.gpu_stats()
+        reading = engine.gpu_stats()
+        stats = reading.devices
         _free, total = torch.cuda.mem_get_info(0)
     finally:
         engine.stop_sync()
-    assert allocated > 0
+    assert allocated > 0 and reading.errors == 0, reading
     # NVML lists every device on the machine, CUDA_VISIBLE_DEVICES or not, by its own index.
     assert len(stats) >= torch.cuda.device_count(), stats
     assert [s.index for s in stats] == list(range(len(stats)))
