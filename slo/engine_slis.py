@@ -75,6 +75,14 @@ ENGINE_SLIS: tuple[SLI, ...] = (
         "GPU memory in use.",
     ),
     counter(
+        "gpu_telemetry_errors",
+        "llm_slo_gpu_telemetry_errors_total",
+        "calls",
+        None,
+        "NVML calls that failed while reading the GPUs (nvmlInit included, once: a machine "
+        "without the driver); a GPU whose read failed is left out of the GPU gauges.",
+    ),
+    counter(
         "prefix_cache_queries",
         "llm_slo_prefix_cache_queries_total",
         "tokens",

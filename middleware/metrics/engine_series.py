@@ -1,6 +1,7 @@
 """The engine's series: gauges of its state (queue, running, batch, KV cache), counters of its
 steps (prefix cache, speculative decoding), its scheduler's tier isolation (preemptions, queue
-waits, sheds per tier, prefill chunks per step) and the GPUs' gauges.
+waits, sheds per tier, prefill chunks per step) and the GPUs' gauges, with the NVML calls that
+failed reading them.
 
 Fed by the bundled engine's steps (`observe_step`), by another engine's own `/metrics`
 (`set_engine_wide`, from `slo proxy --upstream-metrics`) and by GPU readings (`observe_gpus`).
@@ -53,6 +54,10 @@ class EngineSeries:
             name: counter(registry, name).labels(model=model) for name in ENGINE_COUNTERS
         }
         self._bind_scheduler_metrics(registry)
+        # NVML's failed calls, born at 0, brought up to the telemetry's running total.
+        self.gpu_errors = counter(registry, "gpu_telemetry_errors").labels(model=model)
+        self._gpu_errors_seen = 0
+        self._gpus_exported: set[str] = set()
         self._engine_wide = False  # engine gauges come from an engine that knows no tiers
         self._queue_depth = {
             tier.name: self.gauges["queue_depth"].labels(tier=tier.name, model=model)
@@ -159,10 +164,26 @@ class EngineSeries:
 
     def observe_gpus(self, reading: Any) -> None:
         """Each GPU's utilization (0-1) and memory in use, labelled by its index, from a
-        reading (`engine.gpu.GpuReading`; a plain iterable of devices is one too)."""
-        for gpu in getattr(reading, "devices", reading):
+        reading (`engine.gpu.GpuReading`: `devices` and `errors`; a plain iterable of devices
+        is a reading without errors). A GPU the reading left out (its NVML call failed) is no
+        longer exported, unknown rather than stale; NVML's failed calls are brought up to the
+        reading's running total."""
+        devices = getattr(reading, "devices", reading)
+        read: set[str] = set()
+        for gpu in devices:
             index = str(gpu.index)
+            read.add(index)
             self.gauges["gpu_utilization"].labels(model=self.model, gpu=index).set(
                 gpu.utilization_percent / 100
             )
             self.gauges["gpu_memory"].labels(model=self.model, gpu=index).set(gpu.memory_used_bytes)
+        if not self._multiprocess:  # no removal across processes
+            for index in self._gpus_exported - read:
+                for name in GPU_GAUGES:
+                    with contextlib.suppress(KeyError):
+                        self.gauges[name].remove(self.model, index)
+        self._gpus_exported = read
+        errors = int(getattr(reading, "errors", 0))
+        if errors > self._gpu_errors_seen:
+            self.gpu_errors.inc(errors - self._gpu_errors_seen)
+            self._gpu_errors_seen = errors

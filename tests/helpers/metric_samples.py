@@ -10,7 +10,11 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]  # (name, labels)
 
 
 def metric_values(base_url: str) -> Samples:
-    text = httpx.get(base_url + "/metrics", timeout=10).text
+    return samples_of(httpx.get(base_url + "/metrics", timeout=10).text)
+
+
+def samples_of(text: str) -> Samples:
+    """Prometheus' text format as samples."""
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)
