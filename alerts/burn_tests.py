@@ -71,17 +71,24 @@ class Timing:
 
 @dataclass(frozen=True)
 class Lane:
-    """One objective and its static burn-rate rules, with the events of each sample step."""
+    """One objective, the static burn-rate rules its traffic is made for (and the dynamic
+    ones, which are only watched), with the events of each sample step."""
 
     objective: Objective
     tier: str
     rules: tuple[AlertRule, ...]
     per_step: int
+    dynamic: tuple[AlertRule, ...] = ()
 
     @property
     def source(self) -> tuple[str, str]:
         """The series it drives: its tier's requests counter, or its SLI's histogram."""
-        return self.tier, self.rules[0].sli or AVAILABILITY
+        return self.tier, self.objective.sli or AVAILABILITY
+
+    @property
+    def watched(self) -> tuple[AlertRule, ...]:
+        """Every burn-rate rule on the objective, which the checks expect exactly."""
+        return self.rules + self.dynamic
 
     @property
     def factors(self) -> list[Decimal]:
@@ -112,16 +119,19 @@ class Case:
 
 
 def lanes(rules: Sequence[AlertRule], timing: Timing) -> list[Lane]:
-    """One lane per objective with static burn-rate rules, in rule order."""
+    """One lane per objective with burn-rate rules, in rule order."""
     by_objective: dict[tuple[str, int], list[AlertRule]] = {}
     for rule in rules:
-        if rule.kind == "burn_rate" and not rule.dynamic and rule.objective is not None:
+        if rule.kind == "burn_rate" and rule.objective is not None:
             by_objective.setdefault((rule.tier or "", id(rule.objective)), []).append(rule)
     found = []
     for (tier, _), own in by_objective.items():
         objective = own[0].objective
         assert objective is not None
-        found.append(Lane(objective, tier, tuple(own), _per_step(objective, own, timing)))
+        static = tuple(rule for rule in own if not rule.dynamic)
+        dynamic = tuple(rule for rule in own if rule.dynamic)
+        per_step = _per_step(objective, static, timing) if static else 0
+        found.append(Lane(objective, tier, static, per_step, dynamic))
     return found
 
 
@@ -281,7 +291,7 @@ def _series(spec: SLOSpec, lane: Lane, traffic: Traffic) -> list[dict[str, str]]
             {"series": f'{REQUESTS}{{{base}, outcome="{outcome}"}}', "values": counter_values(v)}
             for outcome, v in ((GOOD_OUTCOME, good), ("server_error", bad))
         ]
-    sli = lane.rules[0].sli or ""
+    sli = lane.objective.sli or ""
     metric, threshold = CATALOG[sli].metric, lane.objective.threshold_s or 0.0
     below, every = [0] * len(good), [g + b for g, b in zip(good, bad, strict=True)]
     series = [
@@ -307,7 +317,7 @@ def _group(
     for index, (driver, *riders) in enumerate(lanes_of):
         for lane in (driver, *riders):
             counts[id(lane)] = _counts(driver, lane, case.traffic[index], timing.sample_s)
-    pairs = [(rule, counts[id(lane)]) for own in lanes_of for lane in own for rule in lane.rules]
+    pairs = [(rule, counts[id(lane)]) for own in lanes_of for lane in own for rule in lane.watched]
     for index, when, rule, fires_then in case.promises:
         got = bool(firing([(rule, counts[id(lanes_of[index][0])])], when, rule.name))
         assert got == fires_then, (case.name, rule.labels, when, fires_then)
@@ -344,13 +354,14 @@ def burn_groups(
     factors = sorted(
         {f for own in by_source.values() for x in own for f in x.factors}, reverse=True
     )
+    drive = {source: [lane for lane in own if lane.rules] for source, own in by_source.items()}
     groups = []
-    for rank in range(max(map(len, by_source.values()), default=0)):
-        # The rank-th objective of each series drives it; the others read it.
+    for rank in range(max(map(len, drive.values()), default=0)):
+        # The rank-th objective with static rules drives each series; the others read it.
         lanes_of = [
-            [own[rank], *own[:rank], *own[rank + 1 :]]
-            for own in by_source.values()
-            if len(own) > rank
+            [drive[source][rank], *(lane for lane in own if lane is not drive[source][rank])]
+            for source, own in by_source.items()
+            if len(drive[source]) > rank
         ]
         drivers = [own[0] for own in lanes_of]
         cases = _edge_cases(drivers, factors, timing)
