@@ -47,8 +47,10 @@ class EngineSeries:
         self.gauges: dict[str, Gauge] = {
             # A queue's depth adds up across workers; the other gauges are the engine's own.
             name: gauge(registry, name, "livesum" if name == "queue_depth" else "max")
-            for name in (*ENGINE_GAUGES, *GPU_GAUGES)
+            for name in ENGINE_GAUGES
         }
+        for name in GPU_GAUGES:  # each worker reads the GPUs at its own scrapes: the last wins
+            self.gauges[name] = gauge(registry, name, "livemostrecent")
         # Engine counters, fed from each step's stats (prefix cache and speculative decoding).
         self.engine_counters = {
             name: counter(registry, name).labels(model=model) for name in ENGINE_COUNTERS

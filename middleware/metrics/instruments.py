@@ -25,7 +25,7 @@ def histogram(registry: CollectorRegistry, name: str, buckets: tuple[float, ...]
 
 
 # How `/metrics` combines the workers' values of a gauge (the modes this house uses).
-GaugeMode = Literal["livesum", "max"]
+GaugeMode = Literal["livesum", "max", "livemostrecent"]
 
 
 def gauge(registry: CollectorRegistry, name: str, multiprocess_mode: GaugeMode) -> Gauge:

@@ -8,7 +8,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slo.cli.security import guard_operations, limit_addresses, scheme
 from slo.errors import UsageError
@@ -55,6 +55,7 @@ def build(
     if listing is None:
         listing = _provider_and_models(args.provider_name, proxy.upstream_url, proxy.pool.tls)
     provider_name, listed = listing
+    gpu_stats = _gpu_telemetry(args.gpu)
     middleware = build_middleware(
         limit_addresses(proxy, args),
         args,
@@ -65,6 +66,7 @@ def build(
         # A sidecar's clients often send the next request as the last one ends: its start
         # goes first, the last one's report a moment later (`middleware.request.later`).
         report_delay_s=REPORT_DELAY_S,
+        gpu_stats=gpu_stats,
     )
     where = f"{scheme(context)}://{args.host}:{args.port}"
     print(f"proxying {where} -> {proxy.upstream_url} (model {model})")
@@ -81,6 +83,23 @@ def build(
 
     app = guard_operations(middleware, middleware, token)
     return Built(app, middleware, close, (provider_name, list(listed)))
+
+
+def _gpu_telemetry(wanted: bool) -> Callable[[], Any] | None:
+    """`--gpu`: a read of the node's GPUs through NVML at each scrape, as `slo serve` has
+    (`engine.gpu`; NVML is initialised at the first scrape, in the process that serves it)."""
+    if not wanted:
+        return None
+    from engine.gpu import GpuTelemetry, load_pynvml
+
+    nvml = load_pynvml()
+    if nvml is None:
+        raise UsageError(
+            "--gpu reads the GPUs through NVML's Python bindings (the pynvml module), which "
+            "are not installed; pip install nvidia-ml-py (or llm-slo[engine]), or leave out --gpu"
+        )
+    print("GPU telemetry: NVML, read at each scrape of /metrics")
+    return GpuTelemetry(nvml).read
 
 
 def _proxy_app(args: argparse.Namespace) -> ProxyApp:

@@ -96,6 +96,13 @@ def _add_engine_telemetry_flags(parser: argparse.ArgumentParser) -> None:
         parser, "--upstream-metrics-interval", 5.0, "how often to read them", metavar="SECONDS"
     )
     parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="export this node's GPUs as `slo serve` does: utilization and memory per GPU "
+        "through NVML (pynvml, from nvidia-ml-py), read at each scrape of /metrics; failed "
+        "NVML calls are counted in llm_slo_gpu_telemetry_errors_total",
+    )
+    parser.add_argument(
         "--engine-spans",
         choices=("auto", "always", "never"),
         default="auto",
