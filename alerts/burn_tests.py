@@ -13,8 +13,9 @@ alerts that fire, and that no other does. Per objective, with the policy's facto
 - a fast burn (every event bad), then good: pages and tickets fire; a slow burn (at the
   objective's lowest page factor), then good: the tickets below it fire and no page does.
   After either, each alert resolves once its short window holds too little of the burn
-  (after an outage, most of the short window: so each short window is pinned), and none is
-  left once the longest short window is all good;
+  (after the outage, once good traffic fills more than 1 - factor x budget of the short
+  window: when it resolves tells its short window), and none is left once the longest short
+  window is all good;
 - a busy first step (so many good events that no rule fires while its long window holds
   them), then a fast burn: each rule whose long window is up to 6h fires one evaluation
   after its long window let go of that step, and not before;
