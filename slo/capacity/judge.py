@@ -1,8 +1,10 @@
 """One step of a capacity search, judged per tier; how many requests a step measures.
 
 A tier passes a step when every per-request objective of its spec is met over the step's
-measured window: latency (percentile or ratio form), availability and goodput. Throughput
-objectives are left out: they say how much work was offered, not how much a replica holds.
+measured window: latency (percentile or ratio form), availability and goodput. A request that
+failed or timed out missed its latency objectives too (`slo.check.misses`): a load that answers
+fast by failing some requests does not pass. Throughput objectives are left out: they say how
+much work was offered, not how much a replica holds.
 
 The measured window's size: a percentile is judged by the requests beyond it, so each tier
 gets at least `tail_events` of them at its strictest target q, i.e. tail_events / (1 - q)
@@ -18,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slo import arithmetic
-from slo.check.evaluate import CLIENT_VIEW, EvaluationReport, ObjectiveResult, evaluate
+from slo.check.evaluate import CLIENT_VIEW, EvaluationReport, ObjectiveResult
+from slo.check.misses import evaluate_counting_failures
 from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY
 from slo.spec import SLOSpec, Tier
 from slo.spec.objectives import Objective
@@ -52,10 +55,12 @@ def measured_requests(
 
 def severity(result: ObjectiveResult) -> float:
     """How far past its objective a result is: > 1 fails. Percentile form: observed over
-    threshold; ratio forms: the bad share over the allowed bad share (a burn rate)."""
+    threshold; ratio forms, and a percentile whose rank fell on a failed request (no latency
+    observed), the bad share over the allowed bad share (a burn rate)."""
     objective = result.objective
-    if objective.kind == "latency" and objective.form == "percentile":
-        if result.observed_s is None or not objective.threshold_s:
+    latency = objective.kind == "latency" and objective.form == "percentile"
+    if latency and result.observed_s is not None:
+        if not objective.threshold_s:
             return math.inf
         return result.observed_s / objective.threshold_s
     if not result.events:
@@ -95,7 +100,7 @@ def judge_step(spec: SLOSpec, records: Sequence[Mapping[str, Any]]) -> dict[str,
     from slo.check.summary import columns_of, sli_values
 
     columns = columns_of(records)
-    report: EvaluationReport = evaluate(spec, columns)
+    report: EvaluationReport = evaluate_counting_failures(spec, columns)
     steps: dict[str, TierStep] = {}
     for tier, result in zip(spec.tiers, report.tiers, strict=True):
         if result.requests == 0:
@@ -168,17 +173,22 @@ class ClearMiss:
         return False
 
     def _is_bad(self, tier: str, objective: Objective, record: Mapping[str, Any], ok: bool) -> bool:
+        # A failed request is a bad event of every per-request objective (slo.check.misses);
+        # the client's bad request and its walking away are events of none.
+        failed = not ok and record.get("outcome") not in OUTCOMES_EXCLUDED_FROM_AVAILABILITY
         if objective.kind == "availability":
-            return not ok and record.get("outcome") not in OUTCOMES_EXCLUDED_FROM_AVAILABILITY
+            return failed
         if objective.kind == "goodput":
-            return not ok or not all(
-                check.passes(_value(record, check.field)) for check in self._checks[tier]
+            return failed or (
+                ok and not all(c.passes(_value(record, c.field)) for c in self._checks[tier])
             )
-        if not ok or objective.sli is None:
-            return False  # latency objectives count ok requests only
+        if objective.sli is None:
+            return False
         field_name = CATALOG[objective.sli].record_field
         if field_name is None or CATALOG[objective.sli].per_token_gap:
             return False  # ITL counts gaps, not requests: left to the step's verdict
+        if not ok:
+            return failed
         value = _value(record, field_name)
         if value is None:
             return False
