@@ -11,6 +11,11 @@ taken just before the request is sent):
   read to the end so client e2e and the server's e2e (last byte sent) span the same
   request, and their difference is time on the wire and in the client's network stack.
 - TPOT: (e2e - ttft) / (output_tokens - 1), output tokens from the response's usage.
+
+Open loop, each request also has a scheduled send time. `client_send_lag_s` is how long after
+it the request went out (the `perf_counter` above); TTFT and e2e from the schedule are the
+client's values plus that lag (coordinated omission: a client that fell behind hides its
+wait from the times measured from the send; docs/bench.md).
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ class Measurement:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     server: dict[str, Any] = field(default_factory=dict)
+    send_lag_s: float | None = None  # open loop: the send's delay after its scheduled time
 
     @property
     def output_tokens(self) -> int:
@@ -72,12 +78,16 @@ class Measurement:
                 return count
         return self.text_chunks
 
-    def to_record(self, model: str) -> dict[str, Any]:
-        """One JSONL record: the server's view (where it sent timings) plus the client's."""
+    def to_record(self, model: str, run: int | None = None) -> dict[str, Any]:
+        """One JSONL record: the server's view (where it sent timings) plus the client's;
+        `run` numbers the run of a repeated benchmark (`--runs`)."""
         server = self.server
         tokens = self.output_tokens
+        local_id = (
+            f"bench-{self.planned.index}" if run is None else f"bench-{run}-{self.planned.index}"
+        )
         record: dict[str, Any] = {
-            "request_id": self.request_id or f"bench-{self.planned.index}",
+            "request_id": self.request_id or local_id,
             "timestamp": self.timestamp,
             "tier": self.planned.tier,
             "model": model,
@@ -106,6 +116,10 @@ class Measurement:
             record["client_itl_s"] = [_us(gap) for gap in self.itl_s]
             if tokens > 1:
                 record["client_tpot_s"] = _us(max(0.0, self.e2e_s - self.ttft_s) / (tokens - 1))
+        if self.send_lag_s is not None:
+            record["client_send_lag_s"] = _us(self.send_lag_s)
+        if run is not None:
+            record["run"] = run
         return record
 
 
@@ -134,13 +148,20 @@ def request_body(planned: PlannedRequest, settings: RequestSettings) -> dict[str
 
 
 async def measure(
-    client: Client, base_url: str, planned: PlannedRequest, settings: RequestSettings
+    client: Client,
+    base_url: str,
+    planned: PlannedRequest,
+    settings: RequestSettings,
+    scheduled: float | None = None,
 ) -> Measurement:
+    """Send one request and time it; `scheduled` (open loop) is the `perf_counter` it was due."""
     route = ROUTES[settings.endpoint]
     headers = {settings.tier_header: planned.tier} if settings.tier_header else {}
     body = request_body(planned, settings)
     result = Measurement(planned, time.time(), route, settings.stream)
     start = time.perf_counter()
+    if scheduled is not None:
+        result.send_lag_s = max(0.0, start - scheduled)
     try:
         async with client.stream(
             "POST", base_url + route, json=body, headers=headers, timeout=settings.timeout_s

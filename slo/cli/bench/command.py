@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,7 @@ from slo.cli.common.flags import (
     add_seconds_flag,
     add_seed_flag,
     add_spec_flag,
+    check_at_least_one,
 )
 from slo.errors import UsageError
 
@@ -133,6 +133,15 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     add_spec_flag(
         parser, help="SLO spec for goodput and the verdict (default: the packaged example)"
     )
+    add_number_flag(
+        parser,
+        "--runs",
+        int,
+        1,
+        "repeat the run N times (run i draws from --seed + i - 1); each percentile then gets a "
+        "95%% confidence interval over the runs",
+        metavar="N",
+    )
 
 
 def _add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -203,9 +212,15 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
 
 
 def execute(
-    options: BenchOptions, base_url: str, out: Path, args: argparse.Namespace | None = None
+    options: BenchOptions,
+    base_url: str,
+    out: Path,
+    args: argparse.Namespace | None = None,
+    run_number: int | None = None,
 ) -> RunResult:
-    """Plan and run one benchmark against `base_url`, writing records to `out` as they finish."""
+    """Plan and run one benchmark against `base_url`, writing records to `out` as they finish;
+    `run_number` numbers one run of several (`--runs`), whose records the file gathers: the
+    first run writes it anew, the others append."""
     from slo.cli.bench.runner import fetch_model_info, open_output, run_plan
 
     options.check()
@@ -227,7 +242,7 @@ def execute(
         f"seed {options.seed}",
         flush=True,
     )
-    with open_output(out) as handle:
+    with open_output(out, append=(run_number or 1) > 1) as handle:
         return asyncio.run(
             run_plan(
                 base_url.rstrip("/"),
@@ -237,6 +252,7 @@ def execute(
                 duration_limit_s=options.duration_limit_s,
                 out=handle,
                 progress=options.progress,
+                run_number=run_number,
             )
         )
 
@@ -280,30 +296,48 @@ def _plan(
 
 
 def run(args: argparse.Namespace) -> int:
-    from slo.check.summary import columns_of
-    from slo.cli.bench.summary import render_summary
     from slo.spec import SLOSpec
 
     options = options_from_args(args)
     options.check()
+    check_at_least_one({"--runs": args.runs})
     spec = SLOSpec.load(args.spec) if args.spec else SLOSpec.default()
     if args.find_max_rate or args.find_max_concurrency:
+        if args.runs != 1:
+            raise UsageError("--runs repeats a plain run; a --find-max-* search confirms its own")
         from slo.cli.bench.find import run_search
 
         return run_search(args, options, spec)
     if args.serve_arg:
         raise UsageError("--serve-arg is for --find-max-*; start `slo serve` yourself instead")
     out = Path(args.out or "run.jsonl")
-    with target(args.url, args.embedded, args.model, args.spec) as base_url:
-        result = execute(options, base_url, out, args)
-    print(describe_stop(result))
-    if result.records:
-        sys.stdout.write(render_summary(spec, columns_of(result.records), result.elapsed_s))
+    results = _runs(options, args, out)
+    from slo.cli.bench.runs import print_summary
+
+    print_summary(spec, results)
+    written = sum(len(result.records) for result in results)
     print(
-        f"records: {out} ({len(result.records)} lines); judge them with "
+        f"records: {out} ({written} lines); judge them with "
         f"`slo check --results {out}`, draw them with `slo report --results {out}`"
     )
-    return 130 if result.stopped_by == "interrupt" else 0
+    return 130 if results[-1].stopped_by == "interrupt" else 0
+
+
+def _runs(options: BenchOptions, args: argparse.Namespace, out: Path) -> list[RunResult]:
+    """`--runs` runs against one server, into one file; an interrupt ends them where it fell."""
+    from dataclasses import replace
+
+    results: list[RunResult] = []
+    with target(args.url, args.embedded, args.model, args.spec) as base_url:
+        for number in range(1, args.runs + 1):
+            seeded = replace(options, seed=options.seed + number - 1)
+            tag = number if args.runs > 1 else None
+            results.append(execute(seeded, base_url, out, args, tag))
+            prefix = f"run {number} of {args.runs}: " if tag else ""
+            print(prefix + describe_stop(results[-1]), flush=True)
+            if results[-1].stopped_by == "interrupt":
+                break
+    return results
 
 
 def describe_stop(result: RunResult) -> str:

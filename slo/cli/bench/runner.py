@@ -104,15 +104,18 @@ async def run_plan(
     progress: bool,
     transport: httpx.AsyncBaseTransport | None = None,
     stop_when: Callable[[dict[str, Any], PlannedRequest], bool] | None = None,
+    run_number: int | None = None,
 ) -> RunResult:
     """Send the plan: at each request's offset (open loop) or `concurrency` at a time (closed).
 
     `stop_when(record, planned)` is asked after each finished request; True ends the run
     there (a step of the capacity search that can no longer pass), as the duration limit would.
+    `run_number` numbers this run's records, one run of several (`--runs`).
     """
     import middleware.wire.reader  # noqa: F401  (imported by the first reply: not on the schedule)
 
     run = _Run(plan, settings, out, stop_when, _progress_bar(progress))
+    run.number = run_number
     async with _client(base_url, settings.timeout_s, transport) as client:
         with run.bar, _no_collection_pauses():
             await run.drive(client, base_url, concurrency, duration_limit_s)
@@ -192,9 +195,10 @@ class _Run:
         self.tasks: set[asyncio.Task[None]] = set()
         self.in_flight = 0
         self.start = time.perf_counter()
+        self.number: int | None = None
 
     def finished(self, measurement: Measurement) -> None:
-        record = measurement.to_record(self.settings.model)
+        record = measurement.to_record(self.settings.model, self.number)
         self.result.records.append(record)
         if self.out is not None:
             self.out.write(_json_line(record))
@@ -216,7 +220,7 @@ class _Run:
             self.result.late_s.append(max(0.0, sent - scheduled))
             self.result.sent_at.append(sent)
         self.in_flight += 1
-        measurement = await measure(client, base_url, planned, self.settings)
+        measurement = await measure(client, base_url, planned, self.settings, scheduled)
         self.in_flight -= 1  # not reached when cancelled: what is left was cut off
         self.finished(measurement)
 
@@ -308,9 +312,9 @@ def _json_line(record: dict[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":")) + "\n"
 
 
-def open_output(path: Path) -> IO[str]:
+def open_output(path: Path, append: bool = False) -> IO[str]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return path.open("w", encoding="utf-8")
+        return path.open("a" if append else "w", encoding="utf-8")
     except OSError as error:
         raise UsageError(f"--out {path}: cannot write ({error.strerror})") from None
