@@ -219,7 +219,8 @@ _LOSSES: tuple[SLI, ...] = (
         "llm_slo_records_spooled_total",
         "records",
         None,
-        "Request records written to the local spool while the record store was out.",
+        "Request records that reached the record store through its local spool file (the "
+        "store was out, or its queue full) instead of from memory.",
     ),
     counter(
         "spans_dropped",

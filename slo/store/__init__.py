@@ -1,20 +1,19 @@
 """Where records live: SQLite (WAL) by default, PostgreSQL by URL.
 
-`add()` never blocks the request path on the database: records go into a bounded queue and a
-background thread writes them in batches (`slo.store.writer`). While the database is locked,
-full or unreachable, records wait in that queue and, beyond it, in a local spool file, and are
-replayed when it is back: a slow or broken disk must become neither slow requests nor lost
-records. Reads by time window and tier, as record objects or as columns for the evaluator;
-JSONL import and export; `delete_before` for retention.
+`add()` never blocks the request path on the database: each record is appended to a local
+spool file (`slo.store.spool`: a killed process loses none) and queued, and a background thread
+writes the queue in batches (`slo.store.writer`). While the database is locked, full or
+unreachable, records wait in that queue and in the spool file, and are replayed when it is
+back: a slow or broken disk must become neither slow requests nor lost records. Reads by
+time window and tier, as record objects or as columns for the evaluator; JSONL import and
+export; `delete_before` for retention.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from functools import cached_property
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from sqlalchemy import Engine, create_engine, event, insert, inspect, make_url, select
+from sqlalchemy import Engine, create_engine, event, insert, inspect, select
 from sqlalchemy.exc import (
     DisconnectionError,
     InterfaceError,
@@ -30,13 +29,13 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session
 
 from slo.errors import UsageError
 from slo.records import FIELD_NAMES, REQUIRED_FLOAT, RequestRecord, iter_jsonl_dicts
 from slo.store.columns import ALL_COLUMNS, LIST_COLUMNS, RecordColumns
-from slo.store.read import coded_columns
+from slo.store.durable import default_spool_dir, fsync_wanted, spool_key, sqlite_pragmas
+from slo.store.read import coded_columns, stored_keys
 from slo.store.spool import Spool
 from slo.store.writer import RecordWriter
 
@@ -54,31 +53,6 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
     if scheme in ("postgres", "postgresql"):
         return f"postgresql+psycopg://{rest}"
     return url
-
-
-def default_spool_dir(url: str) -> Path:
-    """Next to a SQLite file (same disk, same permissions); the temp dir otherwise."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        return Path(parsed.database).resolve().parent
-    return Path(tempfile.gettempdir())
-
-
-def spool_key(url: str) -> str:
-    """A short name for the database, so that a spool is only ever replayed into its own."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        parsed = parsed.set(database=str(Path(parsed.database).resolve()), query={})
-    identity = parsed.render_as_string(hide_password=True)
-    return hashlib.sha256(identity.encode()).hexdigest()[:12]
-
-
-def _enable_wal(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
-    # WAL lets `slo check --db` read while the server writes; NORMAL sync is safe under WAL.
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
 
 
 _LIST_POSITIONS = tuple(i for i, name in enumerate(FIELD_NAMES) if name in LIST_COLUMNS)
@@ -141,10 +115,14 @@ class RecordStore:
         batch_size: int = 500,
         flush_interval_s: float = 0.5,
         spool_dir: str | os.PathLike[str] | None = None,
+        spool_fsync: bool | None = None,
         max_retry_s: float = 30.0,
     ) -> None:
+        """`spool_fsync`: each record on the disk before `add()` returns (`slo.store.durable`;
+        None: as LLM_SLO_SPOOL_FSYNC says, off by default)."""
         self.url = normalize_url(url)
-        self.engine = self._connect(self.url)
+        fsync = fsync_wanted(spool_fsync)
+        self.engine = self._connect(self.url, fsync)
         self.batch_size = batch_size
         self.written = 0  # rows inserted, replayed ones included
         # Raw driver calls raise the driver's own errors, not SQLAlchemy's.
@@ -170,7 +148,9 @@ class RecordStore:
             Spool(
                 spool_dir if spool_dir is not None else default_spool_dir(self.url),
                 spool_key(self.url),
+                fsync=fsync,
             ),
+            find_stored=lambda keys: stored_keys(self.engine, keys),
             label=self.url,
             queue_size=queue_size,
             batch_size=batch_size,
@@ -179,11 +159,11 @@ class RecordStore:
         )
 
     @staticmethod
-    def _connect(url: str) -> Engine:
+    def _connect(url: str, fsync: bool) -> Engine:
         try:
             if url.startswith("sqlite"):
                 engine = create_engine(url, connect_args={"check_same_thread": False})
-                event.listen(engine, "connect", _enable_wal)
+                event.listen(engine, "connect", sqlite_pragmas(fsync))
             else:
                 engine = create_engine(url, pool_pre_ping=True)
             _create_table(engine)
@@ -200,7 +180,7 @@ class RecordStore:
     def add(self, record: RequestRecord | Mapping[str, Any]) -> None:
         """Queue a record for the background writer; never blocks on the database.
 
-        Beyond the in-memory queue the record goes to the spool file. A validated dict
+        The record is in the spool file when this returns. A validated dict
         (`validate_record`) works too and is far cheaper to build.
         """
         self.writer.add(record)
@@ -216,7 +196,8 @@ class RecordStore:
 
     @property
     def dropped(self) -> int:
-        """Records lost: expected to stay 0 (only when even the spool file cannot be written)."""
+        """Records lost: expected to stay 0 (only when neither the database nor the spool file
+        took them)."""
         return self.writer.dropped
 
     @property

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from sqlalchemy import select
 
 from slo.records import RequestRecord
 from slo.sli import OUTCOMES
@@ -131,3 +132,14 @@ def _case(column: str, values: Sequence[str], unknown: int) -> str:
         for code, value in enumerate(values)
     )
     return f"(CASE {column} {whens} ELSE {unknown} END)"
+
+
+def stored_keys(engine: Any, keys: Sequence[tuple[Any, Any]]) -> set[tuple[Any, Any]]:
+    """Which of these (request id, start time) keys the records table holds: what a replay
+    of a spool file skips (`slo.store.replay`). One query on the request id's index."""
+    ids = sorted({request_id for request_id, _ in keys})
+    if not ids:
+        return set()
+    statement = select(TABLE.c.request_id, TABLE.c.timestamp).where(TABLE.c.request_id.in_(ids))
+    with engine.connect() as connection:
+        return {(row[0], row[1]) for row in connection.execute(statement)}

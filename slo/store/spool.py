@@ -1,11 +1,27 @@
-"""The record store's safety net: a local JSONL file for records the database cannot take now.
+"""The record store's journal: every record is a line of a local JSONL file from its `add()`.
 
-Each store owns one file, `llm-slo-spool-<database>-<pid>-<n>.jsonl` (`<database>`: a short
-hash of the database URL), in the records' own JSONL format (what `slo bench` writes), so a
-file left behind by a crash is readable by `slo check --results` and
+`add()` appends the record to the store's own file, one `os.write` on an `O_APPEND` descriptor:
+when it returns the line is in the kernel's page cache, which a killed process (SIGKILL, the
+OOM killer) cannot take with it. The record is queued for the database too, and the writer
+inserts it from memory; `commit` then marks how far the file is in the database (a position:
+bytes since the store opened). Once all of it is in, the file is emptied. A busy store's file
+is never all in at once, so it is cut into segments of `segment_bytes` (a new file), and a
+segment goes once all of it is in. A record the queue could not hold, or whose write failed,
+is read back from the file (`read`) and inserted from there.
+
+Files are `llm-slo-spool-<database>-<pid>-<n>.jsonl` (`<database>`: a short hash of the
+database URL), in the records' own JSONL format (what `slo bench` writes; null for a value
+not set), so a file left behind by a crash is readable by `slo check --results` and
 `RecordStore.import_jsonl`. Files whose owner is gone (a dead process, or a closed store in
-this one) are adopted by the next store for the same database on the same directory and
-replayed before its own records.
+this one) are adopted by the next store for the same database on the same directory
+(`adopt_orphans`) and replayed before its own records. Part of such a file may already be in
+the database (the kill came between an insert and its `commit`): the writer replays it by
+request id and start time (`slo.store.replay`), so each record lands exactly once.
+
+`fsync=True` opens the file with `O_DSYNC`: each append returns once the line is on the disk,
+so a machine crash (power, kernel panic) loses nothing either; without it, what a crash can
+lose is what the kernel had not yet written back (about 30 s of records at most, Linux's
+default `dirty_expire_centisecs`).
 """
 
 from __future__ import annotations
@@ -16,23 +32,59 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+import msgspec
 
 from slo.records import FIELD_NAMES
 
 PREFIX = "llm-slo-spool-"
+SEGMENT_BYTES = 4 << 20  # a file this long is followed by a new one
 _NAME = re.compile(rf"{PREFIX}(\w+)-(\d+)-(\d+)\.jsonl")
 _numbers = itertools.count(1)
 _owned: set[Path] = set()  # files held by open stores of this process: never adopted
 _owned_lock = threading.Lock()
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar (a count from an array, say) as the Python number it holds."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"a record value of type {type(value).__name__} is not JSON")
+
+
+_encode = msgspec.json.Encoder(enc_hook=_plain).encode
+Entry = tuple[dict[str, Any] | None, int]  # a line's record (None: not one) and where it ends
+
+
 def record_dict(record: Any) -> dict[str, Any]:
     """A record (object or dict) as its JSONL dict: every field but the database id, no Nones."""
     values = record if isinstance(record, Mapping) else record.__dict__
     return {name: values[name] for name in FIELD_NAMES if values.get(name) is not None}
+
+
+def record_line(record: Any) -> bytes:
+    """A record as one journal line. The middleware's records are plain dicts with every field:
+    encoded as they are (msgspec: a few microseconds, on the request path)."""
+    if type(record) is dict:
+        return _encode(record) + b"\n"
+    return _encode(record_dict(record)) + b"\n"
+
+
+def parse_lines(data: bytes, position: int, limit: int) -> list[Entry]:
+    """Up to `limit` lines of `data` (which starts at `position`), each with its end position.
+    A line that is not a record (cut short by a crash: a torn write) reads as None."""
+    entries: list[Entry] = []
+    for line in itertools.islice(data.splitlines(keepends=True), limit):
+        position += len(line)
+        value: Any = None
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+        entries.append((value if isinstance(value, dict) else None, position))
+    return entries
 
 
 def _claim(directory: Path, key: str) -> Path:
@@ -42,6 +94,11 @@ def _claim(directory: Path, key: str) -> Path:
             if path not in _owned and not path.exists():
                 _owned.add(path)
                 return path
+
+
+def _release(path: Path) -> None:
+    with _owned_lock:
+        _owned.discard(path)
 
 
 def _owner_alive(pid: int) -> bool:
@@ -56,23 +113,153 @@ def _owner_alive(pid: int) -> bool:
     return True
 
 
-class Spool:
-    """Append-only JSONL of records waiting for the database; thread-safe."""
+@dataclass
+class _Segment:
+    path: Path
+    base: int  # the position of its first byte
+    end: int  # the position after its last byte
 
-    def __init__(self, directory: str | os.PathLike[str], key: str = "records") -> None:
+
+class Spool:
+    """The journal of one store: its own segments, and the files it adopted; thread-safe."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        key: str = "records",
+        *,
+        fsync: bool = False,
+        segment_bytes: int = SEGMENT_BYTES,
+    ) -> None:
         """`key` names the database: only files with the same key are adopted."""
+        if segment_bytes < 1:
+            raise ValueError(f"spool segment_bytes {segment_bytes!r}: use a positive size")
         self.directory = Path(directory)
         self.key = key
-        self.path = _claim(self.directory, key)
-        self.pending = 0  # records appended to our own file and not replayed yet
+        self.fsync = fsync
+        self.segment_bytes = segment_bytes
+        self.path = _claim(self.directory, key)  # the segment being appended to
+        self.end = 0  # the position after the last line appended
+        self.committed = 0  # every line before this position is in the database
+        self._base = 0  # the position of the current segment's first byte
+        self._full: list[_Segment] = []  # earlier segments, not all in the database yet
+        self._fd: int | None = None
         self._lock = threading.Lock()
-        self._handle: IO[str] | None = None
         self._backlog: list[Path] = []  # adopted files, replayed before our own
-        self._offset = 0  # how far the file being replayed has been consumed
+        self._offset = 0  # how far the first adopted file has been replayed
 
     @property
     def has_records(self) -> bool:
-        return bool(self._backlog) or self.pending > 0
+        return bool(self._backlog) or self.committed < self.end
+
+    # --- our own segments ----------------------------------------------------------------------
+
+    def append(self, line: bytes) -> int:
+        """Append one line (a whole record); its end position. Raises OSError when the local
+        disk refuses, with nothing of the line left in the file."""
+        with self._lock:
+            if self._fd is None:
+                self._open()
+            fd = self._fd
+            assert fd is not None
+            try:
+                written = os.write(fd, line)
+                while written < len(line):  # a short write: a full disk, a signal
+                    written += os.write(fd, line[written:])
+            except OSError:
+                # No half line may stay: the next one would be glued to it.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self.end - self._base)
+                raise
+            self.end += len(line)
+            if self.end - self._base >= self.segment_bytes:
+                self._rotate()
+            return self.end
+
+    def _open(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with _owned_lock:
+            _owned.add(self.path)  # again, after a close
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (os.O_DSYNC if self.fsync else 0)
+        self._fd = os.open(self.path, flags, 0o644)
+        if self.fsync:  # the file's name must survive a crash too
+            directory = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+
+    def _rotate(self) -> None:
+        self._close_fd()
+        self._full.append(_Segment(self.path, self._base, self.end))
+        self.path = _claim(self.directory, self.key)
+        self._base = self.end
+
+    def read(self, start: int, stop: int, limit: int) -> list[Entry]:
+        """Up to `limit` lines of our own segments from position `start` (a line's start) to
+        `stop`, each with its end position."""
+        with self._lock:
+            segments = [*self._full, _Segment(self.path, self._base, self.end)]
+        entries: list[Entry] = []
+        for segment in segments:
+            low, high = max(start, segment.base), min(stop, segment.end)
+            if low >= high:
+                continue
+            with segment.path.open("rb") as handle:
+                handle.seek(low - segment.base)
+                data = handle.read(high - low)
+            entries += parse_lines(data, low, limit - len(entries))
+            if len(entries) >= limit:
+                break
+        return entries
+
+    def commit(self, position: int) -> None:
+        """Every line before `position` is in the database: files holding only such lines go,
+        and the current one is emptied once all of it is in."""
+        with self._lock:
+            self.committed = max(self.committed, position)
+            while self._full and self._full[0].end <= self.committed:
+                segment = self._full.pop(0)
+                with contextlib.suppress(OSError):
+                    segment.path.unlink()
+                _release(segment.path)
+            if self.committed >= self.end > self._base and not self._full:
+                with contextlib.suppress(OSError):
+                    if self._fd is not None:
+                        os.ftruncate(self._fd, 0)
+                    else:
+                        self.path.unlink()
+                    self._base = self.end
+
+    def close(self) -> None:
+        """Stop writing. Files still holding records stay, for the next store (this one's
+        later appends go to a new file)."""
+        with self._lock:
+            self._close_fd()
+            segments = [*self._full, _Segment(self.path, self._base, self.end)]
+            for segment in segments:
+                if segment.end <= self.committed or segment.end == segment.base:
+                    with contextlib.suppress(OSError):
+                        segment.path.unlink()
+            # Left-over adopted files and our own become orphans, for the next store.
+            for path in [*self._backlog, *(segment.path for segment in segments)]:
+                _release(path)
+            self._backlog.clear()
+            self._offset = 0
+            self._full.clear()
+            if self.committed < self.end:  # handed over: this store never reads them again
+                self.path = _claim(self.directory, self.key)
+                _release(self.path)  # claimed again when written
+                self.committed = self.end
+            self._base = self.end
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    # --- adopted files -------------------------------------------------------------------------
 
     def adopt_orphans(self) -> int:
         """Take over spool files whose store is gone; returns how many."""
@@ -93,115 +280,39 @@ class Spool:
                 # rename is atomic: when two stores race for one orphan, one of them wins.
                 path.rename(target)
             except OSError:
-                self._release(target)
+                _release(target)
                 continue
             with self._lock:
                 self._backlog.append(target)
             adopted += 1
         return adopted
 
-    def append(self, records: Iterable[Any]) -> int:
-        """Write records to our file; raises OSError when even the local disk refuses."""
-        lines = [json.dumps(record_dict(r), separators=(",", ":")) + "\n" for r in records]
-        with self._lock:
-            if self._handle is None:
-                self.directory.mkdir(parents=True, exist_ok=True)
-                self._handle = self.path.open("a", encoding="utf-8")
-            self._handle.write("".join(lines))
-            self._handle.flush()  # a crash after this keeps them (the OS has the bytes)
-            self.pending += len(lines)
-        return len(lines)
-
-    def read(self, limit: int) -> list[tuple[dict[str, Any] | None, int]]:
-        """Up to `limit` records from the file being replayed, each with its end offset.
-
-        None stands for a line that is not a record (a crash cut it short); it is consumed
-        like the others so that it never blocks the rest.
-        """
-        with self._lock:
-            while True:
-                path = self._backlog[0] if self._backlog else self.path
-                try:
-                    handle = path.open("rb")
-                except FileNotFoundError:
-                    if not self._backlog:
-                        return []
-                    self._finish_backlog_file()
-                    continue
-                break
-            with handle:
-                handle.seek(self._offset)
-                entries: list[tuple[dict[str, Any] | None, int]] = []
-                while len(entries) < limit:
-                    line = handle.readline()
-                    if not line:
-                        break
-                    value: Any = None
-                    with contextlib.suppress(ValueError):
-                        value = json.loads(line)
-                    entries.append((value if isinstance(value, dict) else None, handle.tell()))
-        if not entries and self._backlog:
+    def read_backlog(self, limit: int) -> list[Entry]:
+        """Up to `limit` lines of the first adopted file not replayed yet, each with its end
+        offset in that file; [] when none is left."""
+        while True:
             with self._lock:
-                self._finish_backlog_file()
-            return self.read(limit)
-        return entries
+                if not self._backlog:
+                    return []
+                path, offset = self._backlog[0], self._offset
+            entries: list[Entry] = []
+            with contextlib.suppress(FileNotFoundError), path.open("rb") as handle:
+                handle.seek(offset)
+                for line in itertools.islice(iter(handle.readline, b""), limit):
+                    entries += parse_lines(line, handle.tell() - len(line), 1)
+            if entries:
+                return entries
+            self._finish_backlog_file()
 
-    def consumed(self, end_offset: int, count: int) -> None:
-        """The records read up to `end_offset` are in the database: forget them."""
+    def backlog_consumed(self, end_offset: int) -> None:
+        """The first adopted file's lines up to `end_offset` are in the database."""
         with self._lock:
             self._offset = end_offset
-            if self._backlog:
-                with contextlib.suppress(OSError):
-                    if end_offset >= self._backlog[0].stat().st_size:
-                        self._finish_backlog_file()
-                return
-            self.pending = max(0, self.pending - count)
-            with contextlib.suppress(OSError):
-                if end_offset >= self.path.stat().st_size:
-                    # Everything replayed and nothing new: start over with no file at all.
-                    self._close_handle()
-                    self.path.unlink()
-                    self._offset = 0
-                    self.pending = 0
-
-    def close(self) -> None:
-        """Stop writing; the file stays when it still holds records, for the next store."""
-        with self._lock:
-            self._close_handle()
-            if self.pending == 0:
-                with contextlib.suppress(OSError):
-                    self.path.unlink()
-            elif self._offset and not self._backlog:
-                self._cut_consumed(self.path)
-            if self._offset and self._backlog:
-                self._cut_consumed(self._backlog[0])
-            # Left-over adopted files and our file become orphans again, for the next store.
-            for path in [*self._backlog, self.path]:
-                self._release(path)
-            self._backlog.clear()
-
-    def _cut_consumed(self, path: Path) -> None:
-        # The next store replays whole files: what is already in the database must go first.
-        with contextlib.suppress(OSError):
-            rest = path.read_bytes()[self._offset :]
-            partial = path.with_name(path.name + ".partial")
-            partial.write_bytes(rest)
-            os.replace(partial, path)
-        self._offset = 0
 
     def _finish_backlog_file(self) -> None:
-        path = self._backlog.pop(0)
+        with self._lock:
+            path = self._backlog.pop(0)
+            self._offset = 0
         with contextlib.suppress(OSError):
             path.unlink()
-        self._release(path)
-        self._offset = 0
-
-    def _close_handle(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-
-    @staticmethod
-    def _release(path: Path) -> None:
-        with _owned_lock:
-            _owned.discard(path)
+        _release(path)

@@ -1,10 +1,13 @@
 """The record store's background writer: batches off the request path, no record lost.
 
-Records wait in a bounded in-memory queue; a thread writes them in batches. When the database
-is out (locked, full, unreachable) the queue is the buffer; beyond it, or when a write fails,
-records go to the spool file (`slo.store.spool`), and the writer retries with exponential backoff,
-replays the spool when the database is back, then removes the file. `dropped` counts only
-records that even the spool could not take.
+`add()` appends each record to the spool file (`slo.store.spool`: in the page cache when it
+returns, so a killed process keeps it) and queues it in a bounded in-memory queue; a thread
+writes the queue to the database in batches, in the file's order, and tells the spool how far
+the file is in. When the database is out (locked, full, unreachable) the queue is the buffer;
+a record beyond it, or in a batch whose write failed, is only in the file: the writer retries
+with exponential backoff and, when the database is back, reads such records back from the file
+and inserts those not in the database yet (`slo.store.replay`), so each lands exactly once.
+`dropped` counts only records that neither the database nor the spool took.
 
 After `close()` no thread is left, yet records may still come: a server that drains its
 in-flight requests after a signal already flushed the store (`middleware/lifespan.py`). Such a
@@ -21,11 +24,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slo.store.spool import Spool
+from slo.store.replay import Key, Replay
+from slo.store.spool import Spool, record_line
 
 logger = logging.getLogger("slo.store")
 
 Row = tuple[Any, ...]
+# A queued record, with where its line starts and ends in the spool (None: not in the file).
+Item = tuple[Any, int | None, int]
 
 
 def first_line(error: BaseException) -> str:
@@ -40,12 +46,14 @@ class RecordWriter:
         outage_errors: tuple[type[BaseException], ...],
         spool: Spool,
         *,
+        find_stored: Callable[[list[Key]], set[Key]],
         label: str,
         queue_size: int,
         batch_size: int,
         flush_interval_s: float,
         max_retry_s: float,
     ) -> None:
+        """`find_stored`: which of these (request id, start time) keys the database holds."""
         self._insert_rows = insert_rows
         self._row = to_row
         self._outage_errors = outage_errors
@@ -54,25 +62,26 @@ class RecordWriter:
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
         self.max_retry_s = max_retry_s
-        self.dropped = 0  # records lost: only when even the spool file cannot be written
-        self.spooled = 0  # records written to the spool file
-        self.replayed = 0  # spooled records since inserted into the database
+        self.dropped = 0  # records lost: only when neither the database nor the spool took them
+        self.spooled = 0  # records that went to the database by way of the spool file
+        self.replayed = 0  # records read back from the spool file into the database
         # Records waiting for the writer: a deque, appended to and popped from without a lock
-        # (each is atomic), because `queue.Queue.put` takes a lock and notifies a condition on
-        # every record, about 10k instructions of a request's report. `queue_size` bounds it
-        # (checked before each append, so threads adding at once may pass it by a few).
-        self._queue: collections.deque[Any] = collections.deque()
-        # 0 or less: no bound, as queue.Queue's maxsize meant.
+        # of its own (each is atomic), because `queue.Queue.put` takes a lock and notifies a
+        # condition on every record. `queue_size` bounds it (0 or less: no bound).
+        self._queue: collections.deque[Item] = collections.deque()
         self._queue_size = queue_size if queue_size > 0 else sys.maxsize
+        # Held across a record's append and its enqueueing: the queue's order is the file's.
+        self._order_lock = threading.Lock()
+        self._journal_failing = False  # logged once, until an append succeeds again
         # flush() waits on this until nothing is queued and no batch is held.
         self._drained = threading.Condition()
-        # Records taken from the queue and not yet stored or spooled, by every drain at once
-        # (the writer's last round and a late `_write_now` may overlap while closing).
-        self._holding = 0
+        self._holding = 0  # records taken from the queue and not yet stored or left in the file
         self._count_lock = threading.Lock()
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
-        self._late_lock = threading.Lock()  # writes on callers' threads, once the writer is gone
+        # One drain at a time (the writer's rounds, writes on callers' threads once it is
+        # gone): the spool's committed position moves in the file's order.
+        self._pump_lock = threading.Lock()
         self._wake = threading.Event()
         self._urgent = threading.Event()  # flush() or close() waits: stop holding records
         self._stopping = False
@@ -80,6 +89,7 @@ class RecordWriter:
         self._healthy = True
         self._retry_delay_s = 0.0
         self._retry_at = 0.0
+        self.replay = Replay(spool, self._store, find_stored, self._count, self._mark_down)
         if spool.adopt_orphans():
             self._ensure_writer()  # a crashed run left records: replay them now
             self._wake.set()
@@ -90,44 +100,67 @@ class RecordWriter:
         return self._healthy
 
     def add(self, record: Mapping[str, Any] | Any) -> None:
-        """Queue a record for the background writer; never blocks on the database.
-
-        Beyond the in-memory queue the record goes to the spool file. A validated dict
-        (`validate_record`) works too and is far cheaper to build. After `close()` the record
-        is written (or spooled) before this returns.
-        """
+        """Append a record to the spool and queue it for the background writer; never blocks
+        on the database. A validated dict (`validate_record`) works too and is far cheaper to
+        build. After `close()` the record is written (or left in the spool) before this
+        returns."""
         if self._closed:
             self._write_now(record)
             return
         if self._writer is None:
             self._ensure_writer()
-        queued = self._queue
-        if len(queued) >= self._queue_size:
-            self._spool([record])
-            return
-        queued.append(record)
+        self._journal(record)
         if self._closed:  # close() drained the queue between the check and the put
             self._write_now(None)
             return
         # Wake the writer early when a full batch waits (its timer wakes it anyway).
-        if self._healthy and len(queued) >= self.batch_size:
+        if self._healthy and len(self._queue) >= self.batch_size:
             self._wake.set()
+
+    def _journal(self, record: Mapping[str, Any] | Any) -> None:
+        """The spool's line first (the record survives a kill from here on), then the queue."""
+        try:
+            line: bytes | None = record_line(record)
+        except (TypeError, ValueError):
+            line = None  # not JSON: the database refuses it too, and says so (`_store`)
+        with self._order_lock:
+            start: int | None = None
+            end = 0
+            if line is not None:
+                try:
+                    end = self.spool.append(line)
+                    start = end - len(line)
+                    self._journal_failing = False
+                except OSError as error:
+                    self._spool_failed(error)
+            if len(self._queue) < self._queue_size:
+                self._queue.append((record, start, end))
+            elif start is None:
+                self._drop(1, "the queue is full and the spool refused the record")
+            else:
+                self._count("spooled", 1)  # in the file only: read back from there
+
+    def _spool_failed(self, error: OSError) -> None:
+        if not self._journal_failing:
+            logger.error(
+                "llm-slo: cannot append to the spool %s (%s): records are in memory only "
+                "until it works again",
+                self.spool.path,
+                first_line(error),
+            )
+        self._journal_failing = True
 
     def _write_now(self, record: Mapping[str, Any] | Any | None) -> None:
         """Write `record` and whatever waits in the queue on this thread (the writer is gone)."""
-        with self._late_lock:
+        with self._pump_lock:
             if record is not None:
-                if len(self._queue) >= self._queue_size:
-                    self._spool([record])
-                else:
-                    self._queue.append(record)
-            spooled = self.spooled
+                self._journal(record)
             # While the database is out, a late record waits for the next retry no longer than
-            # it takes to spool it: the caller is a request, it cannot wait out a backoff.
+            # it takes to append it: the caller is a request, it cannot wait out a backoff.
             due = self._healthy or time.monotonic() >= self._retry_at
             self._pump(try_database=due, spill=True)
-            if self.spooled != spooled:
-                self.spool.close()  # the file stays while it holds records; the handle does not
+            if not self.spool.has_records:
+                self.spool.close()  # nothing left: no file either
 
     def _ensure_writer(self) -> None:
         if self._writer is None:
@@ -156,7 +189,8 @@ class RecordWriter:
             due = self._healthy or time.monotonic() >= self._retry_at or stopping
             if due or urgent:
                 try:
-                    self._pump(try_database=due, spill=urgent)
+                    with self._pump_lock:
+                        self._pump(try_database=due, spill=urgent)
                 except Exception as error:  # a dead writer would hang flush() and close()
                     logger.exception("llm-slo: record writer error; retrying")
                     self._mark_down(error)
@@ -164,25 +198,72 @@ class RecordWriter:
                 return
 
     def _pump(self, try_database: bool, spill: bool) -> None:
-        """Replay the spool, then drain the queue into the database. On an outage the queue
-        stays the in-memory buffer, or goes to the spool when someone waits (`spill`)."""
-        up = try_database and self._replay()
+        """Replay adopted files, then drain the queue into the database, and then what only
+        the file holds behind it. On an outage the queue stays the in-memory buffer, or is
+        left in the file when someone waits (`spill`)."""
+        up = try_database and self.replay.backlog(self.batch_size)
         queued, take = self._queue, self._queue.popleft
         while up or spill:
             with self._drained:  # taken and counted in one step: flush() sees one or the other
                 batch = [take() for _ in range(min(self.batch_size, len(queued)))]
-                self._holding += len(batch)
-            if not batch:
-                return
+                self._holding += len(batch) + 1  # + 1: the file's tail, read below
             try:
-                stored = self._store(batch) if up else 0
-                up = stored == len(batch)
-                if not up:
-                    self._spool(batch[stored:])
+                if up:
+                    up = self._write(batch) and self._write_tail()
+                else:
+                    self._leave(batch)
             finally:
                 with self._drained:
-                    self._holding -= len(batch)
+                    self._holding -= len(batch) + 1
                     self._drained.notify_all()
+            if not batch:
+                return
+
+    def _write(self, batch: list[Item]) -> bool:
+        """Insert a batch in the file's order, the lines between its records (records only the
+        file holds) read back first; False when the database is out (the rest left)."""
+        loose = [record for record, start, _ in batch if start is None]
+        if loose:  # never in the file: inserted from here, or appended now
+            stored = self._store(loose)
+            self._spool(loose[stored:])
+        run: list[Item] = []
+        for index, item in enumerate(batch):
+            _, start, end = item
+            if start is None or end <= self.spool.committed:
+                continue  # not in the file, or read back from it already
+            if start != (run[-1][2] if run else self.spool.committed):
+                if not (self._insert_run(run) and self.replay.until(start, self.batch_size)):
+                    self._leave([i for i in batch[index:] if i[1] is not None])
+                    return False
+                run = []
+            run.append(item)
+        return self._insert_run(run)
+
+    def _insert_run(self, run: list[Item]) -> bool:
+        """Insert records that follow each other in the file from the committed position."""
+        if not run:
+            return True
+        stored = self._store([record for record, _, _ in run])
+        if stored:
+            self.spool.commit(run[stored - 1][2])
+        if stored < len(run):
+            self._leave(run[stored:])
+            return False
+        return True
+
+    def _write_tail(self) -> bool:
+        """Once the queue is empty: what only the file holds after the last queued record."""
+        with self._order_lock:  # the end of the file with nothing queued behind it
+            if self._queue:
+                return True
+            end = self.spool.end
+        return self.replay.until(end, self.batch_size)
+
+    def _leave(self, batch: list[Item]) -> None:
+        """The database is out: the batch's records wait in the file (the ones not in it are
+        appended now)."""
+        self._count("spooled", sum(start is not None for _, start, _ in batch))
+        self._spool([record for record, start, _ in batch if start is None])
 
     def _store(self, records: list[Any]) -> int:
         """Insert records; returns how many from the front are done (stored, or dropped as
@@ -220,46 +301,14 @@ class RecordWriter:
         self._mark_up()
         return len(records)
 
-    def _replay(self) -> bool:
-        """Move spooled records into the database; False when it is (still) out."""
-        if not self.spool.has_records:
-            return True
-        while True:
-            entries = self.spool.read(self.batch_size)
-            if not entries:
-                return True
-            records = [record for record, _ in entries if record is not None]
-            stored = self._store(records)
-            if stored < len(records):
-                if stored:  # keep what went in, so that the next try does not repeat it
-                    self._consume(entries[: self._entries_holding(entries, stored)])
-                return False
-            self._consume(entries)
-
-    def _consume(self, entries: list[tuple[dict[str, Any] | None, int]]) -> None:
-        unreadable = sum(record is None for record, _ in entries)
-        if unreadable:
-            self._drop(unreadable, f"unreadable lines in a spool file under {self.spool.directory}")
-        self.spool.consumed(entries[-1][1], len(entries))
-        self._count("replayed", len(entries) - unreadable)
-
-    @staticmethod
-    def _entries_holding(entries: list[tuple[dict[str, Any] | None, int]], stored: int) -> int:
-        """How many entries from the front hold the first `stored` records."""
-        seen = 0
-        for index, (record, _) in enumerate(entries):
-            seen += record is not None
-            if seen == stored:
-                return index + 1
-        return len(entries)
-
     def _spool(self, records: list[Any]) -> None:
-        if not records:
-            return
-        try:
-            self._count("spooled", self.spool.append(records))
-        except (OSError, TypeError, ValueError) as error:
-            self._drop(len(records), f"cannot spool to {self.spool.path}: {error}")
+        """Append records that are not in the file yet; they are read back from there."""
+        for record in records:
+            try:
+                self.spool.append(record_line(record))
+                self._count("spooled", 1)
+            except (OSError, TypeError, ValueError) as error:
+                self._drop(1, f"cannot spool to {self.spool.path}: {error}")
 
     def _mark_down(self, error: BaseException) -> None:
         self._retry_delay_s = min(self.max_retry_s, max(0.1, self._retry_delay_s * 2))
@@ -306,7 +355,7 @@ class RecordWriter:
             self._stopping = True
             self._wake.set()
             self._writer.join()
-        with self._late_lock:  # records that raced past `add`'s closed check
+        with self._pump_lock:  # records that raced past `add`'s closed check
             if self._queue:
                 self._pump(try_database=self._healthy, spill=True)
             left = self.spool.has_records
