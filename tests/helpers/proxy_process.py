@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -55,3 +56,26 @@ def tls_proxy(pki: Pki, upstream_url: str, db: Path, *args: str) -> Iterator[str
         if child.stdout is not None:
             child.stdout.close()
         assert child.returncode == 0, output
+
+
+@contextlib.contextmanager
+def slo_proxy_process(
+    upstream_url: str, store: str, log: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`slo proxy` storing to `store` (a URL), its output in the file `log`, yielding its URL
+    and the process, for a test that signals it itself and judges its exit; stopped with
+    SIGTERM at the end if still running."""
+    port = free_port()
+    command = [sys.executable, "-m", "slo.cli", "proxy", "--upstream", upstream_url]
+    command += ["--port", str(port), "--store", store, "--model", "test-upstream", *args]
+    with log.open("wb") as output:
+        child = subprocess.Popen(
+            command, env={**os.environ, **(env or {})}, stdout=output, stderr=subprocess.STDOUT
+        )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_ready(base_url + "/metrics", process=child)
+        yield base_url, child
+    finally:
+        if child.poll() is None:
+            stop_process(child)
