@@ -36,6 +36,7 @@ from middleware.otel import GenAIMetrics, ModelLabels
 from middleware.otel.models import MODELS_PATH, read_models_listing
 from middleware.otel.request import operation_for_route
 from middleware.otel.sdk import metrics_wanted
+from middleware.request.arrival import start_at_first_byte
 from middleware.request.bridge import EngineBridge
 from middleware.request.context import reset_current_timeline, set_current_timeline
 from middleware.request.exchange import Exchange
@@ -264,6 +265,7 @@ class LatencyMiddleware:
         clock = self.clock
         request_id = f"req-{self._id_prefix}{next(self._ids):x}"
         timeline = RequestTimeline.begin(request_id, clock)
+        start_at_first_byte(timeline, scope)
         headers = {
             key.decode("latin-1").lower(): value.decode("latin-1")
             for key, value in scope.get("headers", ())

@@ -54,6 +54,12 @@ class RequestRecord(SQLModel, table=True):
     decode_s: float | None = None
     detokenize_s: float | None = None
     other_s: float | None = None
+    # Where the clock started: "first_byte" (the server told the request's first byte) or
+    # "asgi_call"; from the first byte to the app (a part of network), and from accepting a new
+    # connection to its first request's first byte (not in e2e).
+    clock_start: str | None = None
+    before_app_s: float | None = None
+    connection_s: float | None = None
     # Client view, filled by `slo bench`: what the person waiting actually saw.
     client_ttft_s: float | None = None
     client_e2e_s: float | None = None

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import middleware.hotpath as hotpath
 from middleware.otel.request import GenAIRequest
+from middleware.request.arrival import arrival_fields
 from middleware.request.breakdown import measured_fields
 from middleware.request.timeline import Breakdown
 from slo.records import FIELD_NAMES, LIST_FIELDS
@@ -54,6 +55,17 @@ _NOT_PRODUCED: dict[str, Any] = {
     "tokens_source": None,
 }
 _LIST_FIELDS = tuple(name for name in _BREAKDOWN_FIELDS if name in LIST_FIELDS)  # tuples there
+
+
+def recorded_value(breakdown: Breakdown, produced: bool, field: str) -> Any:
+    """A breakdown field as the request's record keeps it (`record_fields`): what a response
+    that produced no tokens cannot have is left out. Goodput is decided on these values, so
+    the good-requests counter and the live windows judge the request the records judge."""
+    if produced or field not in _NOT_PRODUCED:
+        return getattr(breakdown, field)
+    return _NOT_PRODUCED[field]
+
+
 # Every field in the record's order, None until set (the client's view stays None here:
 # `slo bench` fills it), and the Breakdown's defaults (`Breakdown._of` may leave them out of
 # the instance's dict).
@@ -77,6 +89,7 @@ def record_fields(
     """One record of a settled request as a plain dict with every field (the store takes
     dicts; cheap to build)."""
     timeline = request.timeline
+    clock_start, before_app_s, connection_s = arrival_fields(timeline)
     # One literal merging the breakdown's own dict (C speed: as fast as naming every field).
     record = {
         **_EMPTY_RECORD,
@@ -92,6 +105,9 @@ def record_fields(
         "stream": request.exchange.is_stream,
         "input_tokens": timeline.input_tokens,
         "cached_tokens": timeline.cached_tokens,
+        "clock_start": clock_start,
+        "before_app_s": before_app_s,
+        "connection_s": connection_s,
     }
     if produced:
         for name in _LIST_FIELDS:

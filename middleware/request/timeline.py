@@ -47,12 +47,10 @@ ENGINE_EVENTS = (
     "detokenize",
     "finish",
 )
-# Marks of a proxy in front of the engine (`slo proxy`): when it starts sending the request
-# upstream, and when the upstream has been reached (connected, request sent).
+# Marks of a proxy in front of the engine (`slo proxy`): sending upstream, upstream reached.
 PROXY_EVENTS = ("upstream_start", "upstream_connected")
 
-# (count, last, gaps in seconds) of a list of marks: see `RequestTimeline._gaps`.
-_Gaps = tuple[int, int | None, tuple[float, ...]]
+_Gaps = tuple[int, int | None, tuple[float, ...]]  # count, last, gaps (s): `_gaps`
 
 
 @dataclass(slots=True, eq=False)
@@ -63,6 +61,9 @@ class RequestTimeline:
     clock: Clock
     start_ns: int = 0
     wall_start_s: float = 0.0
+    # Where the server told the first byte (`middleware.request.arrival`).
+    app_call_ns: int | None = None
+    connection_accepted_ns: int | None = None
     receive_end_ns: int | None = None
     enqueue_ns: int | None = None
     schedule_ns: list[int] = field(default_factory=list)
@@ -70,6 +71,8 @@ class RequestTimeline:
     prefill_end_ns: int | None = None
     token_ns: list[int] = field(default_factory=list)
     detokenize_ns: int = 0
+    # When each detokenization (an engine hook per token) ran: [start, end, start, end, ...].
+    detokenize_marks: list[int] = field(default_factory=list)
     first_token_byte_ns: int | None = None
     last_byte_ns: int | None = None
     body_chunk_ns: list[int] = field(default_factory=list)
@@ -117,6 +120,7 @@ class RequestTimeline:
             self.token_ns.append(at)
         elif event == "detokenize":
             self.detokenize_ns += duration_ns
+            self.detokenize_marks += (at - duration_ns, at)
         elif event == "schedule":
             self.schedule_ns.append(at)
         elif event == "enqueue":
