@@ -231,6 +231,8 @@ class RequestTracer:
             # Named after its phase, and nothing more: an attribute repeating the name cost a
             # tenth of the request's telemetry.
             span = tracer.start_span(phase_name, context=context, start_time=begin + offset)
+            if phase_name == "detokenize":
+                add_detokenize_events(span, timeline.detokenize_marks, offset)
             span.end(end_time=finish + offset)
         # Error status where the server failed (HTTP semantics for SERVER spans: a 4xx is the
         # client's); `error.type` names every failure, the client's too.
@@ -284,7 +286,7 @@ def phase_intervals(timeline: RequestTimeline, breakdown: Breakdown) -> list[tup
             ("queue", enqueue, schedule),
             ("prefill", schedule, first_token),
             ("decode", first_token, last_token),
-            ("detokenize", first_token, first_token + round(breakdown.detokenize_s * 1e9)),
+            ("detokenize", *_detokenize_interval(timeline.detokenize_marks, first_token, end)),
             ("send", last_token, end),
         ]
     else:
@@ -310,3 +312,36 @@ def phase_intervals(timeline: RequestTimeline, breakdown: Breakdown) -> list[tup
         last_chunk = min(max(chunks[-1], first_byte), end) if chunks else first_byte
         spans += [("decode", first_byte, last_chunk), ("send", last_chunk, end)]
     return spans
+
+
+# A detokenize span carries one event per detokenization, up to this many (the rest counted).
+DETOKENIZE_EVENTS = 32
+
+
+def _detokenize_interval(marks: list[int], first_token: int, end: int) -> tuple[int, int]:
+    """From the first detokenization's start to the last one's end (they interleave with
+    decode: the span's `llm_slo.detokenize.busy_s` is the time spent in them)."""
+    if not marks:
+        return first_token, first_token
+    begin = min(max(marks[0], first_token), end)
+    return begin, min(max(marks[-1], begin), end)
+
+
+def add_detokenize_events(span: Any, marks: list[int], offset: int) -> None:
+    """Each detokenization as an event at its real start, with its duration; the time spent in
+    them all and their count as attributes. (The breakdown's detokenize phase is the part of
+    that time within decode, so the phases still add up: the last token's detokenization comes
+    after decode's last token.)"""
+    calls = len(marks) // 2
+    busy_ns = sum(marks[1::2]) - sum(marks[0::2])
+    span.set_attribute("llm_slo.detokenize.busy_s", busy_ns * 1e-9)
+    span.set_attribute("llm_slo.detokenize.calls", calls)
+    if calls > DETOKENIZE_EVENTS:
+        span.set_attribute("llm_slo.detokenize.events_dropped", calls - DETOKENIZE_EVENTS)
+    for index in range(0, 2 * min(calls, DETOKENIZE_EVENTS), 2):
+        started, ended = marks[index], marks[index + 1]
+        span.add_event(
+            "detokenized",
+            {"llm_slo.detokenize.duration_s": (ended - started) * 1e-9},
+            timestamp=started + offset,
+        )

@@ -144,6 +144,21 @@ def test_records_metrics_spans_agree_with_the_client(
             assert server.start_time <= child.start_time <= child.end_time <= server.end_time
         assert server.attributes["llm_slo.ttft_s"] > 0
         assert server.attributes["gen_ai.request.model"] == MODEL
+        # Detokenize is measured: one event per detokenization at its real time, inside the
+        # span from the first to the last, and their durations add up to the busy time.
+        (detokenize,) = [c for c in children if c.name == "detokenize"]
+        (decode,) = [c for c in children if c.name == "decode"]
+        events = detokenize.events
+        assert events and len(events) == detokenize.attributes["llm_slo.detokenize.calls"]
+        assert detokenize.start_time == events[0].timestamp >= decode.start_time
+        starts = [event.timestamp for event in events]
+        assert starts == sorted(starts) and starts[-1] <= detokenize.end_time
+        durations = [event.attributes["llm_slo.detokenize.duration_s"] for event in events]
+        busy = detokenize.attributes["llm_slo.detokenize.busy_s"]
+        assert sum(durations) == pytest.approx(busy, rel=1e-6) and busy > 0
+        # The phase is the part of that time within decode (the last token's comes after it).
+        assert records[server.attributes["llm_slo.request_id"]].detokenize_s <= busy + 1e-9
+        assert (detokenize.end_time - detokenize.start_time) / 1e9 >= max(durations)
     assert app.span_drops.dropped == 0
 
 
