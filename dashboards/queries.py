@@ -2,8 +2,9 @@
 metrics, each filtered on the dashboard's variables.
 
 Percentiles are `histogram_quantile` over `rate(<metric>_bucket[$__rate_interval])`, means
-are `rate(_sum) / rate(_count)`; every query sums over replicas, so two replicas read as one
-service, and filters on the dashboard's tier, model and instance variables.
+are `rate(_sum) / rate(_count)` (a phase's over every measured request: `phase_mean_expr`);
+every query sums over replicas, so two replicas read as one service, and filters on the
+dashboard's tier, model and instance variables.
 """
 
 from __future__ import annotations
@@ -43,6 +44,19 @@ def quantile_expr(sli: str, quantile: str, by: str = "tier") -> str:
     return (
         f"histogram_quantile({quantile}, "
         f"{summed_rate(metric, f'{by}, le' if by else 'le', *request_filter())})"
+    )
+
+
+def phase_mean_expr(phase: str) -> str:
+    """A phase's seconds per measured request: its time over every request measured (the e2e
+    histogram's count), not over the requests that reported the phase. So the phases add up
+    to the mean e2e, as a request's do, and a phase no request had reads 0: an engine that
+    reports queue and prefill apart never has queue_prefill, one seen only on the wire has
+    only queue_prefill, and the phase's own mean would be 0/0 (NaN)."""
+    requests = CATALOG["e2e"].metric + "_count"
+    return (
+        f"{summed_rate(CATALOG[phase].metric + '_sum', '', *request_filter())}\n/\n"
+        f"{summed_rate(requests, '', *request_filter())}"
     )
 
 

@@ -8,6 +8,7 @@ from dashboards.queries import (
     QUANTILES,
     mean_expr,
     percentile_legend,
+    phase_mean_expr,
     quantile_expr,
     request_filter,
     summed_rate,
@@ -111,7 +112,7 @@ def latency_row(spec: SLOSpec) -> Row:
             "The additive breakdown: network + queue + prefill + decode + detokenize + other "
             "= end-to-end. The phase that grows is the one to fix.",
             "s",
-            [Target(mean_expr(phase, by=""), phase) for phase in PHASES],
+            [Target(phase_mean_expr(phase), phase) for phase in PHASES],
             stacked=True,
         )
     )
