@@ -8,11 +8,17 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from hypothesis import settings
 
 from slo.store import RecordStore
 from tests.helpers import skip_guard
 from tests.helpers.checkpoints import llama_checkpoints  # noqa: F401  (a session fixture)
 from tests.helpers.tls import Pki, make_pki
+
+# No timing asserts in tests: hypothesis' per-example deadline is one (a shared 2-core machine
+# under load ran a 20 ms example in 272 ms, and the property failed as "flaky").
+settings.register_profile("llm-slo", deadline=None)
+settings.load_profile("llm-slo")
 
 
 def pytest_configure(config: pytest.Config) -> None:
