@@ -15,6 +15,12 @@ never delays a report. A span waits for its request at most `hold_s`, and at mos
 spans wait at once (the oldest dropped first); a second span for a joined request is dropped.
 Every dropped span is counted.
 
+An engine that times its stages in child spans of the request span (SGLang) sends those too:
+they are summed by stage name under their trace id (held as spans are, at most `hold_s` and
+`max_held` traces) and go with the request span when it joins (`with_stages`: queue, prefill
+and decode from the stages). They end before their request span, so an exporter sends them
+first or in the same export; one that comes after its request was reported is unmatched.
+
 Keys: the trace id (the proxy sends the engine a `traceparent` of its own span), or the
 request id the engine reports (`X-Request-Id`, which vLLM may prefix, e.g. `chatcmpl-<id>`).
 A span is only worth reading when a request of ours is under one of its keys, in flight
@@ -30,10 +36,10 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from middleware.upstream import SpanPhases
+from middleware.upstream import SpanPhases, with_stages
 
 logger = logging.getLogger("middleware.intake")
 
@@ -59,6 +65,15 @@ class _Waiting:
     deadline: float
     report: Report
     request_id: str | None
+
+
+@dataclass(slots=True)
+class _Stages:
+    """One trace's stage spans, until its request span joins: seconds summed by stage name."""
+
+    at: float
+    seconds: dict[str, float] = field(default_factory=dict)
+    count: int = 0
 
 
 class Relay(Protocol):
@@ -101,6 +116,8 @@ class SpanJoin:
         self._held: OrderedDict[str, tuple[float, SpanPhases]] = OrderedDict()  # early spans
         self._held_by_request: dict[str, str] = {}
         self._joined: OrderedDict[str, None] = OrderedDict()  # recent trace ids, for duplicates
+        # Stage spans (`SpanPhases.stage`) by trace id: when the first came, seconds by stage.
+        self._stages: OrderedDict[str, _Stages] = OrderedDict()
         self._in_flight: dict[str, int] = {}  # trace id -> requests of ours under it, running
         self._in_flight_requests: dict[str, int] = {}  # their request ids
         # With several workers: spans of another worker's requests go there, not unmatched.
@@ -151,7 +168,7 @@ class SpanJoin:
         span is held under them (a second copy is counted as a duplicate by `add`)."""
         if trace_id in self._in_flight or trace_id in self._waiting or trace_id in self._joined:
             return True
-        if trace_id in self._held:
+        if trace_id in self._held or trace_id in self._stages:
             return True
         for key in request_keys(request_id):
             if key in self._in_flight_requests or key in self._waiting_by_request:
@@ -183,7 +200,7 @@ class SpanJoin:
         span = self._take_held(trace_id, request_id) if self._held else None
         if span is not None:
             self._joined_now(trace_id)
-            _safely(report, span)
+            _safely(report, self._with_stages(span))
             return None
         if not self.expects_spans() or self.wait_s == 0 or trace_id in self._waiting:
             _safely(report, None)
@@ -208,13 +225,16 @@ class SpanJoin:
         for span in spans:
             self.counts.spans += 1
             self._last_span_at = now
+            if span.stage is not None:
+                self._add_stage(span, now)
+                continue
             trace_id = self._waiting_trace(span)
             if trace_id is not None:
                 waiting = self._waiting.pop(trace_id)
                 if waiting.request_id:
                     self._waiting_by_request.pop(waiting.request_id, None)
                 self._joined_now(trace_id)
-                _safely(waiting.report, span)
+                _safely(waiting.report, self._with_stages(span))
             elif span.trace_id in self._joined:
                 self.counts.duplicates += 1
             else:
@@ -246,6 +266,8 @@ class SpanJoin:
             self.counts.waited_in_vain += 1
             _safely(waiting.report, None)
         self._waiting_by_request.clear()
+        self.counts.unmatched += sum(held.count for held in self._stages.values())
+        self._stages.clear()
 
     def _waiting_trace(self, span: SpanPhases) -> str | None:
         if span.trace_id in self._waiting:
@@ -280,6 +302,26 @@ class SpanJoin:
     def _drop_stale(self, now: float) -> None:
         while self._held and next(iter(self._held.values()))[0] + self.hold_s <= now:
             self._drop_oldest_held()
+        while self._stages and next(iter(self._stages.values())).at + self.hold_s <= now:
+            self.counts.unmatched += self._stages.popitem(last=False)[1].count
+
+    def _add_stage(self, span: SpanPhases, now: float) -> None:
+        """One stage span: summed under its trace id until its request span joins."""
+        if span.trace_id in self._joined:
+            self.counts.unmatched += 1  # its request was reported already
+            return
+        held = self._stages.get(span.trace_id)
+        if held is None:
+            held = self._stages[span.trace_id] = _Stages(now)
+            while len(self._stages) > self.max_held:
+                self.counts.unmatched += self._stages.popitem(last=False)[1].count
+        name = span.stage or ""
+        held.seconds[name] = held.seconds.get(name, 0.0) + (span.stage_s or 0.0)
+        held.count += 1
+
+    def _with_stages(self, span: SpanPhases) -> SpanPhases:
+        held = self._stages.pop(span.trace_id, None)
+        return span if held is None else with_stages(span, held.seconds)
 
     def _drop_oldest_held(self) -> None:
         _trace_id, (_at, span) = self._held.popitem(last=False)

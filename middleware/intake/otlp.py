@@ -4,8 +4,10 @@ OTLP/HTTP (opentelemetry-proto's `ExportTraceServiceRequest`) comes as protobuf
 (`application/x-protobuf`) or as JSON (`application/json`: the protobuf JSON mapping, except
 that trace and span ids are hex strings and enums are integers), each compressed or not
 (`Content-Encoding: gzip`, or `deflate` as the SDK's exporter can send). Only spans an adapter
-claims by name are read, and of those only the attributes their adapter reads; the rest of
-the export (the engine's other spans and attributes, resources, events) is skipped.
+claims by name are read, and of those only the attributes their adapter reads; an engine's
+stage spans (`EngineAdapter.stage_spans`, children of its request spans) are read for their
+trace id and duration alone; the rest of the export (the engine's other spans and attributes,
+resources, events) is skipped.
 
 An engine exports thousands of request spans a second (vLLM: one per request, 512 per
 export), and the proxy decodes them on the event loop that streams its responses, so the
@@ -23,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
-from middleware.upstream import EngineAdapter, SpanPhases, adapter_for_span
+from middleware.upstream import EngineAdapter, SpanPhases, adapter_for_span, adapter_for_stage
 
 # An export larger than this once decompressed is refused (a batch of 512 engine spans with
 # their attributes is well under 1 MiB).
@@ -79,10 +81,26 @@ def decode_export(
         )
     read: list[SpanPhases] = []
     for adapter, trace_id, attributes in spans:
+        if isinstance(attributes, float):  # a stage span: its name and seconds
+            read.append(_stage(adapter, trace_id, attributes))
+            continue
         phases = adapter.phases(trace_id, attributes)
         if phases is not None:
             read.append(phases)
     return read
+
+
+# The span readers yield (adapter, trace id, the attributes it reads) for a request span, and
+# ((adapter, stage name), trace id, seconds) for a stage span.
+
+
+def _stage(claimed: Any, trace_id: str, seconds: float) -> SpanPhases:
+    adapter, name = claimed
+    return SpanPhases(trace_id=trace_id, engine=adapter.name, stage=name, stage_s=seconds)
+
+
+def _seconds(start_ns: int, end_ns: int) -> float:
+    return (end_ns - start_ns) / 1e9 if end_ns > start_ns > 0 else 0.0
 
 
 class _Claims:
@@ -100,6 +118,15 @@ class _Claims:
             adapter = self._adapters[name] = adapter_for_span(name)
             return adapter
 
+    def stage(self, name: str) -> EngineAdapter | None:
+        """The adapter whose engine names a stage span `name` (looked up once per name)."""
+        key = "\0" + name
+        try:
+            return self._adapters[key]
+        except KeyError:
+            adapter = self._adapters[key] = adapter_for_stage(name)
+            return adapter
+
     def keys(self, adapter: EngineAdapter) -> frozenset[str] | None:
         """The attribute keys `adapter` reads; None when it reads the span itself (all)."""
         try:
@@ -110,9 +137,7 @@ class _Claims:
             return keys
 
 
-def _protobuf_spans(
-    body: bytes, wanted: Wanted | None
-) -> Iterator[tuple[EngineAdapter, str, dict[str, Any]]]:
+def _protobuf_spans(body: bytes, wanted: Wanted | None) -> Iterator[Any]:
     from google.protobuf.message import DecodeError
 
     try:
@@ -127,6 +152,12 @@ def _protobuf_spans(
             for span in scope_spans.spans:
                 adapter = claims.adapter(span.name)
                 if adapter is None:
+                    stage = claims.stage(span.name) if span.name else None
+                    if stage is not None:
+                        trace_id = span.trace_id.hex()
+                        if wanted is None or wanted(trace_id, None):
+                            start, end = span.start_time_unix_nano, span.end_time_unix_nano
+                            yield (stage, span.name), trace_id, _seconds(start, end)
                     continue
                 keys, held = claims.keys(adapter), span.attributes
                 trace_id = span.trace_id.hex()
@@ -145,10 +176,11 @@ def _protobuf_spans(
 @cache
 def _lean_export_class() -> Any:
     """`ExportTraceServiceRequest` cut down to what the intake reads: resource_spans (1) >
-    scope_spans (2) > spans (2) > trace_id (1), name (5) and attributes (9), the attributes as
-    `map<string, AnyValue>`. A map is encoded exactly as a repeated KeyValue {key = 1,
-    value = 2}, so it reads the same bytes; every other field is skipped by the parser. Built
-    in a pool of its own from opentelemetry-proto's AnyValue."""
+    scope_spans (2) > spans (2) > trace_id (1), name (5), start and end (7, 8: a stage span's
+    duration) and attributes (9), the attributes as `map<string, AnyValue>`. A map is encoded
+    exactly as a repeated KeyValue {key = 1, value = 2}, so it reads the same bytes; every other
+    field is skipped by the parser. Built in a pool of its own from opentelemetry-proto's
+    AnyValue."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
     from opentelemetry.proto.common.v1 import common_pb2
 
@@ -175,6 +207,8 @@ def _lean_export_class() -> Any:
     )
     span.field.add(name="trace_id", number=1, type=field.TYPE_BYTES, label=optional)
     span.field.add(name="name", number=5, type=field.TYPE_STRING, label=optional)
+    for name, number in (("start_time_unix_nano", 7), ("end_time_unix_nano", 8)):
+        span.field.add(name=name, number=number, type=field.TYPE_FIXED64, label=optional)
     span.field.add(
         name="attributes",
         number=9,
@@ -212,9 +246,7 @@ def _proto_value(value: Any) -> Any:
     return getattr(value, kind)
 
 
-def _json_spans(
-    body: bytes, wanted: Wanted | None
-) -> Iterator[tuple[EngineAdapter, str, dict[str, Any]]]:
+def _json_spans(body: bytes, wanted: Wanted | None) -> Iterator[Any]:
     try:
         request = json.loads(body)
     except ValueError as error:
@@ -231,6 +263,9 @@ def _json_spans(
                 name = span.get("name")
                 adapter = claims.adapter(name) if isinstance(name, str) else None
                 if adapter is None:
+                    stage = claims.stage(name) if isinstance(name, str) else None
+                    if stage is not None:
+                        yield from _json_stage(stage, name, span, wanted)
                     continue
                 trace_id = _json_trace_id(span.get("traceId"))
                 attributes = {
@@ -241,6 +276,18 @@ def _json_spans(
                 if wanted is not None and not wanted(trace_id, request_id):
                     continue
                 yield adapter, trace_id, attributes
+
+
+def _json_stage(
+    adapter: EngineAdapter, name: str, span: Mapping[str, Any], wanted: Wanted | None
+) -> Iterator[Any]:
+    trace_id = _json_trace_id(span.get("traceId"))
+    if wanted is None or wanted(trace_id, None):
+        times = [
+            _json_value({"intValue": span.get(k)}) for k in ("startTimeUnixNano", "endTimeUnixNano")
+        ]
+        start, end = (t if isinstance(t, int) else 0 for t in times)
+        yield (adapter, name), trace_id, _seconds(start, end)
 
 
 def _list(holder: Any, key: str) -> list[Any]:

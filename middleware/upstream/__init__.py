@@ -31,8 +31,10 @@ from middleware.upstream.registry import (
     EngineAdapter,
     SpanPhases,
     adapter_for_span,
+    adapter_for_stage,
     read_response_headers,
     register,
+    with_stages,
 )
 from middleware.upstream.report import UpstreamReport
 
@@ -42,9 +44,11 @@ __all__ = [
     "SpanPhases",
     "UpstreamReport",
     "adapter_for_span",
+    "adapter_for_stage",
     "apply_timings",
     "apply_usage",
     "engines",
     "read_response_headers",
     "register",
+    "with_stages",
 ]

@@ -13,6 +13,7 @@ an adapter brings a new key), so a chunk carries an engine's report only where i
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,10 @@ class SpanPhases:
     input_tokens: int | None = None
     output_tokens: int | None = None
     engine: str = ""
+    # A stage span (a child of the request span, in the same trace): its name and seconds. The
+    # join sums an engine's stage spans by name and lets `read_stages` make phases of them.
+    stage: str | None = None
+    stage_s: float | None = None
 
 
 def _seconds(value: Any, scale: float) -> float | None:
@@ -84,6 +89,11 @@ class EngineAdapter:
     span_attributes: Mapping[str, str] = field(default_factory=dict)
     span_unit_s: float = 1.0
     read_span: Callable[[str, Mapping[str, Any]], SpanPhases | None] | None = None
+    # For an engine that times its stages in child spans of the request span (SGLang's
+    # `prefill_waiting`, `prefill_forward`, `decode_loop`): their names, and the function that
+    # makes `queue_s` / `prefill_s` / `decode_s` of their seconds summed by name.
+    stage_spans: frozenset[str] = frozenset()
+    read_stages: Callable[[Mapping[str, float]], Mapping[str, float]] | None = None
     metrics: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -95,6 +105,11 @@ class EngineAdapter:
         if any(name != name.lower() for name in self.headers):
             raise ValueError(f"engine adapter {self.name!r}: name `headers` in lower case")
         self._check_body_keys()
+        if bool(self.stage_spans) != (self.read_stages is not None):
+            raise ValueError(
+                f"engine adapter {self.name!r}: `stage_spans` and `read_stages` come together "
+                "(the stage spans it reads, and the function that makes phases of them)"
+            )
         unknown = set(self.span_attributes) - set(SPAN_FIELDS)
         if unknown:
             raise ValueError(
@@ -167,6 +182,12 @@ def register(adapter: EngineAdapter) -> EngineAdapter:
                 f"engine adapters {other.name!r} and {adapter.name!r} both read the body keys "
                 f"{sorted(shared_keys)}; a body key must say which engine sent it"
             )
+        shared_stages = adapter.stage_spans & other.stage_spans
+        if shared_stages:
+            raise ValueError(
+                f"engine adapters {other.name!r} and {adapter.name!r} both claim stage spans "
+                f"named {sorted(shared_stages)}; a stage span name must say which engine sent it"
+            )
     ADAPTERS[adapter.name] = adapter
     RESPONSE_HEADERS.update(adapter.headers)
     if adapter.body_keys:
@@ -185,6 +206,27 @@ def adapter_for_span(name: str) -> EngineAdapter | None:
         if pattern is not None and pattern.fullmatch(name):
             return adapter
     return None
+
+
+def adapter_for_stage(name: str) -> EngineAdapter | None:
+    """The adapter whose engine names a stage span `name`, if any."""
+    for adapter in ADAPTERS.values():
+        if name in adapter.stage_spans:
+            return adapter
+    return None
+
+
+def with_stages(span: SpanPhases, stages: Mapping[str, float]) -> SpanPhases:
+    """A request span with the phases its engine's stage spans give (seconds by stage name);
+    a phase the stages give replaces the request span's own."""
+    adapter = ADAPTERS.get(span.engine)
+    if adapter is None or adapter.read_stages is None or not stages:
+        return span
+    phases = {k: v for k, v in adapter.read_stages(stages).items() if k in _PHASES}
+    return dataclasses.replace(span, **phases) if phases else span
+
+
+_PHASES = ("queue_s", "prefill_s", "decode_s")
 
 
 def read_response_headers(report: UpstreamReport, found: Mapping[bytes, bytes]) -> bool:
