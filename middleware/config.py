@@ -105,6 +105,13 @@ class EngineSpansConfig:
     wait_s: float = 10.0  # how long a finished request waits for its span
     # Hand the app a traceparent of our request span; None: when our spans are exported.
     propagate_trace: bool | None = None
+    # Also take OTLP over gRPC (the TraceService) on this HOST:PORT (`middleware.intake.
+    # grpc_server`); None: OTLP/HTTP at routes.traces_path only.
+    otlp_grpc: str | None = None
+    otlp_grpc_token: str | None = None  # the operations token its exports must carry
+    otlp_grpc_certfile: str | None = None  # PEM: serve it over TLS with this certificate
+    otlp_grpc_keyfile: str | None = None  # its key (default: read from the certfile)
+    otlp_grpc_ca_certs: str | None = None  # mutual TLS: clients' certificates signed by these
 
     def __post_init__(self) -> None:
         if self.expect not in ENGINE_SPAN_MODES:
@@ -112,6 +119,20 @@ class EngineSpansConfig:
                 "engine_spans.expect", f"one of {', '.join(ENGINE_SPAN_MODES)}, got {self.expect!r}"
             )
         _not_negative("engine_spans", "wait_s", self.wait_s)
+        if self.otlp_grpc is not None:
+            _host_port("engine_spans", "otlp_grpc", self.otlp_grpc)
+        if self.otlp_grpc_certfile is None:
+            for name in ("otlp_grpc_keyfile", "otlp_grpc_ca_certs"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(
+                        f"engine_spans.{name}", "needs otlp_grpc_certfile: TLS needs a certificate"
+                    )
+
+
+def _host_port(part: str, name: str, value: str) -> None:
+    host, _, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{part}.{name}", f"HOST:PORT, e.g. 127.0.0.1:4317, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from middleware.config import (
 )
 from middleware.endpoints import serve_metrics, serve_slo
 from middleware.intake import SpanJoin, serve_traces
+from middleware.intake.grpc_server import grpc_intake
 from middleware.intake.propagate import propagate_context
 from middleware.lifespan import Lifespan
 from middleware.live import LiveSLO
@@ -114,7 +115,9 @@ class LatencyMiddleware:
         # Reports may wait a moment (`middleware.request.later`): whatever reads them runs them
         # first.
         self._later = Later(config.reporting.report_delay_s)
-        self.lifespan = Lifespan(self.close, before_close=self._later.run_now)
+        self.lifespan = Lifespan(
+            self.close, before_close=self._later.run_now, on_start=self._attach_intakes
+        )
         self.reporter = self._reporter()
         self._set_up_request_path(routes.traces_path)
         # Read per request: kept here, not looked up through the config each time.
@@ -176,12 +179,20 @@ class LatencyMiddleware:
         """Engine request spans (OTLP at `traces_path`) joined to the records: see
         middleware.intake.join for when a report waits for its span, and how long."""
         self.traces_path = traces_path
-        self.span_join = SpanJoin(spans.wait_s, expect=spans.expect, intake=traces_path is not None)
+        intake = traces_path is not None or spans.otlp_grpc is not None
+        self.span_join = SpanJoin(spans.wait_s, expect=spans.expect, intake=intake)
+        # OTLP over gRPC on a port of its own, served from now on; its exports are taken on
+        # the event loop, once lifespan (or the first request) gives it (`_attach_intakes`).
+        self.otlp_grpc = None if spans.otlp_grpc is None else grpc_intake(self.span_join, spans)
         # Send the app (the engine, or `slo proxy`'s upstream) a traceparent of our request
         # span and an X-Request-Id; by default when our spans are exported (else the parent
         # would name a span no backend has), and always behind `slo proxy`.
         propagate = spans.propagate_trace
         self.propagate_trace = self.tracer.enabled if propagate is None else propagate
+
+    def _attach_intakes(self) -> None:
+        if self.otlp_grpc is not None:
+            self.otlp_grpc.attach()
 
     def _genai_metrics(self, telemetry: TelemetryConfig) -> GenAIMetrics | None:
         """The gen_ai.* metrics on the SDK's MeterProvider (OTLP per OTEL_*) and on /metrics,
@@ -327,6 +338,8 @@ class LatencyMiddleware:
 
     def close(self) -> None:
         """Flush records and stop background work (call on shutdown)."""
+        if self.otlp_grpc is not None:
+            self.otlp_grpc.close()  # first: no span comes in while the reports go out
         self._later.run_now()
         self.span_join.close()  # reports still waiting for an engine span go out without it
         if self.store is not None:

@@ -50,10 +50,17 @@ class _Progress:
 
 class Lifespan:
     def __init__(
-        self, on_shutdown: Callable[[], None], *, before_close: Callable[[], None] | None = None
+        self,
+        on_shutdown: Callable[[], None],
+        *,
+        before_close: Callable[[], None] | None = None,
+        on_start: Callable[[], None] | None = None,
     ) -> None:
         self._on_shutdown = on_shutdown
         self._before_close = before_close  # on the event loop, before `on_shutdown` off it
+        # On the event loop that serves the requests, when lifespan starts (or, without
+        # lifespan, at the first request): what needs that loop (the OTLP/gRPC intake) takes it.
+        self._on_start = on_start
         self.seen = False  # a lifespan is running that will tell us of the shutdown
         self.closed = False
         self._close_lock = threading.Lock()  # lifespan, signal and atexit may race to close
@@ -66,6 +73,8 @@ class Lifespan:
                 "now written one by one; give each server run its own LatencyMiddleware"
             )
         self.seen = True
+        if self._on_start is not None:
+            self._on_start()
         progress = _Progress()
 
         async def receive_wrapper() -> Message:
@@ -148,6 +157,8 @@ class Lifespan:
         if self.seen or self._fallback:
             return
         self._fallback = True
+        if self._on_start is not None:
+            self._on_start()
         _without_lifespan.add(self)
         _hook_exit()
 

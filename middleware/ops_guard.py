@@ -34,6 +34,20 @@ DEFAULT_PATHS = ("/metrics", "/slo", "/slo.html", "/v1/traces")
 _PAGE_QUERY = "token"
 
 
+def token_digest(token: str) -> bytes:
+    """What a presented token is compared with: its SHA-256, so its length does not show."""
+    return hashlib.sha256(token.encode()).digest()
+
+
+def bearer_matches(digest: bytes, authorization: str) -> bool:
+    """Whether an `Authorization` value is `Bearer <the token of digest>` (constant-time);
+    also the OTLP/gRPC intake's check of its `authorization` metadata."""
+    if authorization[:7].lower() != "bearer ":
+        return False
+    presented = authorization[7:].strip().encode("utf-8", "replace")
+    return hmac.compare_digest(hashlib.sha256(presented).digest(), digest)
+
+
 class OpsGuard:
     """Pure ASGI: requests to `paths` need the ops token (header, or the page's cookie)."""
 
@@ -51,7 +65,7 @@ class OpsGuard:
         self.paths = frozenset(paths)
         self.page_paths = frozenset(page_paths)
         self.intake_paths = frozenset(intake_paths)
-        self._digest = hashlib.sha256(token.encode()).digest()
+        self._digest = token_digest(token)
         self._cookie = hmac.new(token.encode(), b"llm-slo ops cookie", hashlib.sha256).hexdigest()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

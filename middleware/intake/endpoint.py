@@ -38,15 +38,25 @@ async def serve_traces(join: SpanJoin, scope: Scope, receive: Receive, send: Sen
         if not message.get("more_body", False):
             break
     try:
-        spans = decode_export(
-            bytes(body), content_type, headers.get("content-encoding", ""), join.wanted
-        )
+        take_export(join, bytes(body), content_type, headers.get("content-encoding", ""))
     except IntakeError as error:
-        join.counts.rejected += 1
         await _answer(send, 400, f"POST /v1/traces: {error}", as_json)
         return
-    join.add(spans)
     await _answer(send, 200, None, as_json)
+
+
+def take_export(join: SpanJoin, body: bytes, content_type: str, content_encoding: str = "") -> None:
+    """Read one export whole, then hand its spans to the join: an export that cannot be read
+    (IntakeError, past the size limit too) is counted as rejected and changes nothing. Both
+    intakes, OTLP/HTTP here and OTLP/gRPC (`middleware.intake.grpc_server`), take it so."""
+    try:
+        if len(body) > MAX_EXPORT_BYTES:
+            raise IntakeError(f"export exceeds {MAX_EXPORT_BYTES} bytes; send smaller batches")
+        spans = decode_export(body, content_type, content_encoding, join.wanted)
+    except IntakeError:
+        join.counts.rejected += 1
+        raise
+    join.add(spans)
 
 
 async def _answer(send: Send, status: int, message: str | None, as_json: bool) -> None:

@@ -29,7 +29,9 @@ from opentelemetry.trace import SpanKind, Tracer, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 EXPORT_MODES = ("normal", "twice", "never", "early")
-ENCODINGS = ("protobuf", "json")
+# protobuf, json: OTLP/HTTP; grpc: OTLP over gRPC, the SDK's gRPC exporter (vLLM's and
+# SGLang's default protocol, TGI's only one), `url` then http://HOST:PORT.
+ENCODINGS = ("protobuf", "json", "grpc")
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,8 @@ def make_tracer(
     exporter: SpanExporter
     if encoding == "json":
         exporter = OtlpJsonExporter(url, compression)
+    elif encoding == "grpc":
+        exporter = _grpc_exporter(url, compression)
     else:
         exporter = OTLPSpanExporter(endpoint=url, compression=Compression(compression))
     attributes = dict(_RESOURCES[engine])
@@ -197,6 +201,22 @@ def make_tracer(
     provider = TracerProvider(resource=Resource.create(attributes))
     provider.add_span_processor(FaultyShipper(exporter, faults))
     return provider.get_tracer(_SCOPES[engine]), provider
+
+
+def _grpc_exporter(url: str, compression: str) -> SpanExporter:
+    """The SDK's default OTLP exporter (opentelemetry-exporter-otlp-proto-grpc), as vLLM and
+    SGLang build it from OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (the headers from the env too)."""
+    from opentelemetry.exporter.otlp.proto.grpc import trace_exporter
+    from opentelemetry.exporter.otlp.proto.grpc.exporter import Compression as GrpcCompression
+
+    kind = {
+        "none": GrpcCompression.NoCompression,
+        "gzip": GrpcCompression.Gzip,
+        "deflate": GrpcCompression.Deflate,
+    }
+    return trace_exporter.OTLPSpanExporter(
+        endpoint=url, insecure=url.startswith("http://"), compression=kind[compression]
+    )
 
 
 def parent_context(engine: str, headers: Mapping[str, str]) -> Context:

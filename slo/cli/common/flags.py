@@ -63,6 +63,11 @@ def add_pem_flag(parser: argparse._ActionsContainer, flag: str, help: str) -> No
     parser.add_argument(flag, metavar="PEM", help=help)
 
 
+def add_address_flag(parser: argparse._ActionsContainer, flag: str, help: str) -> None:
+    """A listening address, HOST:PORT, none unless given."""
+    parser.add_argument(flag, metavar="HOST:PORT", default=None, help=help)
+
+
 def check_at_least_one(flags: Mapping[str, int | None]) -> None:
     """Each count flag, when given, is at least 1: one line naming the first that is not."""
     for flag, value in flags.items():

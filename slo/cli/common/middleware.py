@@ -20,6 +20,7 @@ FLAG_FIELDS = {
     "inject_usage": "inject_usage",
     "engine_spans": "expect",
     "engine_span_wait": "wait_s",
+    "otlp_grpc": "otlp_grpc",
 }
 
 

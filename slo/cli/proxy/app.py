@@ -5,8 +5,9 @@ process and in each worker of `--workers N` (slo.cli.proxy.workers)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +48,6 @@ def build(
 ) -> Built:
     """The app `slo proxy` serves, from its flags; `listing`: the upstream's, already read
     (a worker takes its parent's), `scrape`: read the engine's /metrics (one worker does)."""
-    from slo.cli.common.middleware import build_middleware
-
     proxy = _proxy_app(args)
     scrape_url = _metrics_url(args.upstream_metrics, proxy.upstream_url)
     model: str = args.model
@@ -56,20 +55,13 @@ def build(
         listing = _provider_and_models(args.provider_name, proxy.upstream_url, proxy.pool.tls)
     provider_name, listed = listing
     gpu_stats = _gpu_telemetry(args.gpu)
-    middleware = build_middleware(
-        limit_addresses(proxy, args),
-        args,
-        model=model,
-        propagate_trace=True,  # the engine's span then lands in our trace, found by its id
-        provider_name=provider_name,
-        models=listed,
-        # A sidecar's clients often send the next request as the last one ends: its start
-        # goes first, the last one's report a moment later (`middleware.request.later`).
-        report_delay_s=REPORT_DELAY_S,
-        gpu_stats=gpu_stats,
-    )
+    with _grpc_errors_as_usage():
+        middleware = _middleware(args, proxy, model, listing, gpu_stats, token)
     where = f"{scheme(context)}://{args.host}:{args.port}"
     print(f"proxying {where} -> {proxy.upstream_url} (model {model})")
+    if middleware.otlp_grpc is not None:
+        tls = " over TLS" if middleware.otlp_grpc.tls else ""
+        print(f"OTLP/gRPC span intake: {middleware.otlp_grpc.address}{tls}")
     scraper = None
     if scrape:
         scraper = _start_scraper(
@@ -83,6 +75,63 @@ def build(
 
     app = guard_operations(middleware, middleware, token)
     return Built(app, middleware, close, (provider_name, list(listed)))
+
+
+def _middleware(
+    args: argparse.Namespace,
+    proxy: ProxyApp,
+    model: str,
+    listing: tuple[str, list[str]],
+    gpu_stats: Callable[[], Any] | None,
+    token: str | None,
+) -> LatencyMiddleware:
+    from slo.cli.common.middleware import build_middleware
+
+    provider_name, listed = listing
+    return build_middleware(
+        limit_addresses(proxy, args),
+        args,
+        model=model,
+        propagate_trace=True,  # the engine's span then lands in our trace, found by its id
+        provider_name=provider_name,
+        models=listed,
+        # A sidecar's clients often send the next request as the last one ends: its start
+        # goes first, the last one's report a moment later (`middleware.request.later`).
+        report_delay_s=REPORT_DELAY_S,
+        gpu_stats=gpu_stats,
+        **_grpc_access(args, token),
+    )
+
+
+@contextlib.contextmanager
+def _grpc_errors_as_usage() -> Iterator[None]:
+    """--otlp-grpc's mistakes (its address, its port taken, grpcio missing) as one line."""
+    from middleware.config import ConfigError
+    from middleware.intake.grpc_server import GRPC_MISSING
+
+    try:
+        yield
+    except (ConfigError, OSError, RuntimeError) as error:
+        ours = (
+            error.field.startswith("engine_spans.otlp_grpc")
+            if isinstance(error, ConfigError)
+            else str(error) == GRPC_MISSING or str(error).startswith("OTLP/gRPC intake")
+        )
+        if not ours:
+            raise
+        raise UsageError(f"--otlp-grpc: {error}") from None
+
+
+def _grpc_access(args: argparse.Namespace, token: str | None) -> dict[str, Any]:
+    """The OTLP/gRPC intake's token and TLS: the proxy's own (`--ops-token-file`, `--ssl-*`)."""
+    if getattr(args, "otlp_grpc", None) is None:
+        return {}
+    return {
+        "otlp_grpc_token": token,
+        "otlp_grpc_certfile": args.ssl_certfile,
+        "otlp_grpc_keyfile": args.ssl_keyfile,
+        "otlp_grpc_ca_certs": args.ssl_ca_certs,
+    }
 
 
 def _gpu_telemetry(wanted: bool) -> Callable[[], Any] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from slo.cli.common.flags import (
+    add_address_flag,
     add_number_flag,
     add_pem_flag,
     add_seconds_flag,
@@ -13,6 +14,7 @@ from slo.cli.common.flags import (
 from slo.cli.proxy.app import build
 from slo.cli.security import add_security_flags, read_access
 from slo.cli.serving import add_server_flags, check_positive_seconds, run_until_stopped
+from slo.errors import UsageError
 
 HELP = "measure any OpenAI-compatible server: a streaming reverse proxy with the middleware"
 DESCRIPTION = (
@@ -111,6 +113,14 @@ def _add_engine_telemetry_flags(parser: argparse.ArgumentParser) -> None:
         "waits up to --engine-span-wait for its span; auto: once the engine has sent one "
         "(default: %(default)s)",
     )
+    add_address_flag(
+        parser,
+        "--otlp-grpc",
+        "also take the engine's spans as OTLP over gRPC (the TraceService, where vLLM and "
+        "SGLang export by default and TGI always does) on this address, e.g. 0.0.0.0:4317; "
+        "with the same join, the --ops-token-file token as 'authorization' metadata, and TLS "
+        "when --ssl-certfile is given (default: OTLP/HTTP only)",
+    )
     parser.add_argument(
         "--provider-name",
         default="auto",
@@ -133,6 +143,11 @@ def run(args: argparse.Namespace) -> int:
 
     workers = resolve_workers(args.workers)
     check_flags(args)
+    if workers > 1 and args.otlp_grpc is not None:
+        raise UsageError(
+            "--otlp-grpc serves from one process: use --workers 1, or send the spans as "
+            "OTLP/HTTP to POST /v1/traces, which every worker takes"
+        )
     context, token = read_access(args)
     if workers > 1:
         check_shared_dir()
