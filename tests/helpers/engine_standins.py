@@ -4,8 +4,11 @@
 Each serves `/v1/chat/completions` and `/v1/completions` (streamed and plain) on a scripted,
 deterministic schedule, `/metrics` with the engine's own names, and exports one request span
 per request through the real OpenTelemetry SDK and OTLP/HTTP exporter, named and shaped as
-the engine does. Facts below were read in the engines' sources (stored public repositories;
-TGI at db931fc, 2026-01-08); /work/notes/engine_names.md has more.
+the engine does. The releases they copy: SGLang 0.5.23 (the wheel pinned in
+tests/helpers/engine_releases.py; tests of SGLang's tracing run its released code instead,
+tests/helpers/sglang_engine.py, and tests/unit/middleware/test_sglang_release.py checks the
+names below against the wheel), TGI's router at commit db931fc (2026-01-08), vLLM's v1 engine
+as of the same date (its release not pinned here yet).
 
 vLLM (v1): vllm/v1/engine/output_processor.py `do_tracing` ends ONE span `llm_request`, kind
 SERVER, start = arrival, end = when the engine finishes (often before the last HTTP byte),

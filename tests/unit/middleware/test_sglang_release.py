@@ -1,0 +1,69 @@
+"""Our SGLang adapter against SGLang's released code (the wheel pinned in
+tests/helpers/engine_releases.py): every stage span name, span attribute and `/metrics` family
+it reads is in the wheel, and a rename in the wheel fails the contract test, naming it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from middleware.upstream.engines.sglang import SGLANG
+from tests.helpers.engine_releases import NO_DEPS_WHEELS, SGLANG_VERSION
+from tests.helpers.sglang_release import FILES, SglangMissing, metric_families, problems, wheel_root
+
+# A copy of the wheel's files to check instead of the installed wheel (the mutation test's).
+COPY_ENV = "LLM_SLO_SGLANG_WHEEL_COPY"
+
+
+def wheel() -> Path:
+    copy = os.environ.get(COPY_ENV)
+    if copy:
+        return Path(copy)
+    try:
+        return wheel_root()
+    except SglangMissing as error:
+        pytest.skip(str(error))
+
+
+def test_the_pinned_wheel_has_every_name_our_adapter_reads() -> None:
+    assert problems(wheel(), SGLANG) == []
+
+
+def test_the_families_are_read_from_the_wheel() -> None:
+    families = metric_families(wheel())
+    # a counter's family loses its _total, as prometheus_client's parser names it
+    assert "sglang:num_retracted_requests" in families
+    assert "sglang:num_retracted_requests_total" not in families
+    assert f"sglang=={SGLANG_VERSION}" in NO_DEPS_WHEELS
+
+
+def copy_of_wheel(root: Path, into: Path) -> Path:
+    for name in FILES:
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / name, target)
+    return into
+
+
+@pytest.mark.parametrize(
+    ("path", "old", "new"),
+    [
+        ("srt/observability/req_time_stats.py", '"prefill_waiting"', '"prefill_queueing"'),
+        ("srt/observability/metrics_collector.py", '"sglang:num_queue_reqs"', '"sglang:queued"'),
+        ("srt/observability/trace.py", '"gen_ai.usage.completion_tokens"', '"gen_ai.out"'),
+    ],
+)
+def test_a_rename_in_the_wheel_fails_the_contract_test_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str, old: str, new: str
+) -> None:
+    root = copy_of_wheel(wheel(), tmp_path / "sglang")
+    source = (root / path).read_text()
+    assert old in source
+    (root / path).write_text(source.replace(old, new))
+    monkeypatch.setenv(COPY_ENV, str(root))
+    with pytest.raises(AssertionError) as failure:
+        test_the_pinned_wheel_has_every_name_our_adapter_reads()
+    assert old.strip('"') in str(failure.value)
