@@ -256,7 +256,7 @@ _LOSSES: tuple[SLI, ...] = (
         "llm_slo_engine_span_exports_rejected_total",
         "exports",
         None,
-        "Trace exports refused (400, 413): not OTLP, malformed, too big.",
+        "Trace exports refused (400, 413, gRPC INVALID_ARGUMENT): not OTLP, malformed, too big.",
     ),
     counter(
         "engine_span_waits_expired",
