@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.metadata
+import importlib.util
 import os
 import sys
 import types
@@ -64,6 +65,12 @@ def wheel_root() -> Path:
             f"sglang {version} is installed, the tests pin {SGLANG_VERSION}: "
             f"pip install --no-deps sglang=={SGLANG_VERSION}"
         )
+    # trace.py traces only when it imports both of the SDK's OTLP exporters.
+    for exporter in ("grpc", "http"):
+        if importlib.util.find_spec(f"opentelemetry.exporter.otlp.proto.{exporter}") is None:
+            raise SglangMissing(
+                f"SGLang's tracing needs opentelemetry-exporter-otlp-proto-{exporter} (dev extra)"
+            )
     located = importlib.metadata.distribution("sglang").locate_file("sglang")
     return Path(str(located))
 
