@@ -222,7 +222,7 @@ def with_stages(span: SpanPhases, stages: Mapping[str, float]) -> SpanPhases:
     adapter = ADAPTERS.get(span.engine)
     if adapter is None or adapter.read_stages is None or not stages:
         return span
-    phases = {k: v for k, v in adapter.read_stages(stages).items() if k in _PHASES}
+    phases: dict[str, Any] = {k: v for k, v in adapter.read_stages(stages).items() if k in _PHASES}
     return dataclasses.replace(span, **phases) if phases else span
 
 

@@ -86,8 +86,8 @@ def _classes_from(source: Path, names: tuple[str, ...], scope: dict[str, Any]) -
     """Compile only the named top-level classes of a wheel's module (its other imports need a
     GPU); `scope` gives the names they use."""
     tree = ast.parse(source.read_text(), str(source))
-    body = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in names]
-    missing = set(names) - {node.name for node in body}
+    body: list[ast.stmt] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in names]
+    missing = set(names) - {getattr(node, "name", "") for node in body}
     if missing:
         raise SglangMissing(f"{source} defines no {sorted(missing)}")
     namespace = dict(scope)
