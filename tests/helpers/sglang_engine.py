@@ -19,7 +19,8 @@ scheduler_components/batch_result_processor.py):
   `set_completion_time`.
 
 Spans go out through SGLang's `process_tracing_init` (its `get_otlp_span_exporter` and batch
-processor) to LLM_SLO_SGLANG_OTLP_URL; with LLM_SLO_SGLANG_SPANS_FILE, a second processor
+processor) to LLM_SLO_SGLANG_OTLP_URL, over the protocol OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
+names (SGLang's default: grpc; or http/protobuf); with LLM_SLO_SGLANG_SPANS_FILE, a second processor
 writes every span as a JSON line there (name, trace id, start and end in ns), for the test to
 compare with. Environment: SLOTS (2), PREFILL_S, DECODE_S (per step), TOKENS (per answer).
 """
@@ -155,7 +156,6 @@ class SpansFile:
 
 
 def _start_tracing(trace: ModuleType, env: Mapping[str, str]) -> None:
-    os.environ.setdefault("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
     trace.process_tracing_init(env[ENV + "OTLP_URL"], "sglang")
     trace.trace_set_thread_info("Tokenizer")
     spans_file = env.get(ENV + "SPANS_FILE")

@@ -1,7 +1,8 @@
 """SGLang's released tracing code (the pinned wheel) behind an engine with real queueing (2
-slots, 4 clients), exporting through SGLang's own exporter to `slo proxy`'s `POST /v1/traces`:
-24 streamed chats, every record joined, each record's queue, prefill and decode within 1 ms of
-the engine's own stage spans (as a second exporter in the engine wrote them)."""
+slots, 4 clients), exporting through SGLang's own exporter to `slo proxy`: OTLP/HTTP to its
+`POST /v1/traces`, or SGLang's default, gRPC, to `--otlp-grpc`. 24 streamed chats, every
+record joined, each record's queue, prefill and decode within 1 ms of the engine's own stage
+spans (as a second exporter in the engine wrote them)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,11 @@ def _sglang_wheel() -> None:
 
 
 @contextlib.contextmanager
-def sglang_engine(port: int, otlp_url: str, spans_file: Path) -> Iterator[str]:
+def sglang_engine(port: int, otlp_url: str, spans_file: Path, protocol: str) -> Iterator[str]:
     env = {**os.environ, "LLM_SLO_SGLANG_OTLP_URL": otlp_url}
+    env.pop("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", None)
+    if protocol != "grpc":  # gRPC is SGLang's default: nothing to set
+        env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = protocol
     env.update(LLM_SLO_SGLANG_SPANS_FILE=str(spans_file), LLM_SLO_SGLANG_SLOTS="2")
     env.update(LLM_SLO_SGLANG_PREFILL_S="0.02", LLM_SLO_SGLANG_DECODE_S="0.008")
     env["SGLANG_OTLP_EXPORTER_SCHEDULE_DELAY_MILLIS"] = "200"
@@ -100,13 +104,25 @@ def stage_phases(spans_file: Path) -> dict[str, tuple[float, float, float]]:
     }
 
 
-def test_24_streams_through_the_proxy_take_sglangs_stage_spans(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_24_streams_through_the_proxy_take_sglangs_stage_spans(
+    tmp_path: Path, protocol: str
+) -> None:
     engine_port, db, spans_file = free_port(), tmp_path / "records.db", tmp_path / "spans.jsonl"
-    proxy_args = ("--upstream-metrics", "off", "--engine-spans", "always")
+    proxy_args = ["--upstream-metrics", "off", "--engine-spans", "always"]
+    proxy_args += ["--engine-span-wait", "15"]
+    grpc_address = f"127.0.0.1:{free_port()}"
+    if protocol == "grpc":
+        proxy_args += ["--otlp-grpc", grpc_address]
     engine_url = f"http://127.0.0.1:{engine_port}"
     with (
-        slo_proxy(engine_url, db, *proxy_args, "--engine-span-wait", "15") as base_url,
-        sglang_engine(engine_port, base_url + "/v1/traces", spans_file),
+        slo_proxy(engine_url, db, *proxy_args) as base_url,
+        sglang_engine(
+            engine_port,
+            grpc_address if protocol == "grpc" else base_url + "/v1/traces",
+            spans_file,
+            protocol,
+        ),
     ):
         events = asyncio.run(chats(base_url))
         assert events == [TOKENS] * (CLIENTS * CHATS_EACH)
