@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import set_span_in_context
 
 from middleware.intake import SpanJoin, decode_export
-from middleware.upstream import SpanPhases
+from middleware.upstream import ADAPTERS, EngineAdapter, SpanPhases, register
 from middleware.upstream.engines.sglang import read_sglang_stages
 
 MS = 1_000_000
@@ -140,3 +140,12 @@ def test_prefill_is_the_forward_or_the_chunks_standing_alone() -> None:
         "prefill_s": 0.1,
         "decode_s": 0.2,
     }
+
+
+def test_stage_spans_come_with_their_reader_and_belong_to_one_engine() -> None:
+    with pytest.raises(ValueError, match="`stage_spans` and `read_stages` come together"):
+        EngineAdapter(name="acme", stage_spans=frozenset({"queued"}))
+    taken = EngineAdapter(name="acme", stage_spans=frozenset({"decode_loop"}), read_stages=dict)
+    with pytest.raises(ValueError, match="both claim stage spans named \\['decode_loop'\\]"):
+        register(taken)
+    assert "acme" not in ADAPTERS
