@@ -13,6 +13,7 @@ import pytest
 from middleware.upstream.engines.sglang import SGLANG
 from tests.helpers.engine_releases import NO_DEPS_WHEELS, SGLANG_VERSION
 from tests.helpers.sglang_release import FILES, SglangMissing, metric_families, problems, wheel_root
+from tests.helpers.standin_metrics import SglangMetrics
 
 # A copy of the wheel's files to check instead of the installed wheel (the mutation test's).
 COPY_ENV = "LLM_SLO_SGLANG_WHEEL_COPY"
@@ -38,6 +39,11 @@ def test_the_families_are_read_from_the_wheel() -> None:
     assert "sglang:num_retracted_requests" in families
     assert "sglang:num_retracted_requests_total" not in families
     assert f"sglang=={SGLANG_VERSION}" in NO_DEPS_WHEELS
+
+
+def test_the_sglang_standins_metrics_are_the_wheels() -> None:
+    served = {family.name for family in SglangMetrics("m").registry.collect()}
+    assert served and served - metric_families(wheel()) == set()
 
 
 def copy_of_wheel(root: Path, into: Path) -> Path:
