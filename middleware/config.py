@@ -112,6 +112,9 @@ class EngineSpansConfig:
     otlp_grpc_certfile: str | None = None  # PEM: serve it over TLS with this certificate
     otlp_grpc_keyfile: str | None = None  # its key (default: read from the certfile)
     otlp_grpc_ca_certs: str | None = None  # mutual TLS: clients' certificates signed by these
+    # Several processes of one server listen on the port (SO_REUSEPORT; `slo proxy --workers`,
+    # whose span relay hands each worker the spans of its requests); else it is one's alone.
+    otlp_grpc_shared: bool = False
 
     def __post_init__(self) -> None:
         if self.expect not in ENGINE_SPAN_MODES:

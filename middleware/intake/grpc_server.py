@@ -69,6 +69,7 @@ class GrpcIntake:
         keyfile: str | None = None,
         ca_certs: str | None = None,
         threads: int = 2,
+        shared_port: bool = False,
     ) -> None:
         grpc = _grpc()
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
@@ -84,8 +85,12 @@ class GrpcIntake:
         self._server = grpc.server(
             concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="llm-slo-otlp-grpc"),
             handlers=[handler],
-            # One listener per address: a second process on the port is an error, not a share.
-            options=[("grpc.max_receive_message_length", RECEIVE_LIMIT), ("grpc.so_reuseport", 0)],
+            # One listener per address unless the port is shared by design (a server's workers):
+            # a second process on it is an error, not a share.
+            options=[
+                ("grpc.max_receive_message_length", RECEIVE_LIMIT),
+                ("grpc.so_reuseport", int(shared_port)),
+            ],
         )
         self.tls = certfile is not None
         self.port = self._bind(grpc, address, certfile, keyfile, ca_certs)
@@ -204,4 +209,5 @@ def grpc_intake(join: SpanJoin, spans: EngineSpansConfig) -> GrpcIntake:
         certfile=spans.otlp_grpc_certfile,
         keyfile=spans.otlp_grpc_keyfile,
         ca_certs=spans.otlp_grpc_ca_certs,
+        shared_port=spans.otlp_grpc_shared,
     )

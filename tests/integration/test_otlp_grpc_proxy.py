@@ -182,3 +182,35 @@ def test_the_token_is_metadata_and_tls_is_the_proxys(pki: Pki, tmp_path: Path) -
     values = samples_of(scrape.text)
     assert total(values, CATALOG["engine_spans_unmatched"].metric) == 1  # the SDK's span
     assert total(values, CATALOG["engine_span_exports_rejected"].metric) == 0
+
+
+def test_two_workers_share_the_grpc_port_and_join_every_stream(tmp_path: Path) -> None:
+    """`--workers 2`: the engine's one gRPC connection reaches one worker; the span relay hands
+    the other worker the spans of its requests, as with OTLP/HTTP."""
+    port, grpc_port = free_port(), free_port()
+    db = tmp_path / "records.db"
+    flags = ("--engine-spans", "always", "--engine-span-wait", "15", "--workers", "2")
+    with (
+        standin_server(
+            "vllm",
+            tmp_path,
+            queue_s=QUEUE_S,
+            prefill_s=PREFILL_S,
+            decode_s=DECODE_S,
+            otlp_url=f"http://127.0.0.1:{grpc_port}",
+            otlp_encoding="grpc",
+            export_delay_max_s=1,
+            seed=5,
+        ) as upstream,
+        slo_proxy(port, upstream, db, *flags, "--otlp-grpc", f"127.0.0.1:{grpc_port}") as base_url,
+    ):
+        assert asyncio.run(stream_all(base_url, STREAMS)) == [TOKENS] * STREAMS
+        joined = CATALOG["engine_spans_joined"].metric
+        wait_for(lambda: total(metric_values(base_url), joined) >= STREAMS)
+        wait_for(lambda: len(records(db)) >= STREAMS)
+        values = metric_values(base_url)
+    assert total(values, joined) == STREAMS
+    assert total(values, CATALOG["engine_spans_unmatched"].metric) == 0
+    rows = records(db)
+    assert len(rows) == STREAMS and all(row["queue_prefill_s"] is None for row in rows)
+    assert all(math.isclose(row["queue_s"], QUEUE_S, abs_tol=1e-3) for row in rows)  # type: ignore[arg-type]

@@ -45,9 +45,11 @@ def build(
     *,
     listing: tuple[str, list[str]] | None = None,
     scrape: bool = True,
+    worker: bool = False,
 ) -> Built:
     """The app `slo proxy` serves, from its flags; `listing`: the upstream's, already read
-    (a worker takes its parent's), `scrape`: read the engine's /metrics (one worker does)."""
+    (a worker takes its parent's), `scrape`: read the engine's /metrics (one worker does),
+    `worker`: one of `--workers N`, sharing the OTLP/gRPC port with the others."""
     proxy = _proxy_app(args)
     scrape_url = _metrics_url(args.upstream_metrics, proxy.upstream_url)
     model: str = args.model
@@ -56,7 +58,7 @@ def build(
     provider_name, listed = listing
     gpu_stats = _gpu_telemetry(args.gpu)
     with _grpc_errors_as_usage():
-        middleware = _middleware(args, proxy, model, listing, gpu_stats, token)
+        middleware = _middleware(args, proxy, model, listing, gpu_stats, (token, worker))
     where = f"{scheme(context)}://{args.host}:{args.port}"
     print(f"proxying {where} -> {proxy.upstream_url} (model {model})")
     if middleware.otlp_grpc is not None:
@@ -83,7 +85,7 @@ def _middleware(
     model: str,
     listing: tuple[str, list[str]],
     gpu_stats: Callable[[], Any] | None,
-    token: str | None,
+    access: tuple[str | None, bool],
 ) -> LatencyMiddleware:
     from slo.cli.common.middleware import build_middleware
 
@@ -99,7 +101,7 @@ def _middleware(
         # goes first, the last one's report a moment later (`middleware.request.later`).
         report_delay_s=REPORT_DELAY_S,
         gpu_stats=gpu_stats,
-        **_grpc_access(args, token),
+        **_grpc_access(args, *access),
     )
 
 
@@ -122,8 +124,11 @@ def _grpc_errors_as_usage() -> Iterator[None]:
         raise UsageError(f"--otlp-grpc: {error}") from None
 
 
-def _grpc_access(args: argparse.Namespace, token: str | None) -> dict[str, Any]:
-    """The OTLP/gRPC intake's token and TLS: the proxy's own (`--ops-token-file`, `--ssl-*`)."""
+def _grpc_access(
+    args: argparse.Namespace, token: str | None, worker: bool = False
+) -> dict[str, Any]:
+    """The OTLP/gRPC intake's token and TLS: the proxy's own (`--ops-token-file`, `--ssl-*`);
+    a worker of `--workers N` shares the port with the others."""
     if getattr(args, "otlp_grpc", None) is None:
         return {}
     return {
@@ -131,6 +136,7 @@ def _grpc_access(args: argparse.Namespace, token: str | None) -> dict[str, Any]:
         "otlp_grpc_certfile": args.ssl_certfile,
         "otlp_grpc_keyfile": args.ssl_keyfile,
         "otlp_grpc_ca_certs": args.ssl_ca_certs,
+        "otlp_grpc_shared": worker,
     }
 
 

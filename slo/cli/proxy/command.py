@@ -14,7 +14,6 @@ from slo.cli.common.flags import (
 from slo.cli.proxy.app import build
 from slo.cli.security import add_security_flags, read_access
 from slo.cli.serving import add_server_flags, check_positive_seconds, run_until_stopped
-from slo.errors import UsageError
 
 HELP = "measure any OpenAI-compatible server: a streaming reverse proxy with the middleware"
 DESCRIPTION = (
@@ -143,11 +142,6 @@ def run(args: argparse.Namespace) -> int:
 
     workers = resolve_workers(args.workers)
     check_flags(args)
-    if workers > 1 and args.otlp_grpc is not None:
-        raise UsageError(
-            "--otlp-grpc serves from one process: use --workers 1, or send the spans as "
-            "OTLP/HTTP to POST /v1/traces, which every worker takes"
-        )
     context, token = read_access(args)
     if workers > 1:
         check_shared_dir()

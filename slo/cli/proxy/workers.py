@@ -10,8 +10,10 @@ did not set one, removed at exit) `/metrics` adds up the workers' files and `/sl
 worker's live windows (middleware.live.shared); every worker writes the same record store.
 The engine's OTLP exporter keeps one connection, so its spans reach one worker while the
 requests are spread over all: the span relay (middleware.intake.relay) hands a span to the
-worker whose request it is. One worker (the holder of a lock) reads the engine's /metrics:
-its gauges are engine-wide, and N readers would count its queue N times.
+worker whose request it is. With `--otlp-grpc` every worker listens on that port too
+(SO_REUSEPORT), and its spans are relayed the same way. One worker (the holder of a lock)
+reads the engine's /metrics: its gauges are engine-wide, and N readers would count its queue
+N times.
 """
 
 from __future__ import annotations
@@ -191,7 +193,7 @@ def create_app() -> WorkerApp:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         context, token = read_access(args)
         scrape = _take_lock(directory / "upstream-metrics.lock")
-        built = build(args, context, token, listing=listing, scrape=scrape)
+        built = build(args, context, token, listing=listing, scrape=scrape, worker=True)
     return WorkerApp(built, SpanRelay(directory, built.middleware.span_join))
 
 

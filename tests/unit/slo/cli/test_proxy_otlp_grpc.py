@@ -1,6 +1,6 @@
 """`slo proxy --otlp-grpc HOST:PORT`: the flag becomes the middleware's `engine_spans.otlp_grpc`
 with the proxy's own token and TLS files; its mistakes (an address without a port, a port
-already taken, more than one worker) are one line each."""
+already taken) are one line each; the workers of `--workers N` share the port."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ pytest.importorskip("grpc", reason="the OTLP/gRPC intake needs grpcio (llm-slo[g
 from slo.cli import build_parser
 from slo.cli.common.middleware import middleware_config
 from slo.cli.proxy.app import _grpc_access, build
-from slo.cli.proxy.command import run
 from slo.errors import UsageError
 
 UPSTREAM = ["proxy", "--upstream", "http://127.0.0.1:1"]
@@ -53,17 +52,28 @@ def test_the_proxy_serves_it_and_says_where(
         built.close()
 
 
-@pytest.mark.parametrize(
-    ("flags", "says"),
-    [
-        (["--otlp-grpc", "4317"], "HOST:PORT"),
-        (["--otlp-grpc", "127.0.0.1:4317", "--workers", "2"], "one process"),
-    ],
-)
-def test_its_mistakes_are_one_line(flags: list[str], says: str) -> None:
-    args = build_parser("proxy").parse_args([*UPSTREAM, *flags])
-    with pytest.raises(UsageError, match=says):
-        if "--workers" in flags:
-            run(args)
-        else:
-            build(args, None, None, listing=("vllm", []), scrape=False)
+def test_its_address_wants_a_port() -> None:
+    args = build_parser("proxy").parse_args([*UPSTREAM, "--otlp-grpc", "4317"])
+    with pytest.raises(UsageError, match=r"--otlp-grpc: .*HOST:PORT"):
+        build(args, None, None, listing=("vllm", []), scrape=False)
+
+
+def test_the_workers_of_one_proxy_share_the_port(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = f"sqlite:///{tmp_path / 'records.db'}"
+    args = build_parser("proxy").parse_args(
+        [*UPSTREAM, "--store", store, "--otlp-grpc", f"127.0.0.1:{port}"]
+    )
+    workers = [
+        build(args, None, None, listing=("vllm", []), scrape=False, worker=True) for _ in "ab"
+    ]
+    try:
+        intakes = [built.middleware.otlp_grpc for built in workers]
+        assert [None if i is None else (i.port, i.address) for i in intakes] == [
+            (port, f"127.0.0.1:{port}")
+        ] * 2
+    finally:
+        for built in workers:
+            built.close()
