@@ -16,6 +16,8 @@ Prometheus and the exporters use. Comparisons are constant-time (`hmac.compare_d
 SHA-256 digests, so the token's length does not show either).
 
 Any other path passes through untouched; so does every non-HTTP scope (lifespan included).
+The OTLP/gRPC intake (`middleware.intake.grpc_server`) checks the same token itself, in its
+`authorization` metadata (`bearer_matches`).
 """
 
 from __future__ import annotations

@@ -64,6 +64,12 @@ def build(
     if middleware.otlp_grpc is not None:
         tls = " over TLS" if middleware.otlp_grpc.tls else ""
         print(f"OTLP/gRPC span intake: {middleware.otlp_grpc.address}{tls}")
+        if token is None:
+            print(
+                f"warning: the OTLP/gRPC intake on {middleware.otlp_grpc.address} takes spans "
+                "from anyone who can reach it; protect it with --ops-token-file",
+                file=sys.stderr,
+            )
     scraper = None
     if scrape:
         scraper = _start_scraper(

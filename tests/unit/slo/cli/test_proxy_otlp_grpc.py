@@ -45,7 +45,9 @@ def test_the_proxy_serves_it_and_says_where(
     try:
         assert built.middleware.otlp_grpc is not None
         assert built.middleware.otlp_grpc.port == port
-        assert f"OTLP/gRPC span intake: 127.0.0.1:{port}\n" in capsys.readouterr().out
+        said = capsys.readouterr()
+        assert f"OTLP/gRPC span intake: 127.0.0.1:{port}\n" in said.out
+        assert "takes spans from anyone" in said.err  # no --ops-token-file
         with pytest.raises(UsageError, match="--otlp-grpc: OTLP/gRPC intake: cannot listen"):
             build(args, None, None, listing=("vllm", []), scrape=False)  # the port is taken
     finally:
