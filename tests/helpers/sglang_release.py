@@ -170,15 +170,17 @@ def metric_families(root: Path) -> set[str]:
     return families
 
 
+def stage_names(stats: types.ModuleType) -> set[str]:
+    """The stage (span) names of req_time_stats.py's `RequestStage`."""
+    configs = vars(stats.RequestStage).values()
+    return {c.stage_name for c in configs if isinstance(c, stats.RequestStageConfig)}
+
+
 def problems(root: Path, adapter: Any) -> list[str]:
     """What our SGLang adapter reads that this wheel does not have: its stage span names
     (`RequestStage`), request span attributes (`SpanAttributes`) and `/metrics` families."""
     trace, stats = load(root)
-    stages = {
-        value.stage_name
-        for value in vars(stats.RequestStage).values()
-        if isinstance(value, stats.RequestStageConfig)
-    }
+    stages = stage_names(stats)
     attributes = {v for k, v in vars(trace.SpanAttributes).items() if not k.startswith("_")}
     found = []
     for stage in sorted(set(adapter.stage_spans) - stages):

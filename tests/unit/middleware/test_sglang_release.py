@@ -9,11 +9,24 @@ import shutil
 from pathlib import Path
 
 import pytest
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from middleware.upstream.engines.sglang import SGLANG
 from tests.helpers.engine_releases import NO_DEPS_WHEELS, SGLANG_VERSION
-from tests.helpers.sglang_release import FILES, SglangMissing, metric_families, problems, wheel_root
+from tests.helpers.sglang_release import (
+    FILES,
+    SglangMissing,
+    load,
+    metric_families,
+    problems,
+    stage_names,
+    wheel_root,
+)
 from tests.helpers.standin_metrics import SglangMetrics
+from tests.helpers.standin_telemetry import Timeline, _sglang_scheduler_spans
 
 # A copy of the wheel's files to check instead of the installed wheel (the mutation test's).
 COPY_ENV = "LLM_SLO_SGLANG_WHEEL_COPY"
@@ -44,6 +57,18 @@ def test_the_families_are_read_from_the_wheel() -> None:
 def test_the_sglang_standins_metrics_are_the_wheels() -> None:
     served = {family.name for family in SglangMetrics("m").registry.collect()}
     assert served and served - metric_families(wheel()) == set()
+
+
+def test_the_sglang_standins_stage_spans_are_the_wheels_stages() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    timeline = Timeline(10**18, 0.04, 0.03, 0.01, prompt_tokens=5, completion_tokens=4)
+    _sglang_scheduler_spans(provider.get_tracer("sglang server"), Context(), timeline)
+    slices = {s.name for s in exporter.get_finished_spans() if not s.name.startswith("Scheduler")}
+    assert slices >= SGLANG.stage_spans - {"chunked_prefill"}
+    _trace, stats = load(wheel())
+    assert slices - stage_names(stats) == set()
 
 
 def copy_of_wheel(root: Path, into: Path) -> Path:
