@@ -144,6 +144,9 @@ class EngineConfig:
     # A step that decodes and prefills runs them in one forward pass (engine/fused.py); False:
     # two passes, the chunks then the decodes (for comparison; speculative decoding always).
     fuse_steps: bool = True
+    # The scheduler records who made each request wait (engine/blame.py, docs/blame.md),
+    # handed over with its last hook event (`on_blame`); False: nothing is recorded.
+    blame: bool = True
     scheduling: str = DEFAULT_POLICY  # one of engine.policies.POLICY_NAMES
     # Why `scheduling` was chosen, shown in /health (`slo serve`: the spec's objectives or the
     # flag); None: this default.

@@ -5,8 +5,8 @@ happened. `on_enqueue` runs on the thread that called `Engine.generate` (so a ho
 caller's context variables and tie the request id to its own per-request state); every other
 event runs on the engine's worker thread, so hooks must be quick and must not block.
 
-`on_prefix_hit` is newer than the rest and optional like every event; `StepStats` gains fields
-with defaults, so hooks written for older engines keep working.
+`on_prefix_hit` and `on_blame` are newer than the rest and optional like every event;
+`StepStats` gains fields with defaults, so hooks written for older engines keep working.
 
 With chunked prefill a prompt may span several steps: `on_prefill_start` fires with its first
 chunk (num_tokens: every token its prefill will compute) and `on_prefill_end` after its last;
@@ -34,6 +34,7 @@ HOOK_EVENTS = (
     "on_finish",
     "on_step",
     "on_prefix_hit",
+    "on_blame",
 )
 
 
@@ -108,6 +109,12 @@ class EngineHooks(Protocol):
         its prompt were found in the cache (only when > 0; it then precedes on_prefill_start,
         whose num_tokens counts only the tokens actually computed). A preempted request that
         is admitted again can fire it again."""
+
+    def on_blame(self, request_id: str, time_ns: int, blame: Any) -> None:
+        """Optional. Who made the request wait (`engine.blame.RequestBlame`: its queue wait,
+        decode interference and preemptions, by the culprits' priority, and its top
+        culprits), right before its `on_finish`, with the same time; not fired with
+        `EngineConfig.blame` off (docs/blame.md)."""
 
 
 class HookDispatch:

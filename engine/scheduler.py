@@ -15,6 +15,10 @@ is not sent twice.
 
 With prefix caching on, admission first looks up the sequence's full blocks in the cache:
 hits join the block table (shared, reference counted) and prefill starts after them.
+
+With blame on (the default), the scheduler tells its `BlameLedger` (engine/blame.py) who was
+planned, admitted, preempted for whom and shed, and how long each step took: each request's
+blame, who made it wait, is final when the worker closes it (`close_blame`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from engine.blame import BlameLedger, RequestBlame
 from engine.kv_cache import BlockAllocator, OutOfBlocks, blocks_needed, chain_hashes
 from engine.policies import SchedulingPolicy, TierObjective, create_policy
 from engine.sequence import Sequence
@@ -44,6 +49,7 @@ class StepPlan:
     shed: list[tuple[Sequence, str]] = field(default_factory=list)  # (sequence, reason)
     waiting_decodes: int = 0  # decoding sequences left out of this step (slo: taking turns)
     tpot_s: float | None = None  # slo: the TPOT objective this step must fit, if any
+    planned_ns: int = 0  # the plan instant: the admitted were scheduled then
 
     @property
     def prefill_tokens(self) -> int:
@@ -61,6 +67,7 @@ class Scheduler:
         max_num_batched_tokens: int,
         num_speculative: int = 0,
         policy: SchedulingPolicy | None = None,
+        blame: bool = True,
     ) -> None:
         if max_num_batched_tokens < 1:
             raise ValueError(
@@ -77,6 +84,7 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preempted_total = 0
         self._steps = 0
+        self.blame = BlameLedger(num_speculative) if blame else None
 
     @classmethod
     def from_config(
@@ -100,6 +108,7 @@ class Scheduler:
             config.max_num_batched_tokens or config.max_prefill_tokens,
             num_speculative=num_speculative,
             policy=policy,
+            blame=config.blame,
         )
 
     @property
@@ -119,6 +128,8 @@ class Scheduler:
         if not sequence.queued_ns:
             sequence.queued_ns = sequence.arrival_ns
         self._waiting.append(sequence)
+        if self.blame is not None:
+            self.blame.joined(sequence)
 
     def remove(self, sequence: Sequence) -> None:
         """Take a sequence out wherever it is and give its blocks back."""
@@ -132,14 +143,20 @@ class Scheduler:
         return self.running + self._waiting
 
     # ------------------------------------------------------------------------ one step
-    def schedule(self, now_ns: int) -> StepPlan:
-        """Plan one step at time `now_ns` (perf_counter_ns; injected so tests need no clock)."""
-        plan = StepPlan(budget=self.max_num_batched_tokens)
+    def schedule(self, now_ns: int, started_ns: int | None = None) -> StepPlan:
+        """Plan one step at time `now_ns` (perf_counter_ns; injected so tests need no clock);
+        `started_ns`: when the step began (its decodes' time counts from it; default now)."""
+        plan = StepPlan(budget=self.max_num_batched_tokens, planned_ns=now_ns)
+        blame = self.blame
+        if blame is not None:
+            blame.plan_started(now_ns, now_ns if started_ns is None else started_ns)
         for sequence, reason in self.policy.shed(
             self._waiting, self.running, now_ns, self._tokens_per_step()
         ):
             self._waiting.remove(sequence)
             plan.shed.append((sequence, reason))
+            if blame is not None:
+                blame.wait_ended(sequence, now_ns)
         self._reserve_decode_slots(now_ns, plan)
         self._steps += 1
         decoding = [s for s in self.running if s.prefilled]
@@ -154,11 +171,16 @@ class Scheduler:
         if shape.prefill_cap is not None:
             plan.budget = min(plan.budget, shape.prefill_cap)
         self._fill_prefill(now_ns, plan)
+        if blame is not None:
+            blame.planned(plan)
         return plan
 
-    def step_finished(self, plan: StepPlan, step_s: float) -> None:
-        """The step planned as `plan` ran in `step_s` seconds: the policy learns from it if
-        it did any work (an idle step says nothing about the cost of prefill or decode)."""
+    def step_finished(self, plan: StepPlan, step_s: float, finished_ns: int | None = None) -> None:
+        """The step planned as `plan` ran in `step_s` seconds, ending at `finished_ns`: the
+        policy learns from it if it did any work (an idle step says nothing about the cost of
+        prefill or decode), and so does the blame."""
+        if self.blame is not None:
+            self.blame.step_finished(plan, step_s, finished_ns, idle=not self.has_work())
         if plan.chunks or plan.decodes:
             self.policy.after_step(
                 step_s,
@@ -212,7 +234,7 @@ class Scheduler:
                     break
                 except OutOfBlocks:
                     victim = max(self.running, key=victim_key)
-                    self._preempt(victim, now_ns)
+                    self._preempt(victim, now_ns, sequence)
                     plan.preempted.append(victim)
                     if victim is sequence:
                         break
@@ -255,12 +277,14 @@ class Scheduler:
             victim = self._victim_for(sequence, plan)
             if victim is None:
                 return False
-            self._preempt(victim, now_ns)
+            self._preempt(victim, now_ns, sequence)
             plan.preempted.append(victim)
             if victim in plan.decodes:
                 plan.decodes.remove(victim)
                 plan.budget += 1 + victim.lookahead(self.num_speculative)
         self._waiting.remove(sequence)
+        if self.blame is not None:
+            self.blame.wait_ended(sequence, now_ns)
         self.allocator.acquire(hit)
         sequence.block_table = list(hit)
         sequence.block_hashes = hashes[: len(hit)]
@@ -308,11 +332,18 @@ class Scheduler:
             self.running.remove(sequence)
         self._release(sequence)
 
+    def close_blame(self, sequence: Sequence, now_ns: int) -> RequestBlame | None:
+        """Who made the request that ended at `now_ns` wait (None with blame off)."""
+        return None if self.blame is None else self.blame.close(sequence, now_ns)
+
     def _grow(self, sequence: Sequence, num_tokens: int) -> None:
         while len(sequence.block_table) * self.block_size < num_tokens:
             sequence.block_table.append(self.allocator.allocate())
 
-    def _preempt(self, sequence: Sequence, now_ns: int) -> None:
+    def _preempt(self, sequence: Sequence, now_ns: int, for_sequence: Sequence) -> None:
+        """Preempt `sequence` at `now_ns` to make room for `for_sequence`."""
+        if self.blame is not None:
+            self.blame.preempted(sequence, for_sequence, now_ns)
         self.running.remove(sequence)
         self._release(sequence)
         sequence.num_preemptions += 1

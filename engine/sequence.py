@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    from engine.blame import SequenceBlame
     from engine.sampling import SamplingParams
     from engine.tokenizer import IncrementalDetokenizer
 
@@ -47,6 +48,7 @@ class Sequence:
     prefilled: bool = False  # every token up to the newest is in the cache: it decodes
     prefill_started: bool = False  # its first chunk since (re)admission has run
     last_decode_step: int = 0  # the scheduler step that last decoded it (slo: turns)
+    blame: SequenceBlame | None = None  # who made it wait (engine/blame.py), while blame is on
 
     @property
     def all_ids(self) -> list[int]:

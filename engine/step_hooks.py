@@ -1,7 +1,7 @@
 """The hooks a step fires about its batch rather than about one token: who was admitted
 (`on_schedule`, `on_prefix_hit`), whose prefill starts and ends (`on_prefill_start`,
 `on_prefill_end`) and what the whole step did (`on_step`'s `StepStats`), and the same counts
-summed into the engine's totals."""
+summed into the engine's totals; and a request's last events (`on_blame`, `on_finish`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from engine.hooks import StepStats
 
 if TYPE_CHECKING:
+    from engine.blame import RequestBlame
     from engine.kv_cache import PagedKVCache
     from engine.outputs import EngineTotals
     from engine.scheduler import Scheduler, StepPlan
@@ -19,11 +20,10 @@ if TYPE_CHECKING:
 
 
 def announce_admitted(
-    by_event: dict[str, list[Callable[..., None]]], admitted: list[Sequence]
+    by_event: dict[str, list[Callable[..., None]]], admitted: list[Sequence], now: int
 ) -> None:
-    """`on_schedule` for every sequence given a batch slot, `on_prefix_hit` for those whose
-    prompt was partly found in the prefix cache."""
-    now = time.perf_counter_ns()
+    """`on_schedule` for every sequence given a batch slot at `now` (the plan instant),
+    `on_prefix_hit` for those whose prompt was partly found in the prefix cache."""
     for hook in by_event["on_schedule"]:
         for sequence in admitted:
             hook(sequence.request_id, now)
@@ -31,6 +31,21 @@ def announce_admitted(
         for sequence in admitted:
             if sequence.prefix_hit_tokens:
                 hook(sequence.request_id, now, sequence.prefix_hit_tokens)
+
+
+def announce_finish(
+    by_event: dict[str, list[Callable[..., None]]],
+    request_id: str,
+    now: int,
+    reason: str,
+    blame: RequestBlame | None,
+) -> None:
+    """A request's last events: `on_blame` with who made it wait (blame on), `on_finish`."""
+    if blame is not None:
+        for hook in by_event["on_blame"]:
+            hook(request_id, now, blame)
+    for hook in by_event["on_finish"]:
+        hook(request_id, now, reason)
 
 
 def announce_prefill_start(

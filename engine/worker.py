@@ -226,11 +226,11 @@ class EngineWorker:
 
         if self.config.step_delay_s > 0:
             time.sleep(self.config.step_delay_s)
-        plan = self.scheduler.schedule(time.perf_counter_ns())
+        plan = self.scheduler.schedule(time.perf_counter_ns(), started_ns)
         self._refuse(plan, shed)
         prefix_tokens = (0, 0)
-        if plan.admitted:
-            step_hooks.announce_admitted(by_event, plan.admitted)
+        if plan.admitted:  # scheduled at the plan instant, where their blame cuts the wait
+            step_hooks.announce_admitted(by_event, plan.admitted, plan.planned_ns)
             if self.config.enable_prefix_caching:
                 prefix_tokens = step_hooks.prefix_lookups(plan.admitted)
         decoding = plan.decodes
@@ -241,7 +241,7 @@ class EngineWorker:
 
         self._step_count += 1
         finished_ns = time.perf_counter_ns()
-        self.scheduler.step_finished(plan, (finished_ns - started_ns) / 1e9)
+        self.scheduler.step_finished(plan, (finished_ns - started_ns) / 1e9, finished_ns)
         if by_event["on_step"]:
             stats = step_hooks.step_stats(
                 self._step_count,
@@ -329,9 +329,8 @@ class EngineWorker:
         for sequence in completed:
             sequence.prefilled = True
         if completed:
-            self._sample_and_emit(
-                completed, logits if len(done) == len(sequences) else logits[done]
-            )
+            rows = logits if len(done) == len(sequences) else logits[done]
+            self._sample_and_emit(completed, rows)
 
     def _register(self, sequences: list[Sequence]) -> None:
         """Offer blocks completed by this forward to the prefix cache, before any finishing
@@ -392,9 +391,10 @@ class EngineWorker:
         return reason is not None
 
     def _finish(self, sequence: Sequence, reason: str) -> None:
-        """Mark a sequence finished and forget it; whoever calls this tells the caller."""
+        """Mark it finished and forget it (on_blame, on_finish); whoever calls this delivers."""
         sequence.finish_reason = reason
         with self._lock:
             self._sequences.pop(sequence.request_id, None)
-        for hook in self.hooks.by_event["on_finish"]:
-            hook(sequence.request_id, time.perf_counter_ns(), reason)
+        now = time.perf_counter_ns()
+        blame = self.scheduler.close_blame(sequence, now)
+        step_hooks.announce_finish(self.hooks.by_event, sequence.request_id, now, reason, blame)

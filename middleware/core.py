@@ -172,7 +172,11 @@ class LatencyMiddleware:
         )
         self.genai = self._genai_metrics(telemetry)
         self.tracer.genai = self.genai
-        self.bridge = EngineBridge(on_step=self.metrics.observe_engine_step)
+        self.bridge = EngineBridge(
+            on_step=self.metrics.observe_engine_step,
+            on_blame=self.metrics.engine.observe_blame,
+            tier_names={tier.priority: tier.name for tier in self.spec.tiers},
+        )
         self.live = LiveSLO(self.spec, clock=self.clock, alertmanager_url=alertmanager_url)
 
     def _set_up_engine_spans(self, spans: EngineSpansConfig, traces_path: str | None) -> None:

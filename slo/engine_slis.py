@@ -11,6 +11,12 @@ from slo.indicator import ENGINE_LABELS, SLI, TIER_ENGINE_LABELS, counter, gauge
 # Why the engine's scheduler shed a request (a 429, outcome "shed"): its tier's TTFT objective
 # was out of reach (the slo policy), or the waiting queue was full.
 SHED_REASONS: tuple[str, ...] = ("ttft_out_of_reach", "queue_full")
+# What made a request wait, in the bundled engine's exact blame (docs/blame.md): the requests
+# scheduled ahead of it, the prefill chunks beside its decode steps, and being preempted.
+# engine.blame.BLAME_CAUSES restates them; tests/unit/engine/test_blame.py compares the two.
+DELAY_CAUSES: tuple[str, ...] = ("queue", "interference", "preemption")
+# The culprit tier of queue time when the engine ran nothing (it was idle until the request).
+NO_CULPRIT = "none"
 
 ENGINE_SLIS: tuple[SLI, ...] = (
     SLI(
@@ -150,6 +156,18 @@ ENGINE_SLIS: tuple[SLI, ...] = (
         (*TIER_ENGINE_LABELS, "reason"),
         (),
         "Requests the engine refused with a 429, by reason: " + ", ".join(SHED_REASONS) + ".",
+        None,
+    ),
+    SLI(
+        "delay_caused",
+        "llm_slo_delay_caused_seconds_total",
+        "counter",
+        "seconds",
+        (*TIER_ENGINE_LABELS, "culprit_tier", "cause"),
+        (),
+        "Seconds of a tier's requests' waits caused by a tier's requests (the bundled "
+        "engine's exact blame), by cause: " + ", ".join(DELAY_CAUSES) + f"; culprit_tier "
+        f"'{NO_CULPRIT}' is queue time when the engine ran nothing.",
         None,
     ),
 )

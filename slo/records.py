@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import JSON, Column
 from sqlmodel import Field, SQLModel
 
+from slo.engine_slis import DELAY_CAUSES
 from slo.errors import UsageError
 from slo.sli import OUTCOMES, TOKENS_SOURCES
 
@@ -65,6 +66,9 @@ class RequestRecord(SQLModel, table=True):
     client_e2e_s: float | None = None
     client_tpot_s: float | None = None
     client_itl_s: list[float] | None = Field(default=None, sa_column=Column(JSON))
+    # Who made it wait (the bundled engine's exact blame, docs/blame.md): its queue wait,
+    # preemptions and decode interference, each tier's share and the top culprits; bounded.
+    delay_blame: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
 
     def to_dict(self) -> dict[str, Any]:
         """Every field but the database id, None values left out."""
@@ -90,6 +94,7 @@ def _field_groups() -> dict[str, tuple[str, ...]]:
         int: "int",
         bool: "bool",
         list[float] | None: "list",
+        dict[str, Any] | None: "blame",
     }
     groups: dict[str, list[str]] = {}
     for name, info in RequestRecord.model_fields.items():
@@ -118,6 +123,7 @@ OPTIONAL_FLOAT: tuple[str, ...] = _GROUPS.get("optional float", ())
 INT_FIELDS: tuple[str, ...] = _GROUPS.get("int", ())
 BOOL_FIELDS: tuple[str, ...] = _GROUPS.get("bool", ())
 LIST_FIELDS: tuple[str, ...] = _GROUPS.get("list", ())
+BLAME_FIELDS: tuple[str, ...] = _GROUPS.get("blame", ())
 # Defaults a dict may leave out (None defaults need no entry: a missing key reads as None).
 _DEFAULTS: dict[str, Any] = {
     name: info.default
@@ -191,6 +197,14 @@ def validate_record(data: Mapping[str, Any], where: str = "record") -> dict[str,
         if type(value) is not bool:
             raise fail(name, "true or false")
         values[name] = value
+    _check_json_fields(data, values, fail)
+    return values
+
+
+def _check_json_fields(
+    data: Mapping[str, Any], values: dict[str, Any], fail: Callable[[str, str], RecordError]
+) -> None:
+    """The lists of gaps and the delay blame, into `values` (`validate_record`)."""
     for name in LIST_FIELDS:
         value = data.get(name)
         if value is not None and (
@@ -199,7 +213,50 @@ def validate_record(data: Mapping[str, Any], where: str = "record") -> dict[str,
         ):
             raise fail(name, "a list of numbers of seconds >= 0")
         values[name] = None if value is None else [float(v) for v in value]
-    return values
+    for name in BLAME_FIELDS:
+        value = data.get(name)
+        if value is not None and not _is_blame(value):
+            raise fail(name, "a delay blame object (docs/blame.md)")
+        values[name] = value
+
+
+# A delay blame's totals, in seconds (the engine's `RequestBlame` has the same attributes).
+BLAME_TOTALS = ("queue_s", "preempted_s", "decode_s", "decode_only_s", "interference_s")
+_BLAME_ENTRY_KEYS = {
+    "by_tier": {"cause", "tier", "s", "requests"},
+    "top": {"cause", "request_id", "tier", "s"},
+}
+MAX_BLAME_ENTRIES = 256  # by_tier: a cause per tier pair; more is not a blame this engine wrote
+TOP_CULPRITS = 3  # engine.blame.TOP_CULPRITS (tests/unit/engine/test_blame.py compares them)
+
+
+def _is_seconds(value: Any) -> bool:
+    return type(value) in (int, float) and 0 <= value < _INF
+
+
+def _is_blame(value: Any) -> bool:
+    """A `delay_blame` object: its totals in seconds, each tier's share (`by_tier`) and the
+    top culprits (`top`, at most TOP_CULPRITS), each naming a cause of DELAY_CAUSES."""
+    if type(value) is not dict or set(value) != {*BLAME_TOTALS, *_BLAME_ENTRY_KEYS}:
+        return False
+    if not all(_is_seconds(value[total]) for total in BLAME_TOTALS):
+        return False
+    for key, limit in (("by_tier", MAX_BLAME_ENTRIES), ("top", TOP_CULPRITS)):
+        entries = value[key]
+        if type(entries) is not list or len(entries) > limit:
+            return False
+        for entry in entries:
+            if type(entry) is not dict or set(entry) != _BLAME_ENTRY_KEYS[key]:
+                return False
+            if entry["cause"] not in DELAY_CAUSES or type(entry["tier"]) is not str:
+                return False
+            if not _is_seconds(entry["s"]):
+                return False
+            if key == "by_tier" and (type(entry["requests"]) is not int or entry["requests"] < 0):
+                return False
+            if key == "top" and type(entry["request_id"]) is not str:
+                return False
+    return True
 
 
 def parse_json_line(line: str | bytes, where: str) -> dict[str, Any]:

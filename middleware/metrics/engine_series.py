@@ -1,10 +1,11 @@
 """The engine's series: gauges of its state (queue, running, batch, KV cache), counters of its
 steps (prefix cache, speculative decoding), its scheduler's tier isolation (preemptions, queue
-waits, sheds per tier, prefill chunks per step) and the GPUs' gauges, with the NVML calls that
-failed reading them.
+waits, sheds per tier, prefill chunks per step, the delays each tier caused each tier) and the
+GPUs' gauges, with the NVML calls that failed reading them.
 
-Fed by the bundled engine's steps (`observe_step`), by another engine's own `/metrics`
-(`set_engine_wide`, from `slo proxy --upstream-metrics`) and by GPU readings (`observe_gpus`).
+Fed by the bundled engine's steps (`observe_step`) and its requests' blame (`observe_blame`),
+by another engine's own `/metrics` (`set_engine_wide`, from `slo proxy --upstream-metrics`) and
+by GPU readings (`observe_gpus`).
 Every per-tier child is made at construction, at 0, keyed by the tier's priority (what the
 engine reports). `middleware.metrics.metric_set.MetricSet` owns one, in its registry.
 """
@@ -18,6 +19,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge
 
 from middleware.metrics.instruments import counter, gauge, histogram, label_values
+from slo.engine_slis import DELAY_CAUSES, NO_CULPRIT
 from slo.sli import CATALOG, SHED_REASONS
 from slo.spec import SLOSpec
 
@@ -89,6 +91,34 @@ class EngineSeries:
                 child = shed.labels(tier=tier.name, model=model, reason=reason)
                 child.inc(0)
                 self._shed[(tier.priority, reason)] = child
+        self._bind_delay_caused(registry)
+
+    def _bind_delay_caused(self, registry: CollectorRegistry) -> None:
+        """Seconds each tier's requests waited because of each tier's, by cause: a child per
+        (tier, culprit tier, cause), born at 0, keyed by priorities (what the engine reports;
+        None: queue time when the engine ran nothing, culprit tier NO_CULPRIT)."""
+        caused = counter(registry, "delay_caused")
+        tiers = self.spec.tiers
+        self._delay_caused: dict[tuple[int, int | None, str], Any] = {}
+        culprits: list[tuple[int | None, str]] = [(tier.priority, tier.name) for tier in tiers]
+        for tier in tiers:
+            for cause in DELAY_CAUSES:
+                nobody = [(None, NO_CULPRIT)] if cause == "queue" else []
+                for priority, name in culprits + nobody:
+                    child = caused.labels(
+                        tier=tier.name, model=self.model, culprit_tier=name, cause=cause
+                    )
+                    child.inc(0)
+                    self._delay_caused[(tier.priority, priority, cause)] = child
+
+    def observe_blame(self, blame: Any) -> None:
+        """The delays one request's blame names (`engine.blame.RequestBlame`: its priority,
+        and seconds by cause and culprit priority); priorities no tier has are not counted."""
+        children = self._delay_caused
+        for cause, culprit, seconds, _ in blame.by_tier:
+            child = children.get((blame.priority, culprit, cause))
+            if child is not None:
+                child.inc(seconds)
 
     def observe_step(self, stats: Any) -> None:
         """Engine gauges, counters and tier isolation from the bundled engine's

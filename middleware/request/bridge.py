@@ -4,23 +4,34 @@ Register it on the bundled engine with `engine.add_hooks(middleware.engine_hooks
 engine that calls the same methods works (the protocol is structural). Requests are found by
 the id the middleware hands the app in `scope["state"]["request_id"]`, or, for engines that
 pick their own ids, through the request's context when `on_enqueue` runs on the caller's thread.
+The engine's blame for a request (`on_blame`, right before `on_finish`) goes on its timeline,
+as its record keeps it, and to the `on_blame` callback (the delay counters).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from middleware.request.blame import blame_record
 from middleware.request.context import current_timeline
 from middleware.request.timeline import RequestTimeline
 
 
 class EngineBridge:
-    def __init__(self, on_step: Callable[[Any], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_step: Callable[[Any], None] | None = None,
+        on_blame: Callable[[Any], None] | None = None,
+        tier_names: Mapping[int, str] | None = None,
+    ) -> None:
+        """`tier_names`: the spec's tier names by priority, to name the blame's culprits."""
         self._timelines: dict[str, RequestTimeline] = {}
         self._lock = threading.Lock()
         self._on_step = on_step
+        self._on_blame = on_blame
+        self._tier_names = dict(tier_names or {})
 
     # Once each per request: a single dict store or pop is atomic, no lock needed.
     def register(self, timeline: RequestTimeline) -> None:
@@ -77,6 +88,13 @@ class EngineBridge:
         timeline = self._timelines.get(request_id)
         if timeline is not None:
             timeline.mark("finish", time_ns, reason=reason)
+
+    def on_blame(self, request_id: str, time_ns: int, blame: Any) -> None:
+        timeline = self._timelines.get(request_id)
+        if timeline is not None:
+            timeline.delay_blame = blame_record(blame, self._tier_names)
+        if self._on_blame is not None:
+            self._on_blame(blame)
 
     def on_step(self, stats: Any) -> None:
         if self._on_step is not None:

@@ -108,6 +108,7 @@ def record_fields(
         "clock_start": clock_start,
         "before_app_s": before_app_s,
         "connection_s": connection_s,
+        "delay_blame": timeline.delay_blame,
     }
     if produced:
         for name in _LIST_FIELDS:

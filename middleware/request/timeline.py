@@ -87,6 +87,7 @@ class RequestTimeline:
     upstream_connected_ns: int | None = None
     # Counts and phases the engine put on the wire (usage, timings, headers).
     upstream: UpstreamReport | None = None
+    delay_blame: dict[str, Any] | None = None  # who made it wait (middleware.request.blame)
     # The sequence-derived part of the last breakdown (see `_gaps`): a response asks for its
     # breakdown twice (timings for the client, then the report), the gaps are the costly part.
     _gaps_cache: tuple[tuple[int | None, int, int | None], _Gaps] | None = field(

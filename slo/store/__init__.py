@@ -32,7 +32,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 
 from slo.errors import UsageError
-from slo.records import FIELD_NAMES, REQUIRED_FLOAT, RequestRecord, iter_jsonl_dicts
+from slo.records import BLAME_FIELDS, FIELD_NAMES, REQUIRED_FLOAT, RequestRecord, iter_jsonl_dicts
 from slo.store.columns import ALL_COLUMNS, LIST_COLUMNS, RecordColumns
 from slo.store.durable import default_spool_dir, fsync_wanted, spool_key, sqlite_pragmas
 from slo.store.read import coded_columns, stored_keys
@@ -55,7 +55,10 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
     return url
 
 
-_LIST_POSITIONS = tuple(i for i, name in enumerate(FIELD_NAMES) if name in LIST_COLUMNS)
+# The fields written as JSON text: the lists of gaps and the delay blame.
+_LIST_POSITIONS = tuple(
+    i for i, name in enumerate(FIELD_NAMES) if name in LIST_COLUMNS or name in BLAME_FIELDS
+)
 
 
 _encode_json = msgspec.json.Encoder().encode

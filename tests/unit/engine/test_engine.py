@@ -259,6 +259,7 @@ def test_hooks_see_every_phase_in_order(engine: Engine) -> None:
         "on_detokenize",
         "on_token",
         "on_detokenize",
+        "on_blame",  # who made it wait, at its finish's time
         "on_finish",
     ]
     assert stamps == sorted(stamps)

@@ -33,6 +33,7 @@ from slo.genai import (
     USAGE_OUTPUT_TOKENS,
 )
 from slo.records import (
+    BLAME_FIELDS,
     BOOL_FIELDS,
     FIELD_NAMES,
     INT_FIELDS,
@@ -230,7 +231,7 @@ def test_record_field_groups_partition_the_model_fields() -> None:
     assert tuple(name for name in RequestRecord.model_fields if name != "id") == FIELD_NAMES
     groups = (
         REQUIRED_STR, OPTIONAL_STR, REQUIRED_FLOAT, OPTIONAL_FLOAT, INT_FIELDS, BOOL_FIELDS,
-        LIST_FIELDS,
+        LIST_FIELDS, BLAME_FIELDS,
     )  # fmt: skip
     assert sorted(name for group in groups for name in group) == sorted(FIELD_NAMES)
     required = {n for n, info in RequestRecord.model_fields.items() if info.is_required()}
