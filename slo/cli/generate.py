@@ -7,9 +7,10 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slo.cli.common.flags import SHOWN_DEFAULT, add_pem_flag, add_spec_flag
+from slo.cli.kubernetes_flags import add_kubernetes_flags, workload_from_args
 from slo.cli.paths import output_directory
 from slo.cli.scrape_config import (
     Scrape,
@@ -19,13 +20,19 @@ from slo.cli.scrape_config import (
 )
 from slo.errors import UsageError
 
+if TYPE_CHECKING:
+    from alerts.kubernetes import Workload
+    from slo.spec import SLOSpec
+
 HELP = "write Grafana dashboards, Prometheus rules and tests, Alertmanager config, runbooks"
 DESCRIPTION = (
     "Render, from one SLO spec, grafana/*.json (+ provisioning), "
     "prometheus/rules.yml and its promtool tests prometheus/rules_test.yml, "
     "prometheus/prometheus.yml (the scrape job: --scrape-*, --ops-token-file), "
     "alertmanager/alertmanager.yml, runbooks/*.md and kubernetes/ (KEDA ScaledObject, HPA and "
-    "prometheus-adapter rules on each tier's SLO headroom) under --out."
+    "prometheus-adapter rules on each tier's SLO headroom) under --out; with --kubernetes, "
+    "also the PrometheusRules, monitors, dashboard ConfigMaps, InferenceObjectives and the "
+    "sidecar's Kustomize component there."
 )
 
 
@@ -84,6 +91,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Alertmanager's machine)",
     )
     add_scrape_flags(parser)
+    add_kubernetes_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,14 +103,20 @@ def run(args: argparse.Namespace) -> int:
         args.grafana_url,
         args.prometheus_url,
     )
-    generate(args.spec, Path(args.out), targets, scrape_from_args(args))
+    workload = workload_from_args(args) if args.kubernetes else None
+    generate(args.spec, Path(args.out), targets, scrape_from_args(args), workload)
     return 0
 
 
 def generate(
-    spec_path: str | None, out: Path, targets: Targets, scrape: Scrape | None = None
+    spec_path: str | None,
+    out: Path,
+    targets: Targets,
+    scrape: Scrape | None = None,
+    workload: Workload | None = None,
 ) -> list[Path]:
-    """Write everything under `out` and list it on stdout; the paths written."""
+    """Write everything under `out` and list it on stdout; the paths written. With a
+    `workload`, the Kubernetes resources too (`write_kubernetes`)."""
     from alerts import Links, write_alerts
     from dashboards import OVERVIEW_UID, write_dashboards
     from slo.alert_rules import unbucketed_thresholds, unreachable
@@ -122,9 +136,32 @@ def generate(
     from slo.files import write_tree
 
     written += write_tree(out, render_autoscaling(spec))
+    if workload is not None:
+        written += write_kubernetes(spec, spec_path, out, workload)
     for note in unreachable(spec):
         print(f"note: {note}", file=sys.stderr)
     print(f"wrote {len(written)} files under {out}")
     for path in sorted(written):
         print(f"  {path.relative_to(out)}")
     return written
+
+
+def write_kubernetes(
+    spec: SLOSpec, spec_path: str | None, out: Path, workload: Workload
+) -> list[Path]:
+    """kubernetes/ from the files just written: the rules and dashboards as resources, the
+    monitors, the tiers' InferenceObjectives and the sidecar's component (with the spec)."""
+    from alerts import RULES_FILE
+    from alerts.kubernetes import render_monitoring
+    from alerts.sidecar import render_sidecar
+    from slo.files import write_tree
+    from slo.spec import example_text
+
+    rules_text = (out / RULES_FILE).read_text(encoding="utf-8")
+    dashboards = {
+        path.name: path.read_text(encoding="utf-8") for path in out.glob("grafana/*.json")
+    }
+    spec_text = Path(spec_path).read_text(encoding="utf-8") if spec_path else example_text()
+    files = render_monitoring(spec, rules_text, dashboards, workload)
+    files.update(render_sidecar(workload, spec_text))
+    return write_tree(out, files)

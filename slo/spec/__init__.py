@@ -6,7 +6,6 @@ with errors of the form `slo.yaml:14: tier 'gold': <what is wrong>; <fix>`.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,56 +31,16 @@ from slo.spec.fields import (
     count,
     duration,
     line_of,
-    optional_section,
-    strings,
 )
+from slo.spec.match import OBJECTIVE_HEADER, MatchRule, build_match, header_value, objective_name
 from slo.spec.objectives import Objective, parse_objective
 from slo.spec.openslo import openslo_to_spec_dict
 from slo.spec.yamlfile import error_line, error_problem, load_documents
 from slo.units import format_duration
 
 _TIER_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-_TOP_KEYS = ("version", "window", "min_events", "tiers", "alert_policy")
+_TOP_KEYS = ("version", "window", "min_events", "tiers", "alert_policy", "objective_header")
 _TIER_KEYS = ("name", "priority", "default", "match", "objectives", "description")
-_MATCH_KEYS = ("header", "values", "api_keys", "routes")
-
-
-@dataclass(frozen=True, slots=True)
-class MatchRule:
-    """Which requests belong to a tier: any one criterion matching is enough."""
-
-    header: str | None = None
-    values: tuple[str, ...] = ()
-    api_keys: tuple[str, ...] = ()
-    routes: tuple[str, ...] = ()
-
-    def matches(self, headers: Mapping[str, str], route: str, api_key_id: str | None) -> bool:
-        if api_key_id is not None and api_key_id in self.api_keys:
-            return True
-        if self.header is not None:
-            value = headers.get(self.header)
-            if value is None:  # plain dicts are case-sensitive; HTTP header names are not
-                value = next((v for k, v in headers.items() if k.lower() == self.header), None)
-            if value is not None and value.strip() in self.values:
-                return True
-        return any(_route_matches(pattern, route) for pattern in self.routes)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.header is not None:
-            out["header"], out["values"] = self.header, list(self.values)
-        if self.api_keys:
-            out["api_keys"] = list(self.api_keys)
-        if self.routes:
-            out["routes"] = list(self.routes)
-        return out
-
-
-def _route_matches(pattern: str, route: str) -> bool:
-    """Glob when the pattern has wildcards, else a path prefix ('/v1/chat' matches '/v1/chat/x')."""
-    if any(char in pattern for char in "*?["):
-        return fnmatch.fnmatchcase(route, pattern)
-    return route == pattern or route.startswith(pattern.rstrip("/") + "/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +52,11 @@ class Tier:
     default: bool = False
     description: str = ""
     line: int = 0
+
+    @property
+    def objective_names(self) -> tuple[str, ...]:
+        """The InferenceObjective names that mean this tier in the objective header."""
+        return self.match.objectives or (objective_name(self.name),)
 
     @property
     def latency_objectives(self) -> tuple[Objective, ...]:
@@ -108,6 +72,8 @@ class SLOSpec:
     min_events: int = 1
     source: str = "slo.yaml"
     notes: tuple[str, ...] = ()
+    # The header naming a Gateway API Inference Extension InferenceObjective (None: not read).
+    objective_header: str | None = OBJECTIVE_HEADER
 
     @classmethod
     def load(cls, path: str | Path) -> SLOSpec:
@@ -170,9 +136,13 @@ class SLOSpec:
     def resolve_tier(
         self, headers: Mapping[str, str], route: str, api_key_id: str | None = None
     ) -> Tier:
-        """The first tier (in spec order) whose match rule accepts the request, else the default."""
+        """The first tier (in spec order) whose match rule accepts the request, or whose
+        InferenceObjective names the objective header holds, else the default."""
+        named = header_value(headers, self.objective_header) if self.objective_header else None
         for tier in self.tiers:
-            if tier.match.matches(headers, route, api_key_id):
+            if tier.match.matches(headers, route, api_key_id) or (
+                named is not None and named in tier.objective_names
+            ):
                 return tier
         return self.default_tier
 
@@ -190,6 +160,7 @@ class SLOSpec:
             "version": 1,
             "window": format_duration(self.window_s),
             "min_events": self.min_events,
+            "objective_header": self.objective_header,
             "tiers": [
                 {
                     "name": tier.name,
@@ -266,7 +237,20 @@ def _build(raw: object, source: str, notes: tuple[str, ...]) -> SLOSpec:
             )
         tiers[0] = _replace_default(tiers[0])
     policy = build_alert_policy(raw.get("alert_policy"), line_of(raw, "alert_policy"), fail)
-    return SLOSpec(tiers, window_s, policy, min_events, source, notes)
+    header = _objective_header(raw, fail)
+    return SLOSpec(tiers, window_s, policy, min_events, source, notes, header)
+
+
+def _objective_header(raw: Mapping[str, Any], fail: Fail) -> str | None:
+    """The header naming an InferenceObjective: the Inference Extension's unless the spec
+    names another, or null for none."""
+    header = raw.get("objective_header", OBJECTIVE_HEADER)
+    if header is not None and (not isinstance(header, str) or not header.strip()):
+        fail(
+            line_of(raw, "objective_header"),
+            f"objective_header {header!r} must be a header name, or null to read none",
+        )
+    return header.strip().lower() if isinstance(header, str) else None
 
 
 def _replace_default(tier: Tier) -> Tier:
@@ -304,7 +288,7 @@ def _build_tier(raw: object, index: int, line: int, source: str) -> Tier:
     default = raw.get("default", False)
     if not isinstance(default, bool):
         tier_fail(line_of(raw, "default"), f"'default' must be true or false, got {default!r}")
-    match = _build_match(raw.get("match"), name, line_of(raw, "match"), tier_fail)
+    match = build_match(raw.get("match"), name, line_of(raw, "match"), tier_fail)
     objectives = _build_objectives(raw, tier_fail)
     description = str(raw.get("description", ""))
     return Tier(name, int(priority), match, objectives, default, description, line)
@@ -344,36 +328,10 @@ def _build_objectives(raw: Mapping[str, Any], fail: Fail) -> tuple[Objective, ..
     return tuple(objectives)
 
 
-def _build_match(raw: object, tier_name: str, line: int, fail: Fail) -> MatchRule:
-    raw = optional_section(
-        raw, line, "match", _MATCH_KEYS, "header/values, api_keys or routes", fail
-    )
-    if raw is None:
-        return MatchRule()
-    header = raw.get("header")
-    if header is not None and (not isinstance(header, str) or not header.strip()):
-        fail(
-            line_of(raw, "header"),
-            f"match header {header!r} must be a header name, e.g. x-llm-tier",
-        )
-    if "values" in raw and header is None:
-        fail(line_of(raw, "values"), "'values' needs 'header' naming the header to read")
-    values = strings(raw, "values", fail) or ((tier_name,) if header else ())
-    routes = strings(raw, "routes", fail)
-    for position, route in enumerate(routes):
-        if not route.startswith("/"):
-            fail(line_of(raw.get("routes"), position), f"route {route!r} must start with '/'")
-    return MatchRule(
-        header.strip().lower() if isinstance(header, str) else None,
-        values,
-        strings(raw, "api_keys", fail),
-        routes,
-    )
-
-
 __all__ = [
     "DEFAULT_BURN_RATES",
     "DEFAULT_THRESHOLD_ALERTS",
+    "OBJECTIVE_HEADER",
     "AlertPolicy",
     "BurnRateRule",
     "MatchRule",
