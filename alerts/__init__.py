@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from alerts.alertmanager import DEFAULT_WEBHOOK_URL, Timing, render_alertmanager, routes
+from alerts.anomaly_tests import render_anomaly_test
 from alerts.promtool_tests import render_rules_test
 from alerts.rules import Links, render_rules
 from alerts.runbooks import render_runbooks
@@ -18,6 +19,7 @@ from slo.spec import SLOSpec
 
 RULES_FILE = "prometheus/rules.yml"
 RULES_TEST_FILE = "prometheus/rules_test.yml"
+ANOMALY_TEST_FILE = "prometheus/anomaly_rules_test.yml"  # a day per group: its own grid
 ALERTMANAGER_FILE = "alertmanager/alertmanager.yml"
 RUNBOOKS_DIR = "runbooks"
 
@@ -38,6 +40,9 @@ def write_alerts(
     files = {
         RULES_FILE: render_rules(spec, links, slow_interval),
         RULES_TEST_FILE: render_rules_test(spec, links, rules_file=Path(RULES_FILE).name),
+        ANOMALY_TEST_FILE: render_anomaly_test(
+            spec, links, Path(RULES_FILE).name, Path(ANOMALY_TEST_FILE).name
+        ),
         ALERTMANAGER_FILE: render_alertmanager(spec, webhook_url, timing, http_config),
     }
     for name, text in render_runbooks(spec).items():
@@ -47,6 +52,7 @@ def write_alerts(
 
 __all__ = [
     "ALERTMANAGER_FILE",
+    "ANOMALY_TEST_FILE",
     "DEFAULT_WEBHOOK_URL",
     "RULES_FILE",
     "RULES_TEST_FILE",

@@ -15,6 +15,7 @@ from slo.promql import (
     ANOMALY_LOWER_RECORD,
     ANOMALY_SIGNAL_RECORD,
     ANOMALY_UPPER_RECORD,
+    ANOMALY_WINDOW_RECORD,
     PHASE_GROWTH_RECORD,
     any_of,
     matcher,
@@ -130,6 +131,7 @@ def anomaly_runbook(spec: SLOSpec) -> str | None:
         for_=prom_duration(policy.for_s),
         watched=watched_by,
         signal_record=ANOMALY_SIGNAL_RECORD,
+        window_record=ANOMALY_WINDOW_RECORD,
         upper_record=ANOMALY_UPPER_RECORD,
         lower_record=ANOMALY_LOWER_RECORD,
     )

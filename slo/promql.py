@@ -121,10 +121,24 @@ BLAMED_PHASE_RECORD = f"{RECORD_LEVEL}:blamed_phase:growth_seconds"
 E2E_MEAN_RECORD = f"{RECORD_LEVEL}:e2e_mean_seconds:rate5m"
 
 
-# Anomaly bands (alerts/anomalies.py): per tier and signal (label `anomaly`).
-ANOMALY_SIGNAL_RECORD = f"{RECORD_LEVEL}:anomaly_signal:rate5m"
+# Anomaly bands (alerts/anomalies.py): per tier and signal (label `anomaly`), each signal read
+# over the tier's anomaly window (alerts/anomaly_windows.py: 5m, widened at low traffic).
+ANOMALY_SIGNAL_RECORD = f"{RECORD_LEVEL}:anomaly_signal:widened"
+ANOMALY_WINDOW_RECORD = f"{RECORD_LEVEL}:anomaly_window:minutes"
 ANOMALY_CENTER_RECORD = f"{RECORD_LEVEL}:anomaly_band:center"
 ANOMALY_WIDTH_RECORD = f"{RECORD_LEVEL}:anomaly_band:half_width"
 ANOMALY_UPPER_RECORD = f"{RECORD_LEVEL}:anomaly_band:upper"
 ANOMALY_LOWER_RECORD = f"{RECORD_LEVEL}:anomaly_band:lower"
-REQUESTS_5M_RECORD = f"{RECORD_LEVEL}:requests:increase5m"
+
+
+def requests_record(window_s: float) -> str:
+    """A tier's requests over the window (the anomaly windows' count guards)."""
+    return f"{RECORD_LEVEL}:requests:increase{prom_duration(window_s)}"
+
+
+def phase_mean_record(window_s: float) -> str:
+    """A tier's phase means over the window (5m: the phase to blame's; longer: anomalies')."""
+    return f"{PHASE_LEVEL}:mean_seconds:rate{prom_duration(window_s)}"
+
+
+REQUESTS_5M_RECORD = requests_record(300.0)

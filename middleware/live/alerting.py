@@ -7,7 +7,8 @@ window, burn rate strictly above factor x budget on both windows, or above the d
 threshold (`AlertRule.fires`, through `slo.arithmetic`, exact), threshold alerts through the
 same `histogram_quantile` over the policy's shortest window, held for `for`; the
 error-budget-exhausted ticket on the SLO window's counts (`slo.alert_budget.exhausted`, exact),
-held for its `for`. The absent-metrics alert is Prometheus' alone.
+held for its `for`. The absent-metrics alert and the anomaly info alerts (bands built from a
+day of recorded signals, `alerts.anomalies`) are Prometheus' alone: nothing here judges them.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ leaving the band for `for_s` raises a `severity: info` alert. A spec opts tiers 
 
     alert_policy:
       anomalies:
-        min_requests: 100      # low-traffic guard: requests in the last 5m
+        min_requests: 100      # a signal is read over the narrowest of 5m, 30m and 1h
+                               # holding this many requests; none: no anomaly alert
         sigmas: 3              # band half-width in standard deviations of the history
         min_band: 0.2          # ... and at least this fraction of the band's centre
         for: 5m

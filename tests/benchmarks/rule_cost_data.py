@@ -23,8 +23,10 @@ from alerts.records import FINE_TILE_S, TILE_S
 from slo.alert_rules import AVAILABILITY, budget_objectives
 from slo.promql import (
     ANOMALY_SIGNAL_RECORD,
+    ANOMALY_WINDOW_RECORD,
     PHASE_MEAN_RECORD,
     PHASE_SHARE_RECORD,
+    REQUESTS_5M_RECORD,
     le_value,
     record_bad,
     record_events,
@@ -119,6 +121,8 @@ def _recorded(fleet: Fleet) -> Iterator[tuple[str, Iterator[str]]]:
     anomalies: dict[str, list[tuple[str, float]]] = {
         ANOMALY_SIGNAL_RECORD: [],
         ANOMALY_MEAN_RECORD: [],
+        REQUESTS_5M_RECORD: [],  # with the window, the bands' warm-up reads them
+        ANOMALY_WINDOW_RECORD: [],
     }
     phases: dict[str, list[tuple[str, float]]] = {PHASE_MEAN_RECORD: [], PHASE_SHARE_RECORD: []}
     for tier in fleet.spec.tiers:
@@ -130,8 +134,11 @@ def _recorded(fleet: Fleet) -> Iterator[tuple[str, Iterator[str]]]:
                 tiles[record_events(tile)].append((labels, per_tile))
                 tiles[record_bad(tile)].append((labels, per_tile * BAD_SHARE))
         for signal in ANOMALY_SIGNALS:
-            for record in anomalies:
+            for record in (ANOMALY_SIGNAL_RECORD, ANOMALY_MEAN_RECORD):
                 anomalies[record].append((f'tier="{tier.name}", anomaly="{signal}"', 0.1))
+        per_5m = PER_REPLICA_PER_S * fleet.replicas * 300
+        anomalies[REQUESTS_5M_RECORD].append((f'tier="{tier.name}"', per_5m))
+        anomalies[ANOMALY_WINDOW_RECORD].append((f'tier="{tier.name}"', 5.0))
         for phase in PHASES:
             phases[PHASE_MEAN_RECORD].append((f'tier="{tier.name}", phase="{phase}"', 0.05))
             phases[PHASE_SHARE_RECORD].append((f'tier="{tier.name}", phase="{phase}"', 0.1))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts import routes
+from alerts import ANOMALY_TEST_FILE, routes
 from dashboards import OVERVIEW_UID, panel_queries, substitute
 from dashboards.genai_row import TITLE as GENAI_TITLE
 from slo.alert_rules import alert_rules
@@ -87,6 +87,17 @@ def test_generated_promtool_tests_pass(generated: tuple[SLOSpec, Path]) -> None:
     promtool = binary("promtool")
     _, out = generated
     result = _run(promtool, "test", "rules", "rules_test.yml", cwd=out / "prometheus")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_generated_anomaly_tests_pass(generated: tuple[SLOSpec, Path]) -> None:
+    """A day of traffic per group, on its own 5m grid: at 0.2 requests/s the prefill info
+    fires through the 30m window, at normal traffic through the 5m one."""
+    promtool = binary("promtool")
+    _, out = generated
+    tests = yaml.safe_load((out / ANOMALY_TEST_FILE).read_text())["tests"]
+    assert any("window 30m" in group["name"] for group in tests)
+    result = _run(promtool, "test", "rules", Path(ANOMALY_TEST_FILE).name, cwd=out / "prometheus")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
