@@ -132,10 +132,15 @@ def generate(
     written = write_alerts(spec, out, links, targets.webhook_url, http_config=http_config)
     written += write_dashboards(spec, out, targets.prometheus_url)
     written.append(write_prometheus_config(scrape or Scrape(), out))
-    from alerts.autoscaling import render_autoscaling  # KEDA and HPA on each tier's headroom
+    from alerts.autoscaling import (  # KEDA and HPA on each tier's headroom
+        ScaleTarget,
+        render_autoscaling,
+    )
     from slo.files import write_tree
 
-    written += write_tree(out, render_autoscaling(spec))
+    # The autoscalers scale the sidecar's Deployment when there is one.
+    scaled = ScaleTarget(workload.deployment, workload.namespace) if workload else ScaleTarget()
+    written += write_tree(out, render_autoscaling(spec, scaled))
     if workload is not None:
         written += write_kubernetes(spec, spec_path, out, workload)
     for note in unreachable(spec):

@@ -49,6 +49,7 @@ alert_policy:
 """
 SPECS = {"example": None, "short": SHORT}
 SECURED = ["--ops-token-secret", "llm-slo-ops/token", "--tls-secret", "llm-slo-tls"]
+RENAMED = ["--deployment", "vllm", "--namespace", "serving"]
 ENGINE = {
     "apiVersion": "apps/v1",
     "kind": "Deployment",
@@ -94,7 +95,7 @@ def generated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _generate(tmp_path_factory.mktemp("kubernetes-secured"), None, *SECURED)
+    return _generate(tmp_path_factory.mktemp("kubernetes-secured"), None, *SECURED, *RENAMED)
 
 
 def test_every_manifest_passes_its_schema(generated: Path) -> None:
@@ -107,6 +108,8 @@ def test_every_manifest_passes_its_schema(generated: Path) -> None:
     kinds = {doc["kind"] for doc in manifests}
     assert {"PrometheusRule", "ServiceMonitor", "PodMonitor", "ConfigMap"} <= kinds
     assert "InferenceObjective" in kinds
+    scaled = next(doc for doc in manifests if doc["kind"] == "ScaledObject")
+    assert scaled["spec"]["scaleTargetRef"]["name"] == "llm-server"  # --deployment's default
     for manifest in manifests:
         validate(manifest)
     dashboards = [
@@ -152,12 +155,19 @@ def test_the_secured_sidecar_and_monitors_carry_the_token_and_tls(secured: Path)
         assert endpoint["scheme"] == "https"
         assert endpoint["authorization"]["credentials"] == {"name": "llm-slo-ops", "key": "token"}
         assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": "llm-slo-tls", "key": "ca.crt"}
-    *_, deployment = apply_component(generated / SIDECAR_DIR, ENGINE)
+    *_, deployment = apply_component(
+        generated / SIDECAR_DIR, dict(ENGINE, metadata={"name": "vllm"})
+    )
     (proxy,) = (
         c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == CONTAINER
     )
     assert "--ops-token-file" in proxy["args"] and "--ssl-certfile" in proxy["args"]
     assert proxy["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    (scaled,) = _documents(secured / "kubernetes/keda-scaledobject.yaml")
+    assert (scaled["metadata"]["namespace"], scaled["spec"]["scaleTargetRef"]["name"]) == (
+        "serving",
+        "vllm",
+    )
 
 
 def _rule_groups(out: Path) -> list[dict[str, Any]]:
