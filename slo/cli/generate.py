@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 HELP = "write Grafana dashboards, Prometheus rules and tests, Alertmanager config, runbooks"
 DESCRIPTION = (
     "Render, from one SLO spec, grafana/*.json (+ provisioning), "
-    "prometheus/rules.yml and its promtool tests prometheus/rules_test.yml, "
+    "prometheus/rules.yml and its promtool tests prometheus/rules_test.yml and "
+    "prometheus/anomaly_rules_test.yml, "
     "prometheus/prometheus.yml (the scrape job: --scrape-*, --ops-token-file), "
     "alertmanager/alertmanager.yml, runbooks/*.md and kubernetes/ (KEDA ScaledObject, HPA and "
     "prometheus-adapter rules on each tier's SLO headroom) under --out; with --kubernetes, "
