@@ -91,6 +91,24 @@ def _port(flag: str, value: int) -> int:
     return value
 
 
+def _proxy_args(extra: list[str]) -> tuple[str, ...]:
+    """The --proxy-arg values, checked by `slo proxy`'s own parser now rather than by a Pod
+    that will not start."""
+    from slo.cli.proxy.command import configure
+
+    parser = argparse.ArgumentParser(
+        prog="slo proxy", add_help=False, allow_abbrev=False, exit_on_error=False
+    )
+    configure(parser)
+    try:
+        _, unknown = parser.parse_known_args(["--upstream", "http://127.0.0.1:1", *extra])
+    except argparse.ArgumentError as error:
+        raise UsageError(f"--proxy-arg: slo proxy refuses it: {error}") from None
+    if unknown:
+        raise UsageError(f"--proxy-arg {unknown[0]!r}: not a flag of slo proxy (slo proxy -h)")
+    return tuple(extra)
+
+
 def workload_from_args(args: argparse.Namespace) -> Workload:
     """The `alerts.kubernetes.Workload` the flags describe; bad values are one line."""
     from alerts.kubernetes import Workload
@@ -124,5 +142,5 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         if args.inference_pool is None
         else _name("--inference-pool", args.inference_pool),
         labels=tuple((k, v) for k, _, v in (x.partition("=") for x in args.monitor_label)),
-        proxy_args=tuple(args.proxy_arg),
+        proxy_args=_proxy_args(args.proxy_arg),
     )

@@ -251,6 +251,8 @@ def test_a_broken_manifest_fails_naming_the_field(
         (["--deployment", "LLM_Server"], "--deployment 'LLM_Server': expected a Kubernetes"),
         (["--engine-port", "8000"], "--engine-port and --proxy-port must differ"),
         (["--monitor-label", "release"], "--monitor-label 'release': expected KEY=VALUE"),
+        (["--proxy-arg=--stor=x"], "--proxy-arg '--stor=x': not a flag of slo proxy"),
+        (["--proxy-arg=--max-connections=many"], "--proxy-arg: slo proxy refuses it"),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(
