@@ -220,6 +220,23 @@ def test_tier_resolution_and_bounded_routes(store: RecordStore) -> None:
     assert len(store.query()) == 2  # the unknown path is passed through, not measured
 
 
+def test_the_gateways_objective_header_picks_the_tier(store: RecordStore) -> None:
+    """Behind the Gateway API Inference Extension: the InferenceObjective's name in
+    x-gateway-inference-objective is the tier (the packaged spec names none: its own names)."""
+    clock = ScriptedClock()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    middleware = LatencyMiddleware(app, store=store, clock=clock, spec=SLOSpec.default())
+    for objective in (b"premium", b"batch", b"unknown"):
+        headers = [(b"x-gateway-inference-objective", objective)]
+        asyncio.run(call(middleware, clock, headers=headers))
+    store.flush()
+    assert sorted(r.tier for r in store.query()) == ["batch", "premium", "standard"]
+
+
 @pytest.mark.parametrize(
     ("status", "hint", "expected"),
     [
