@@ -6,6 +6,8 @@ result is a whole Deployment that the Kubernetes schema can judge."""
 from __future__ import annotations
 
 import copy
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +78,16 @@ def apply_component(component_dir: Path, deployment: dict[str, Any]) -> list[dic
         else:
             deployment = strategic_merge(deployment, body)
     return [*resources, deployment]
+
+
+def apply_component_files(
+    files: Mapping[str, str], deployment: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """`apply_component` on rendered {path: text} (`alerts.sidecar.render_sidecar`)."""
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        for relative, text in files.items():
+            (root / relative).parent.mkdir(parents=True, exist_ok=True)
+            (root / relative).write_text(text)
+        (component,) = {(root / relative).parent for relative in files}
+        return apply_component(component, deployment)

@@ -23,13 +23,14 @@ from alerts.kubernetes import (
     POD_MONITOR_FILE,
     RULES_FILE,
     SERVICE_MONITOR_FILE,
+    Workload,
 )
-from alerts.sidecar import CONTAINER, SIDECAR_DIR
+from alerts.sidecar import CONTAINER, SIDECAR_DIR, render_sidecar
 from slo.cli import main
 from slo.cli.proxy.command import configure as configure_proxy
 from tests.helpers.binaries import binary
 from tests.helpers.kubernetes_schemas import validate
-from tests.helpers.kustomize import apply_component
+from tests.helpers.kustomize import apply_component, apply_component_files
 
 # The packaged example, and a short window with a tier whose name is no Kubernetes name.
 SHORT = """
@@ -50,6 +51,7 @@ alert_policy:
 SPECS = {"example": None, "short": SHORT}
 SECURED = ["--ops-token-secret", "llm-slo-ops/token", "--tls-secret", "llm-slo-tls"]
 RENAMED = ["--deployment", "vllm", "--namespace", "serving"]
+ENGINE_ARGS = ["--model", "Qwen/Qwen2.5-0.5B-Instruct"]
 ENGINE = {
     "apiVersion": "apps/v1",
     "kind": "Deployment",
@@ -63,7 +65,7 @@ ENGINE = {
                     {
                         "name": "engine",
                         "image": "vllm/vllm-openai:v0.11.0",
-                        "args": ["--model", "Qwen/Qwen2.5-0.5B-Instruct"],
+                        "args": ENGINE_ARGS,
                         "env": [{"name": "HF_HOME", "value": "/cache"}],
                     }
                 ]
@@ -261,3 +263,25 @@ def test_bad_flags_are_one_line_and_exit_2(
     assert main(["generate", "--out", str(tmp_path / "out"), "--kubernetes", *flags]) == 2
     error = capsys.readouterr().err.strip()
     assert message in error and len(error.splitlines()) == 1, error
+
+
+@pytest.mark.parametrize(
+    ("engine", "flags"),
+    [
+        ("vllm", ["--otlp-traces-endpoint"]),
+        ("sglang", ["--enable-trace", "--otlp-traces-endpoint"]),
+        ("other", []),
+    ],
+)
+def test_each_engine_gets_its_own_trace_flags(engine: str, flags: list[str]) -> None:
+    workload = Workload(engine=engine)
+    files = render_sidecar(workload, "version: 1\n")
+    *_, deployment = apply_component_files(files, ENGINE)
+    pod = deployment["spec"]["template"]["spec"]
+    (engine_container,) = (c for c in pod["containers"] if c["name"] == "engine")
+    added = engine_container["args"][len(ENGINE_ARGS) :]
+    url = "http://127.0.0.1:8000/v1/traces"
+    assert added == (["--host", "127.0.0.1", "--port", "8080", *flags, url] if flags else [])
+    env = {e["name"]: e.get("value") for e in engine_container["env"]}
+    assert env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] == url  # any engine's SDK reads these
+    assert env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
