@@ -20,11 +20,8 @@ import pytest
 
 from middleware.clock import SystemClock
 from middleware.proxy import ProxyApp
-from middleware.request.timeline import (
-    RequestTimeline,
-    reset_current_timeline,
-    set_current_timeline,
-)
+from middleware.request.context import reset_current_timeline, set_current_timeline
+from middleware.request.timeline import RequestTimeline
 from middleware.types import Message
 
 pytestmark = pytest.mark.integration
