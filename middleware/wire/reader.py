@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 import middleware.hotpath as hotpath
 import middleware.wire.chunk as wire_chunk
 from middleware.upstream import UpstreamReport, apply_usage
@@ -40,7 +42,9 @@ class WireReader:
     __slots__ = (
         "_events",
         "_head_pending",
+        "_held_finish",
         "_pending",
+        "_reports",
         "_token_events",
         "_usual",
         "comments",
@@ -79,6 +83,12 @@ class WireReader:
         # The client did not ask for usage; the middleware asked for it on its behalf: the
         # usage-only chunk is taken out of the stream and `"usage":null` out of every chunk.
         self.strip_usage = strip_usage
+        # When stripping: the finish chunk, held until the next event. An engine that moves its
+        # own report into the usage chunk when asked for usage (llama-server's `timings`) gets
+        # it put back on the finish chunk, where the client would have read it unasked.
+        self._held_finish: bytes | None = None
+        # The engines' reports of the last chunk that carried one (`reports_in`).
+        self._reports: dict[str, Any] | None = None
 
     @property
     def events(self) -> int:
@@ -127,18 +137,55 @@ class WireReader:
             return carried, piece
         kept: list[bytes] = []
         for event in data.split(b"\n\n"):
-            if not event:
-                continue
-            has_text, usage_only = self._event(event)
-            carried += has_text
-            if not usage_only:
-                kept.append(event.replace(b',"usage":null', b"").replace(b'"usage":null,', b""))
+            if event:
+                carried += self._strip_event(event, kept)
         return carried, b"".join(event + b"\n\n" for event in kept)
 
+    def _strip_event(self, event: bytes, kept: list[bytes]) -> bool:
+        """One event of a stream whose usage the client did not ask for, onto `kept`."""
+        finishes = len(self.finish_reasons)
+        self._reports = None
+        has_text, usage_only = self._event(event)
+        held = self._held_finish
+        if usage_only:
+            if held is not None:
+                kept.append(self._with_reports(held, self._reports))
+                self._held_finish = None
+            return has_text
+        if held is not None:
+            kept.append(held)
+            self._held_finish = None
+        event = event.replace(b',"usage":null', b"").replace(b'"usage":null,', b"")
+        if len(self.finish_reasons) > finishes and not has_text:
+            self._held_finish = event
+        else:
+            kept.append(event)
+        return has_text
+
+    @staticmethod
+    def _with_reports(finish: bytes, reports: dict[str, Any] | None) -> bytes:
+        """The finish event with the engine's reports the usage chunk carried, as its last keys."""
+        body = finish.rstrip()
+        if not reports or not body.endswith(b"}"):
+            return finish
+        added = b"".join(
+            b',"' + key.encode() + b'":' + msgspec.json.encode(value)
+            for key, value in reports.items()
+            if b'"' + key.encode() + b'":' not in body
+        )
+        return body[:-1] + added + b"}"
+
     def flush(self) -> bytes:
-        """What is still held back when stripping (an unfinished last event), to send as is."""
+        """What is still held back when stripping (a held finish chunk, an unfinished last
+        event), to send as is."""
+        if not self.strip_usage:
+            self._pending = b""
+            return b""
         held, self._pending = self._pending, b""
-        return held if self.strip_usage else b""
+        if self._held_finish is not None:
+            held = self._held_finish + b"\n\n" + held
+            self._held_finish = None
+        return held
 
     # The per-chunk hot path, compiled where built (`middleware.hotpath`):
     # `token_events_in(data) -> int` is `feed` without the tuple, for a reader that does not
@@ -192,7 +239,8 @@ class WireReader:
         if chunk.usage is not None:
             apply_usage(self.report, chunk.usage)
         if wire_chunk.carries_report(chunk):
-            read_response_body(self.report, wire_chunk.reports_in(chunk))
+            self._reports = wire_chunk.reports_in(chunk)
+            read_response_body(self.report, self._reports)
         if chunk_has_text(chunk):
             self._token_events += 1
             return True, False

@@ -66,11 +66,12 @@ def test_streamed_records_carry_llama_servers_prefill_and_counts(
         assert timings["predicted_n"] == request.max_tokens, where
         assert record["outcome"] == "ok" and bool(record["stream"]), where
         assert record["output_tokens"] == timings["predicted_n"], where
-        # usage wherever llama-server sent it (asked for, and always in a completions stream),
-        # else timings.predicted_n: both count the same tokens.
+        # The proxy asks for usage on the client's behalf (--inject-usage, the default): the
+        # record counts from usage, and the client sees usage only where it would have unasked
+        # (it asked, or a completions stream, which always carries it) and still gets timings.
         sent_usage = request.usage_tokens is not None
-        assert sent_usage or not request.include_usage, where
-        assert record["tokens_source"] == ("usage" if sent_usage else "timings"), where
+        assert sent_usage == (request.include_usage or request.route == "completions"), where
+        assert record["tokens_source"] == "usage", where
         if sent_usage:
             assert request.usage_tokens == timings["predicted_n"], where
         assert record["prefill_s"] is not None, where

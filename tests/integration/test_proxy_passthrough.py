@@ -134,20 +134,37 @@ def test_the_openai_client_gets_its_tool_call_through_the_proxy(
     assert sent["tools"] == [WEATHER_TOOL] and sent["response_format"] == {"type": "json_object"}
 
 
-def test_a_streamed_request_reaches_the_upstream_unchanged(
+STREAMED_REQUEST = {
+    "model": "test-upstream",
+    "messages": [{"role": "user", "content": "Weather in Oslo?"}],
+    "tools": [WEATHER_TOOL],
+    "response_format": {"type": "json_object"},
+    "logprobs": True,
+    "stream": True,
+}
+
+
+def test_a_streamed_request_reaches_the_upstream_unchanged_without_usage_injection(
     upstream: tuple[RecordingUpstream, str], tmp_path: Path
 ) -> None:
     app, upstream_url = upstream
-    request = {
-        "model": "test-upstream",
-        "messages": [{"role": "user", "content": "Weather in Oslo?"}],
-        "tools": [WEATHER_TOOL],
-        "response_format": {"type": "json_object"},
-        "logprobs": True,
-        "stream": True,
-    }
-    raw = json.dumps(request).encode()
-    with slo_proxy(upstream_url, tmp_path / "records.db") as base_url:
+    raw = json.dumps(STREAMED_REQUEST).encode()
+    with slo_proxy(upstream_url, tmp_path / "records.db", "--no-inject-usage") as base_url:
         headers = {"content-type": "application/json"}
         httpx.post(base_url + "/v1/chat/completions", content=raw, headers=headers, timeout=30)
     assert app.bodies == [raw]
+
+
+def test_a_streamed_request_gains_only_include_usage_by_default(
+    upstream: tuple[RecordingUpstream, str], tmp_path: Path
+) -> None:
+    """By default the proxy asks for usage on the client's behalf (exact token counts): the
+    request reaches the upstream with `stream_options.include_usage` added, every other field
+    as the client sent it."""
+    app, upstream_url = upstream
+    raw = json.dumps(STREAMED_REQUEST).encode()
+    with slo_proxy(upstream_url, tmp_path / "records.db") as base_url:
+        headers = {"content-type": "application/json"}
+        httpx.post(base_url + "/v1/chat/completions", content=raw, headers=headers, timeout=30)
+    [sent] = app.bodies
+    assert json.loads(sent) == {**STREAMED_REQUEST, "stream_options": {"include_usage": True}}

@@ -117,6 +117,40 @@ def test_stripping_takes_out_the_usage_chunk_and_usage_nulls() -> None:
     assert reader.output_tokens == 7
 
 
+TIMINGS = {"cache_n": 0, "prompt_n": 56, "prompt_ms": 2.524, "predicted_n": 1, "predicted_ms": 0.1}
+FINISH = {"choices": [{"finish_reason": "length", "index": 0, "delta": {}}], "id": "chatcmpl-1"}
+
+
+def test_stripping_puts_llama_servers_timings_back_on_the_finish_chunk() -> None:
+    """Observed: asked for usage, llama-server moves `timings` from the finish chunk into the
+    usage chunk. The client did not ask: it gets the stream it would have got unasked, the
+    finish chunk carrying `timings`, and no usage chunk."""
+    asked = [
+        delta(role="assistant", content=None),
+        delta(content="S"),
+        sse(FINISH),
+        sse({"choices": [], "id": "chatcmpl-1", "usage": {"prompt_tokens": 56,
+             "completion_tokens": 1}, "timings": TIMINGS}),
+        b"data: [DONE]\n\n",
+    ]  # fmt: skip
+    unasked = [*asked[:2], sse({**FINISH, "timings": TIMINGS}), asked[-1]]
+    for pieces in (asked, [b"".join(asked)], [b"".join(asked[:3]), *asked[3:]]):
+        reader = WireReader(strip_usage=True)
+        _, out = feed_all(reader, pieces)
+        assert out == b"".join(unasked)
+        assert reader.output_tokens == 1 and reader.tokens_source == "usage"
+
+
+def test_a_held_finish_chunk_goes_out_at_the_end_when_no_usage_follows() -> None:
+    """An engine that ignores `include_usage`: the held finish chunk goes on before [DONE], or
+    with the flush when the stream ends without one."""
+    stream = [delta(content="Hi"), sse(FINISH), b"data: [DONE]\n\n"]
+    _, out = feed_all(WireReader(strip_usage=True), stream)
+    assert out == b"".join(stream)
+    _, out = feed_all(WireReader(strip_usage=True), stream[:2])
+    assert out == b"".join(stream[:2])
+
+
 @given(st.lists(st.integers(min_value=1, max_value=40), max_size=30), st.booleans())
 def test_any_split_of_the_bytes_reads_the_same(cuts: list[int], strip: bool) -> None:
     whole = b"".join(VLLM_STREAM).replace(b"\n\n", b"\r\n\r\n", 2)
