@@ -212,6 +212,7 @@ class BlameLedger:
         model = self.step_time
         self._decode_only_s = None
         if plan.chunks and plan.decodes and model.ready:
+            model.fit_now()  # fitted only for the steps that ask
             self._decode_only_s = model.base_s + model.per_decode_s * len(plan.decodes)
 
     def step_finished(
@@ -221,7 +222,7 @@ class BlameLedger:
         if plan.decodes:
             self._charge_decodes(plan, plan.decodes, step_s)
         if plan.chunks or plan.decodes:
-            self.step_time.observe(plan.prefill_tokens, step_s, len(plan.decodes))
+            self.step_time.observe(plan.prefill_tokens, step_s, len(plan.decodes), fit=False)
         self._plan = None
         if idle and finished_ns is not None:
             self._next_segment(finished_ns)

@@ -33,13 +33,18 @@ class PrefillTimeModel:
         self._sx = self._sd = self._sxx = self._sxd = self._sdd = 0
         self._sy = self._sxy = self._sdy = 0.0
         self._since_rebuild = 0
+        self._stale = False  # steps observed since the last fit
 
     @property
     def ready(self) -> bool:
         """Enough steps seen to predict; before that nothing is shed."""
         return len(self._samples) >= self.min_samples
 
-    def observe(self, prefill_tokens: int, step_s: float, decodes: int = 0) -> None:
+    def observe(
+        self, prefill_tokens: int, step_s: float, decodes: int = 0, *, fit: bool = True
+    ) -> None:
+        """One step's cost; `fit=False` leaves the fit for `fit_now` (a reader that asks only
+        now and then: the blame, in steps that decode beside a prefill chunk)."""
         samples = self._samples
         x, d, y = prefill_tokens, decodes, step_s
         samples.append((x, d, y))
@@ -49,7 +54,15 @@ class PrefillTimeModel:
         self._since_rebuild += 1
         if self._since_rebuild >= self.window:
             self._rebuild()
-        self._fit()
+        self._stale = not fit
+        if fit:
+            self._fit()
+
+    def fit_now(self) -> None:
+        """Fit the window's steps, if `observe(fit=False)` saw some since the last fit."""
+        if self._stale:
+            self._stale = False
+            self._fit()
 
     def _add(self, x: int, d: int, y: float, sign: int) -> None:
         self._sx += sign * x
