@@ -3,8 +3,8 @@ SLO window (Sloth's plugin of the same name). Burn-rate alerts say the budget is
 one says it is gone, and stays until the window forgets enough bad events.
 
 The definition is `slo.alert_budget`'s (name, labels, `for`, the comparison the live judge
-makes exactly); this module spells it in PromQL. Latency objectives carry the phase to blame,
-like every latency ticket.
+makes exactly); this module spells it in PromQL. Latency and goodput objectives carry the phase
+to blame, like their burn-rate alerts.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from alerts.phases import join_phase, phase_annotation
 from alerts.rule_types import Links, Rule
 from slo.alert_budget import ALERT_NAME, FOR_S, budget_labels
-from slo.alert_rules import budget_objectives, error_budget
+from slo.alert_rules import budget_objectives, error_budget, phases_of
 from slo.arithmetic import MIN_EVENTS_OPERATOR
 from slo.promql import number, prom_duration, record_error_ratio, record_events, selector
 from slo.spec import SLOSpec, Tier
@@ -29,7 +29,7 @@ def budget_expr(spec: SLOSpec, tier: Tier, objective: Objective) -> str:
     budget = number(error_budget(objective))
     guard = f"{MIN_EVENTS_OPERATOR} {spec.alert_policy.min_events}"
     condition = f"{ratio} >= {budget}\nand {events} {guard}"
-    if objective.kind == "latency":
+    if phases_of(objective.indicator):
         return join_phase(tier.name, _blaming(objective), condition)
     return condition
 
@@ -52,7 +52,7 @@ def budget_annotations(
         "runbook_url": f"{links.runbook_base.rstrip('/')}/{ALERT_NAME}.md",
         "dashboard_url": f"{links.dashboard}?var-tier={tier.name}",
     }
-    if objective.kind == "latency":
+    if phases_of(objective.indicator):
         annotations["phase"] = phase_annotation()
     return annotations
 

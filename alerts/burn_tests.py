@@ -1,10 +1,11 @@
 """promtool tests that prove every burn-rate rule, for every tier and objective of the spec.
 
 Each test group feeds every objective its own series at once (an objective drives its tier's
-requests counter or its SLI's histogram; a second objective on the same SLI and tier gets
-groups of its own) and checks every burn-rate alert by name, exactly: at each check time the
-alerts that fire, and that no other does. Per objective, with the policy's factors f (14.4,
-6, 3 and 1 by default), from t=0 for `burn_s` (an hour once windows add hourly tiles):
+request counters or its SLI's histogram; a second objective on the same series, goodput beside
+availability, gets groups where it drives) and checks every burn-rate alert by name, exactly:
+at each check time the alerts that fire, and that no other does. Per objective, with the
+policy's factors f (14.4, 6, 3 and 1 by default), from t=0 for `burn_s` (an hour once windows
+add hourly tiles):
 
 - just above f, then at f: a constant bad ratio one event per step (of `per_step`, at most
   1% of the smallest limit) above f x budget, then exactly f x budget (`>` is strict): the
@@ -39,11 +40,12 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+import alerts.policy_tests as policy_tests
 from alerts.burn_model import Counts, changes, firing
 from alerts.policy_tests import counter_values, expected_alerts
 from alerts.records import HOUR_TILES_FROM_S
-from alerts.rules import GOOD_OUTCOME, REQUESTS, Links
-from slo.alert_rules import AVAILABILITY, AlertRule
+from alerts.rules import REQUESTS, Links
+from slo.alert_rules import AVAILABILITY, GOODPUT, AlertRule
 from slo.arithmetic import burn_limit
 from slo.promql import le_value, number, prom_duration
 from slo.sli import CATALOG, buckets_for
@@ -55,7 +57,7 @@ _ROUTE = "/v1/completions"
 _TIGHTNESS = 100  # one event of a step is at most 1/100 of the smallest limit
 _EXACT_UP_TO = 10**6  # events per step are a multiple of the limits' denominators up to this
 _LONGEST_PINNED_S = HOUR_TILES_FROM_S  # the long windows the busy first step pins
-_FED = ("latency", AVAILABILITY)  # the objective kinds `_series` writes series for
+_FED = ("latency", AVAILABILITY, GOODPUT)  # the objective kinds `_series` writes series for
 GROUP_PREFIX = "burn rates: "
 Traffic = tuple[tuple[int, ...], tuple[int, ...]]  # (good, bad) per sample step
 Promise = tuple[int, float, AlertRule, bool]  # driving lane, when, rule, whether it fires
@@ -84,8 +86,9 @@ class Lane:
 
     @property
     def source(self) -> tuple[str, str]:
-        """The series it drives: its tier's requests counter, or its SLI's histogram."""
-        return self.tier, self.objective.sli or AVAILABILITY
+        """The series it drives: its tier's request counters (availability's and goodput's),
+        or its SLI's histogram."""
+        return self.tier, self.objective.sli or REQUESTS
 
     @property
     def watched(self) -> tuple[AlertRule, ...]:
@@ -270,29 +273,33 @@ def _guard_cases(drivers: Sequence[Lane], min_events: int, timing: Timing) -> li
 
 def _counts(driver: Lane, lane: Lane, traffic: Traffic, sample_s: float) -> Counts:
     """`lane`'s counts on the series `driver` drives (itself, or another objective on the
-    same SLI: a good observation lies at the driver's threshold, a bad one above every
-    bucket)."""
+    same series: on a histogram a good observation lies at the driver's threshold, a bad one
+    above every bucket; goodput's bad requests are ok, so availability reads them good)."""
     good, bad = traffic
     if lane.objective.kind == "latency" and (lane.objective.threshold_s or 0) < (
         driver.objective.threshold_s or 0
     ):
         good, bad = (0,) * len(good), tuple(g + b for g, b in zip(good, bad, strict=True))
+    if lane.objective.kind == AVAILABILITY and driver.objective.kind == GOODPUT:
+        good, bad = tuple(g + b for g, b in zip(good, bad, strict=True)), (0,) * len(bad)
     return Counts(good, bad, sample_s)
 
 
 def _series(spec: SLOSpec, lane: Lane, traffic: Traffic) -> list[dict[str, str]]:
     """The series `lane` drives: a good observation at its threshold, a bad one above every
-    bucket (or a request ok, a request failed)."""
+    bucket; for availability a request ok (and good) or failed; for goodput a request ok and
+    good, or ok and not good (it missed a latency objective)."""
     good, bad = traffic
     base = f'tier="{lane.tier}", model="{_MODEL}", route="{_ROUTE}"'
-    if lane.objective.kind == AVAILABILITY:
-        return [
-            {"series": f'{REQUESTS}{{{base}, outcome="{outcome}"}}', "values": counter_values(v)}
-            for outcome, v in ((GOOD_OUTCOME, good), ("server_error", bad))
-        ]
+    every = tuple(g + b for g, b in zip(good, bad, strict=True))
+    if lane.objective.kind in (AVAILABILITY, GOODPUT):
+        fails = lane.objective.kind == AVAILABILITY
+        outcomes = policy_tests.Traffic(*((good, bad) if fails else (every, (0,) * len(bad))))
+        series = policy_tests.availability_series(lane.tier, outcomes)
+        return [*series, policy_tests.good_requests_series(lane.tier, good)]
     sli = lane.objective.sli or ""
     metric, threshold = CATALOG[sli].metric, lane.objective.threshold_s or 0.0
-    below, every = [0] * len(good), [g + b for g, b in zip(good, bad, strict=True)]
+    below = [0] * len(good)
     series = [
         {
             "series": f'{metric}_bucket{{{base}, le="{le_value(bound)}"}}',
@@ -343,13 +350,30 @@ def _group(
     }
 
 
-def burn_groups(
-    spec: SLOSpec, rules: Sequence[AlertRule], links: Links, timing: Timing
-) -> list[dict[str, Any]]:
-    """Every burn-rate test group of the spec, named `burn rates: <case>`."""
+def _by_source(rules: Sequence[AlertRule], timing: Timing) -> dict[tuple[str, str], list[Lane]]:
     by_source: dict[tuple[str, str], list[Lane]] = {}
     for lane in lanes(rules, timing):
         by_source.setdefault(lane.source, []).append(lane)
+    return by_source
+
+
+def _suffix(rank: int) -> str:
+    return f" (objectives #{rank + 1} of a tier's series)" if rank else ""
+
+
+def driving_suffixes(rules: Sequence[AlertRule], timing: Timing) -> dict[int, str]:
+    """id(objective) -> the suffix of the groups where it drives its series (burn_groups'
+    rank: none for the first on each series); elsewhere it reads another's traffic."""
+    drivers = [[lane for lane in own if lane.rules] for own in _by_source(rules, timing).values()]
+    return {id(lane.objective): _suffix(rank) for own in drivers for rank, lane in enumerate(own)}
+
+
+def burn_groups(
+    spec: SLOSpec, rules: Sequence[AlertRule], links: Links, timing: Timing
+) -> list[dict[str, Any]]:
+    """Every burn-rate test group of the spec, named `burn rates: <case>` (`driving_suffixes`
+    where a series' next objective drives it)."""
+    by_source = _by_source(rules, timing)
     factors = sorted(
         {f for own in by_source.values() for x in own for f in x.factors}, reverse=True
     )
@@ -367,7 +391,7 @@ def burn_groups(
         cases += [_stop_case(drivers, False, timing), _stop_case(drivers, True, timing)]
         cases += [case for case in [_busy_step_case(drivers, timing)] if case is not None]
         cases += _guard_cases(drivers, spec.alert_policy.min_events, timing)
-        suffix = f" (objectives #{rank + 1} of a tier's SLI)" if rank else ""
+        suffix = _suffix(rank)
         for case in cases:
             group = _group(spec, links, case, lanes_of, timing)
             group["name"] = f"{GROUP_PREFIX}{group['name']}{suffix}"

@@ -114,7 +114,8 @@ def join_phase(tier: str, sli: str, expr: str) -> str:
 
 
 def _blaming_sli(rule: AlertRule) -> str:
-    """The SLI whose blamed-phase record answers for this alert (a phase SLI: e2e's)."""
+    """The SLI whose blamed-phase record answers for this alert (a phase SLI, or goodput:
+    e2e's, which blames any phase)."""
     return rule.sli if rule.sli in PHASED_SLIS else "e2e"
 
 

@@ -1,7 +1,8 @@
 """Series and expectations for promtool tests, from traffic with a known answer: a counter
-from per-step increments, one tier's availability counters and latency histogram, the alerts
-Prometheus must show, and which burn-rate rules fire on raw windows (`firing`; the generated
-burn-rate tests use `alerts.burn_model`, which knows the recorded tiles).
+from per-step increments, one tier's availability counters, good-requests counter and latency
+histogram, the alerts Prometheus must show, and which burn-rate rules fire on raw windows
+(`firing`; the generated burn-rate tests use `alerts.burn_model`, which knows the recorded
+tiles).
 
 Exact counts: Prometheus 2.x selects ranges closed on both ends and every series starts at 0 at
 t=0 with a sample every `sample_s`, so `increase()` over a window that is a multiple of the
@@ -24,6 +25,7 @@ from slo.sli import CATALOG
 from slo.spec import SLOSpec
 
 REQUESTS = CATALOG["requests"].metric
+GOOD_REQUESTS = CATALOG["good_requests"].metric
 _MODEL = "test-model"
 _ROUTE = "/v1/completions"
 
@@ -64,6 +66,12 @@ def availability_series(tier: str, traffic: Traffic) -> list[dict[str, str]]:
         return {"series": REQUESTS + labels, "values": counter_values(increments)}
 
     return [series("ok", traffic.good), series("server_error", traffic.bad)]
+
+
+def good_requests_series(tier: str, increments: Sequence[int]) -> dict[str, str]:
+    """One tier's good-requests counter (goodput's good events) from per-step increments."""
+    labels = f'{{tier="{tier}", model="{_MODEL}", route="{_ROUTE}"}}'
+    return {"series": GOOD_REQUESTS + labels, "values": counter_values(increments)}
 
 
 def histogram_series(

@@ -2,11 +2,12 @@
 silent on healthy traffic and on low traffic (the guard), for every tier and SLI of the spec.
 
 Per (tier, SLI) three test groups feed synthetic series of that SLI only:
-- breach: every observation above the highest bucket (or every request failed), at a rate
-  that satisfies the low-traffic guard; every alert of that tier and SLI must fire, with its
-  exact labels and annotations;
+- breach: every observation above the highest bucket (or every request failed; for goodput,
+  every request ok and none good), at a rate that satisfies the low-traffic guard; every
+  alert of that tier and SLI must fire, with its exact labels and annotations;
 - healthy: every observation in the lowest bucket (or every request ok, with client errors
-  and cancellations on top, which availability leaves out); nothing fires;
+  and cancellations on top, which availability leaves out; for goodput, every ok request
+  also good); nothing fires;
 - low traffic: all bad, but so few events that every window holds fewer than `min_events`
   even after Prometheus extrapolates `increase()`; nothing fires.
 Plus the absent-metrics alert, firing without series and silent with them; the burn-rate
@@ -33,9 +34,10 @@ from alerts.burn_tests import Timing, burn_groups
 from alerts.phase_tests import phase_groups
 from alerts.policy_tests import expected_alerts
 from alerts.records import recorded_windows, tile_of
+from alerts.rule_types import GOOD_REQUESTS
 from alerts.rules import GOOD_OUTCOME, REQUESTS, Links, group_order
 from alerts.templating import render
-from slo.alert_rules import AVAILABILITY, AlertRule, alert_rules, windows_s
+from slo.alert_rules import AVAILABILITY, GOODPUT, AlertRule, alert_rules, windows_s
 from slo.promql import le_value, prom_duration
 from slo.sli import CATALOG, OUTCOMES_EXCLUDED_FROM_AVAILABILITY, buckets_for
 from slo.spec import SLOSpec
@@ -96,6 +98,11 @@ def check_grid_s(spec: SLOSpec) -> float:
     return float(grid)
 
 
+def burn_timing(spec: SLOSpec) -> Timing:
+    """The samples, evaluations and checks of the generated burn-rate groups."""
+    return Timing(evaluation_interval_s(spec), rule_evaluation_s(spec), check_grid_s(spec))
+
+
 def _on_grid(seconds: float, grid: float) -> float:
     return grid * math.ceil(seconds / grid)
 
@@ -125,19 +132,35 @@ def _latency_series(
     return series
 
 
-def _availability_series(tier: str, case: str, steps: int, rate: int, low: int) -> list[Series]:
-    def requests(outcome: str, values: str) -> Series:
-        labels = _labels(tier=tier, model=_MODEL, route=_ROUTE, outcome=outcome)
-        return Series(f"{REQUESTS}{labels}", values)
+def _requests(tier: str, outcome: str, values: str) -> Series:
+    labels = _labels(tier=tier, model=_MODEL, route=_ROUTE, outcome=outcome)
+    return Series(f"{REQUESTS}{labels}", values)
 
+
+def _availability_series(tier: str, case: str, steps: int, rate: int, low: int) -> list[Series]:
     if case == "breach":
-        return [requests("server_error", _ramp(rate, steps))]
+        return [_requests(tier, "server_error", _ramp(rate, steps))]
     if case == "low":
-        return [requests("server_error", _ramp_then_flat(low, steps))]
+        return [_requests(tier, "server_error", _ramp_then_flat(low, steps))]
     ignored = [
-        requests(outcome, _ramp(rate, steps)) for outcome in OUTCOMES_EXCLUDED_FROM_AVAILABILITY
+        _requests(tier, outcome, _ramp(rate, steps))
+        for outcome in OUTCOMES_EXCLUDED_FROM_AVAILABILITY
     ]
-    return [requests(GOOD_OUTCOME, _ramp(rate, steps)), *ignored]
+    return [_requests(tier, GOOD_OUTCOME, _ramp(rate, steps)), *ignored]
+
+
+def _goodput_series(tier: str, case: str, steps: int, rate: int, low: int) -> list[Series]:
+    """Every request ok: good ones in the good-requests counter too (healthy, with client
+    errors and cancellations on top, which goodput leaves out), bad ones not (breach, low):
+    a rule that read the outcome instead of the counter fires on healthy traffic or stays
+    silent on the breach."""
+    good = f"{GOOD_REQUESTS}{_labels(tier=tier, model=_MODEL, route=_ROUTE)}"
+    if case == "healthy":
+        ok = _ramp(rate, steps)
+        ignored = [_requests(tier, o, ok) for o in OUTCOMES_EXCLUDED_FROM_AVAILABILITY]
+        return [_requests(tier, GOOD_OUTCOME, ok), Series(good, ok), *ignored]
+    ok = _ramp(rate, steps) if case == "breach" else _ramp_then_flat(low, steps)
+    return [_requests(tier, GOOD_OUTCOME, ok), Series(good, _ramp(0, steps))]
 
 
 def test_groups(spec: SLOSpec, links: Links) -> list[dict[str, Any]]:
@@ -167,6 +190,8 @@ def test_groups(spec: SLOSpec, links: Links) -> list[dict[str, Any]]:
         for case in cases:
             if sli == AVAILABILITY:
                 series = _availability_series(tier, case, steps, rate, low)
+            elif sli == GOODPUT:
+                series = _goodput_series(tier, case, steps, rate, low)
             else:
                 series = _latency_series(spec, tier, sli, case, steps, rate, low)
             alert_tests = [
@@ -190,7 +215,7 @@ def test_groups(spec: SLOSpec, links: Links) -> list[dict[str, Any]]:
                 }
             )
     groups.extend(_absent_groups(spec, rules, links, interval, grid))
-    groups.extend(burn_groups(spec, rules, links, Timing(interval, grid, checks)))
+    groups.extend(burn_groups(spec, rules, links, burn_timing(spec)))
     groups.extend(phase_groups(spec, rules, links, interval, grid))
     return groups
 

@@ -30,8 +30,8 @@ cost is mostly per rule, not per sample read (tests/benchmarks/test_rule_evaluat
 
 from __future__ import annotations
 
-from alerts.rule_types import GOOD_OUTCOME, REQUESTS, Rule
-from slo.alert_rules import AVAILABILITY, budget_objectives, error_budget
+from alerts.rule_types import GOOD_OUTCOME, GOOD_REQUESTS, REQUESTS, Rule
+from slo.alert_rules import AVAILABILITY, GOODPUT, budget_objectives, error_budget
 from slo.promql import (
     ERROR_BUDGET_RECORD,
     THRESHOLD_RECORD,
@@ -85,25 +85,35 @@ def recorded_windows(windows: set[float] | tuple[float, ...], derive: bool = Tru
 
 
 def events_expr(tier: str, objective: Objective, window_s: float) -> str:
-    """PromQL: the objective's events in the window, summed over models, routes, replicas."""
+    """PromQL: the objective's events in the window, summed over models, routes, replicas.
+    Goodput counts the requests availability counts."""
     window = prom_duration(window_s)
-    if objective.kind == AVAILABILITY:
+    if objective.kind in (AVAILABILITY, GOODPUT):
         excluded = matcher("outcome", "!~", any_of(OUTCOMES_EXCLUDED_FROM_AVAILABILITY))
         return f"sum(increase({selector(REQUESTS, excluded, tier=tier)}[{window}]))"
     metric = CATALOG[objective.sli or ""].metric
     return f"sum(increase({selector(metric + '_count', tier=tier)}[{window}]))"
 
 
+def good_series(tier: str, objective: Objective) -> str:
+    """The series a latency or goodput objective's good events are the increase of: the
+    histogram bucket at the threshold, or the good-requests counter."""
+    if objective.kind == GOODPUT:
+        return selector(GOOD_REQUESTS, tier=tier)
+    metric = CATALOG[objective.sli or ""].metric
+    return selector(metric + "_bucket", le_matcher(objective.threshold_s or 0.0), tier=tier)
+
+
 def _bad_events(tier: str, objective: Objective, window_s: float, events: str | None = None) -> str:
-    """The window's bad events; a latency objective's are `events` (its PromQL, the inline
-    sum unless given) less the good ones."""
+    """The window's bad events; a latency or goodput objective's are `events` (its PromQL,
+    the inline sum unless given) less the good ones. Without a good series (a middleware
+    that does not export the good-requests counter) the difference is empty, not all bad."""
     window = prom_duration(window_s)
     if objective.kind == AVAILABILITY:
         bad = matcher("outcome", "!~", any_of((GOOD_OUTCOME, *OUTCOMES_EXCLUDED_FROM_AVAILABILITY)))
         # `or vector(0)`: with no failed request yet the count is 0, not missing.
         return f"(sum(increase({selector(REQUESTS, bad, tier=tier)}[{window}])) or vector(0))"
-    metric = CATALOG[objective.sli or ""].metric
-    good = selector(metric + "_bucket", le_matcher(objective.threshold_s or 0.0), tier=tier)
+    good = good_series(tier, objective)
     events = events or events_expr(tier, objective, window_s)
     return f"(\n  {events}\n  -\n  sum(increase({good}[{window}]))\n)"
 
@@ -118,7 +128,7 @@ def error_ratio_expr(tier: str, objective: Objective, window_s: float) -> str:
 
 
 def labels_of(tier: Tier, objective: Objective) -> dict[str, str]:
-    return {"tier": tier.name, "sli": objective.sli or AVAILABILITY, "objective": objective.name}
+    return {"tier": tier.name, "sli": objective.indicator, "objective": objective.name}
 
 
 def _derived_records(tier: Tier, window_s: float, ratio: bool) -> list[Rule]:
@@ -138,16 +148,26 @@ def _derived_records(tier: Tier, window_s: float, ratio: bool) -> list[Rule]:
 
 
 def _window_records(
-    tier: Tier, objective: Objective, window_s: float, tile: bool, ratio: bool = True
+    tier: Tier,
+    objective: Objective,
+    window_s: float,
+    tile: bool,
+    ratio: bool = True,
+    counted: Objective | None = None,
 ) -> list[Rule]:
     """A window read from the raw series. Events first: the bad count and the ratio read that
     record back (the same float the inline sum gives) instead of summing the raw series again,
     twice for a latency ratio. A tile records its bad count too, for the windows that add it,
-    and leaves its ratio to `_ratio_record` (one rule for the tier)."""
+    and leaves its ratio to `_ratio_record` (one rule for the tier). `counted`: an objective
+    recorded before it whose events are the same (goodput's are availability's), whose event
+    record it reads instead of the raw series."""
     labels = labels_of(tier, objective)
     events = f"sum({selector(record_events(window_s), **labels)})"
     bad = _bad_events(tier.name, objective, window_s, events)
-    rules = [Rule(events_expr(tier.name, objective, window_s), record_events(window_s))]
+    raw = events_expr(tier.name, objective, window_s)
+    if counted is not None:
+        raw = f"sum({selector(record_events(window_s), **labels_of(tier, counted))})"
+    rules = [Rule(raw, record_events(window_s))]
     if tile:
         rules.append(Rule(bad, record_bad(window_s)))
     elif ratio:
@@ -181,7 +201,10 @@ def objective_records(
     ratios = set(windows if ratios is None else ratios)
     derived = sorted(w for w in windows if derive and is_derived(w))
     objectives = budget_objectives(tier)
+    first: dict[str, Objective] = {}  # events PromQL -> the first objective counting them
     for objective in objectives:
+        counted = first.setdefault(events_expr(tier.name, objective, FINE_TILE_S), objective)
+        same = None if counted is objective else counted
         labels = labels_of(tier, objective)
         if constants:
             budget = number(error_budget(objective))
@@ -191,7 +214,7 @@ def objective_records(
                 rules.append(Rule(threshold, record=THRESHOLD_RECORD, labels=labels))
         for window in sorted(set(windows) - set(derived)):
             tile = derive and window in tiles
-            rules.extend(_window_records(tier, objective, window, tile, window in ratios))
+            rules.extend(_window_records(tier, objective, window, tile, window in ratios, same))
     raw_tiles = set(windows) - set(derived) if derive and objectives else set()
     rules.extend(_ratio_record(tier, w) for w in sorted(raw_tiles & set(tiles) & ratios))
     for window in derived if objectives else []:

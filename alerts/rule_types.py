@@ -8,6 +8,7 @@ from slo.sli import CATALOG
 
 GOOD_OUTCOME = "ok"
 REQUESTS = CATALOG["requests"].metric
+GOOD_REQUESTS = CATALOG["good_requests"].metric
 
 
 @dataclass(frozen=True)

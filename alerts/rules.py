@@ -29,6 +29,7 @@ from alerts.records import (
 from alerts.rule_types import GOOD_OUTCOME, REQUESTS, Group, Links, Rule
 from alerts.templating import render
 from slo.alert_rules import (
+    GOODPUT,
     UNATTRIBUTED,
     AlertRule,
     alert_rules,
@@ -162,12 +163,14 @@ def _static_annotations(rule: AlertRule, spec: SLOSpec, links: Links) -> dict[st
         long_w = prom_duration(rule.long_window_s or 0.0)
         short_w = prom_duration(rule.short_window_s or 0.0)
         lasts = format_duration(spec.window_s / float(rule.factor or 1))
+        missed = "failed or missed a latency objective of the tier, against"
+        missed = missed if rule.sli == GOODPUT else "missed"
         return {
             "summary": f"Tier {rule.tier} burns the error budget of '{objective}' "
             f"{number(rule.factor or 0)}x too fast",
             "description": f"Over both the last {long_w} and {short_w}, more than "
             f"{number((rule.max_error_ratio or 0) * 100)}% of tier {rule.tier}'s {events} "
-            f"missed '{objective}' (error budget {number((rule.error_budget or 0) * 100)}% of "
+            f"{missed} '{objective}' (error budget {number((rule.error_budget or 0) * 100)}% of "
             f"{format_duration(spec.window_s)}); at this rate the budget lasts about {lasts}. "
             f"{guard}",
             "runbook_url": runbook,

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from alerts.anomalies import ALERT_NAME, watched
 from alerts.budget_alert import ALERT_NAME as BUDGET_ALERT
 from alerts.phase_guide import guides
+from alerts.rule_types import GOOD_REQUESTS
 from alerts.rules import GOOD_OUTCOME, REQUESTS
 from alerts.templating import render
-from slo.alert_rules import AVAILABILITY, AlertRule, alert_rules
+from slo.alert_rules import AVAILABILITY, GOODPUT, AlertRule, alert_rules
+from slo.arithmetic import goodput_checks
 from slo.promql import (
     ANOMALY_LOWER_RECORD,
     ANOMALY_SIGNAL_RECORD,
@@ -43,8 +45,9 @@ def _quantile(sli: str, quantile: str) -> str:
     return f"histogram_quantile({quantile}, sum by (tier, le) (rate({bucket}[5m])))"
 
 
-def queries(rules: list[AlertRule]) -> list[Query]:
-    """The PromQL an on-call engineer pastes first, for the tier of the alert."""
+def queries(rules: list[AlertRule], slis: tuple[str, ...] = ()) -> list[Query]:
+    """The PromQL an on-call engineer pastes first, for the tier of the alert; `slis`: the
+    latency SLIs a goodput alert's tiers hold objectives on."""
     rule = rules[0]
     if rule.kind == "absent":
         return [
@@ -60,12 +63,22 @@ def queries(rules: list[AlertRule]) -> list[Query]:
             f"sort_desc({PHASE_GROWTH_RECORD})",
         ),
     )
-    if rule.sli == AVAILABILITY:
+    if rule.sli in (AVAILABILITY, GOODPUT):
         bad = any_of((GOOD_OUTCOME, *OUTCOMES_EXCLUDED_FROM_AVAILABILITY))
         failed = selector(REQUESTS, matcher("outcome", "!~", bad))
         query = f"sum by (tier, outcome) (rate({failed}[5m]))"
         found.insert(0, Query("Failed requests per tier and outcome", query))
-    else:
+    if rule.sli == GOODPUT:
+        # A request that is not good failed, or missed one of the tier's latency objectives.
+        found[1:1] = [Query(f"p95 {sli} per tier", _quantile(sli, "0.95")) for sli in slis]
+        counted = selector(
+            REQUESTS, matcher("outcome", "!~", any_of(OUTCOMES_EXCLUDED_FROM_AVAILABILITY))
+        )
+        goodput = (
+            f"sum by (tier) (rate({GOOD_REQUESTS}[5m]))\n/\nsum by (tier) (rate({counted}[5m]))"
+        )
+        found.insert(0, Query("Goodput per tier: good requests / counted requests", goodput))
+    elif rule.sli != AVAILABILITY:
         sli = rule.sli or ""
         found.insert(0, Query(f"p95 {sli} per tier", _quantile(sli, "0.95")))
     queue = CATALOG["queue_depth"].metric
@@ -81,6 +94,20 @@ def queries(rules: list[AlertRule]) -> list[Query]:
     return found
 
 
+def goodput_slis(spec: SLOSpec, rules: list[AlertRule]) -> dict[str, list[str]]:
+    """For goodput alerts: each per-request latency SLI a good request of their tiers must
+    meet (`slo.arithmetic.goodput_checks`), with the objectives on it; {} for other alerts."""
+    found: dict[str, list[str]] = {}
+    for tier in dict.fromkeys(r.tier for r in rules if r.sli == GOODPUT and r.tier):
+        objectives = spec.tier(tier).latency_objectives
+        checked = {check.field for check in goodput_checks(objectives)}
+        for objective in objectives:
+            sli = objective.sli or ""
+            if CATALOG[sli].record_field in checked:
+                found.setdefault(sli, []).append(f"{tier}: {objective.name}")
+    return found
+
+
 def render_runbooks(spec: SLOSpec) -> dict[str, str]:
     """{alertname: Markdown}, one per distinct alert name."""
     by_name: dict[str, list[AlertRule]] = {}
@@ -89,17 +116,20 @@ def render_runbooks(spec: SLOSpec) -> dict[str, str]:
     pages: dict[str, str] = {}
     for name, rules in by_name.items():
         rule = rules[0]
+        checked = goodput_slis(spec, rules)
         pages[name] = render(
             "runbook.md.j2",
             name=name,
             rule=rule,
             rules=rules,
-            queries=queries(rules),
+            queries=queries(rules, tuple(checked)),
+            goodput_slis=checked,
             phase_guides=guides(rule.phases or PHASES),
             catalog=CATALOG,
             number=number,
             prom_duration=prom_duration,
             availability=AVAILABILITY,
+            goodput=GOODPUT,
             source=spec.source,
         )
     pages[BUDGET_ALERT] = render(

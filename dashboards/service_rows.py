@@ -13,7 +13,7 @@ from dashboards.queries import (
     request_filter,
     summed_rate,
 )
-from slo.alert_rules import AVAILABILITY
+from slo.alert_rules import AVAILABILITY, GOODPUT
 from slo.promql import (
     ERROR_BUDGET_RECORD,
     THRESHOLD_RECORD,
@@ -70,7 +70,26 @@ def slo_row(spec: SLOSpec) -> Row:
             for w in windows
         ],
     )
-    return Row("SLOs", [remaining, burn])
+    return Row("SLOs", [remaining, burn, _goodput_panel(spec)])
+
+
+def _goodput_panel(spec: SLOSpec) -> Panel:
+    """Good requests over counted ones per tier, and each goodput objective's target."""
+    counted = matcher("outcome", "!~", any_of(OUTCOMES_EXCLUDED_FROM_AVAILABILITY))
+    good = summed_rate(CATALOG["good_requests"].metric, "tier", *request_filter())
+    events = summed_rate(CATALOG["requests"].metric, "tier", *request_filter(counted))
+    targets = [Target(f"{good}\n/\n{events}", "{{tier}}")]
+    if any(o.kind == GOODPUT for tier in spec.tiers for o in tier.objectives):
+        budget = selector(ERROR_BUDGET_RECORD, matcher("tier", "=~", "$tier"), sli=GOODPUT)
+        targets.append(Target(f"1 - {budget}", "{{tier}} SLO: {{objective}}"))
+    return Panel(
+        "Goodput per tier",
+        "Requests that were ok and met every per-request latency objective of their tier, "
+        "over the requests availability counts (client errors and cancellations left out): "
+        "the goodput `slo check` judges.",
+        "percentunit",
+        targets,
+    )
 
 
 def _per_token_panel() -> Panel:

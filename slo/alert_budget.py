@@ -9,7 +9,7 @@ below zero, exact), with at least `alert_policy.min_events` events, held for `FO
 
 from __future__ import annotations
 
-from slo.alert_rules import AVAILABILITY, URGENCY, URGENCY_LABEL, Severity
+from slo.alert_rules import URGENCY, URGENCY_LABEL, Severity
 from slo.arithmetic import Count, budget_remaining, guarded
 from slo.spec import Tier
 from slo.spec.objectives import Objective
@@ -25,7 +25,7 @@ def budget_labels(tier: Tier, objective: Objective) -> dict[str, str]:
         "severity": SEVERITY,
         URGENCY_LABEL: URGENCY[SEVERITY],
         "tier": tier.name,
-        "sli": objective.sli or AVAILABILITY,
+        "sli": objective.indicator,
         "objective": objective.name,
     }
 

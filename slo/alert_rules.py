@@ -10,10 +10,12 @@ Semantics (Prometheus evaluates exactly this; an in-process evaluator must do th
   two output tokens, as the middleware observes it) and one inter-token gap for itl. For
   availability: one finished request whose outcome is not in
   `OUTCOMES_EXCLUDED_FROM_AVAILABILITY` (client errors and cancellations say nothing about
-  the service).
+  the service). For goodput: the same requests as availability.
 - Bad event. Latency: the value is above the objective's threshold, i.e. not counted in the
   histogram bucket `le=threshold` (a value equal to the threshold is good, also for a strict
   `<` objective: a histogram cannot tell equality apart). Availability: any outcome but `ok`.
+  Goodput: a request not in `llm_slo_good_requests_total` (ok and every latency objective of
+  its tier met, per request by `slo.arithmetic.good_request`: a strict `<` is exact).
 - Error ratio over a window W at time t: bad events / events in (t - W, t], summed over every
   model, route and replica of the tier (event-weighted: a ratio of summed counts, never an
   average of per-replica ratios). Undefined (no alert) when there are no events.
@@ -78,6 +80,7 @@ _POLICY_SEVERITY: dict[str, Severity] = {
     "info": "info",
 }
 AVAILABILITY = "availability"  # the `sli` label of availability objectives
+GOODPUT = "goodput"  # the `sli` label of goodput objectives
 # Page, ticket or info: a label of its own for routing and inhibition (Pyrra #1884), so a
 # config need not know which severities page.
 URGENCY_LABEL = "urgency"
@@ -95,14 +98,15 @@ UNATTRIBUTED = "unknown"
 
 
 def phases_of(sli: str | None) -> tuple[str, ...]:
-    """The phases an SLI is made of, in `PHASES` order; () for availability and non-latency."""
+    """The phases an SLI is made of, in `PHASES` order; () for availability and non-latency.
+    Goodput, missed by any latency of a request, blames any phase, as e2e does."""
     if sli in PHASES:
         return (sli,)
     if sli == "ttft":
         return BEFORE_FIRST_TOKEN
     if sli in ("tpot", "itl"):
         return AFTER_FIRST_TOKEN
-    if sli == "e2e":
+    if sli in ("e2e", GOODPUT):
         return PHASES
     return ()
 
@@ -116,7 +120,7 @@ class AlertRule:
     severity: Severity
     tier: str | None = None
     objective: Objective | None = None
-    sli: str | None = None  # catalog SLI name, or "availability"
+    sli: str | None = None  # `Objective.indicator`: a catalog SLI, availability or goodput
     long_window_s: float | None = None
     short_window_s: float | None = None
     factor: Decimal | None = None
@@ -225,11 +229,9 @@ def alert_name(kind: AlertKind, sli: str | None = None) -> str:
 
 
 def budget_objectives(tier: Tier) -> tuple[Objective, ...]:
-    """Objectives Prometheus can judge from the exported metrics: latency and availability.
-
-    Goodput needs every latency of one request at once and throughput has no error budget;
-    both are judged from records (`slo check`) and the live `/slo` endpoint instead.
-    """
+    """Objectives Prometheus can judge from the exported metrics: latency, availability and
+    goodput (`slo.arithmetic.alerts_on_budget`). Throughput has no error budget; it is judged
+    from records (`slo check`) and from its counter's rate."""
     return tuple(o for o in tier.objectives if alerts_on_budget(o))
 
 
@@ -288,7 +290,7 @@ def _candidates(spec: SLOSpec) -> list[tuple[AlertRule, str | None]]:
 def _burn_rate(
     spec: SLOSpec, tier: Tier, objective: Objective, burn: BurnRateRule
 ) -> tuple[AlertRule, str | None]:
-    sli = objective.sli or AVAILABILITY
+    sli = objective.indicator
     rule = AlertRule(
         alert_name("burn_rate", sli),
         "burn_rate",

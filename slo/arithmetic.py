@@ -24,12 +24,17 @@ exactly as fast as the rule tolerates, which is not yet too fast.
 
 Goodput. A request is good when it finished ok and meets every per-request latency objective of
 its tier (ITL is per gap and stays out); a missing value, such as the TPOT of a one-token
-reply, passes (`vllm bench serve --goodput`).
+reply, passes (`vllm bench serve --goodput`). "Meets" is per request, on the objective's
+threshold and operator: `p95 ttft <= 100ms` asks each good request for a TTFT of at most
+100 ms, whatever the percentile. Its events are availability's (every request but
+client_error and cancelled). `good_requests` decides it over columns of records,
+`good_request` for one request as the middleware sees it (its `llm_slo_good_requests_total`
+and live windows): the same checks, the same comparison.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -84,11 +89,12 @@ def meets(good: Count, events: Count, target: Exact) -> bool:
 
 
 def alerts_on_budget(objective: Objective) -> bool:
-    """Whether burn-rate (and threshold) alerts judge this objective: latency and availability,
-    the objectives Prometheus can count from the exported metrics. Goodput needs every latency
-    of one request at once and throughput has no error budget: every judge (`slo check`, the
-    live windows, the generated rules) leaves their alerts out alike."""
-    return objective.kind in ("latency", "availability")
+    """Whether burn-rate alerts (and, for latency, threshold alerts) judge this objective:
+    latency, availability and goodput, the objectives Prometheus counts from the exported
+    metrics (goodput from the good-requests counter, decided per request by `good_request`).
+    Throughput has no error budget: every judge (`slo check`, the live windows, the generated
+    rules) leaves its alerts out alike."""
+    return objective.kind in ("latency", "availability", "goodput")
 
 
 def verdict(good: Count, events: Count, target: Exact, min_events: int) -> Verdict:
@@ -221,3 +227,17 @@ def good_requests(ok: np.ndarray, columns: Iterable[tuple[GoodputCheck, np.ndarr
     for check, values in columns:
         good &= check.passes_each(values)
     return good
+
+
+def good_request(
+    ok: bool, checks: Iterable[GoodputCheck], value_of: Callable[[str], float | None]
+) -> bool:
+    """One request: ok and passing every check, `value_of(field)` giving its value of each
+    check's record field (None: missing). `good_requests` decides the same over columns."""
+    if not ok:
+        return False
+    # A loop, not all() over a generator (twice its cost): this runs once per request.
+    for check in checks:  # noqa: SIM110
+        if not check.passes(value_of(check.field)):
+            return False
+    return True

@@ -195,6 +195,18 @@ _SLIS: tuple[SLI, ...] = (
         "outcome",
     ),
     SLI(
+        "good_requests",
+        "llm_slo_good_requests_total",
+        "counter",
+        "requests",
+        REQUEST_LABELS,
+        (),
+        "Finished requests that were ok and met every per-request latency objective of "
+        "their tier (a missing value passes); goodput = good / (all - client_error - "
+        "cancelled).",
+        None,
+    ),
+    SLI(
         "throughput",
         "llm_slo_output_tokens_total",
         "counter",

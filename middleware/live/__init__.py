@@ -4,7 +4,9 @@ Counts are kept per tier on the same bucket boundaries as the Prometheus histogr
 thresholds are boundaries), in fixed-memory rings, one per window the spec and its alert policy
 use. Events are counted as `slo check` counts them (see `slo.check.evaluate`): latency objectives
 over ok requests with a value (itl over every gap), availability as ok over every request but
-client_error and cancelled, goodput as ok requests meeting every per-request latency objective.
+client_error and cancelled, goodput as ok requests meeting every per-request latency objective
+(the reporter's decision per request, `middleware.request.goodput`, which the good-requests
+counter is given too).
 With several workers (`PROMETHEUS_MULTIPROC_DIR` set) the rings live in files every worker
 reads (`middleware.live.shared`): `/slo` and the alerts judge the whole server's traffic.
 """
@@ -28,9 +30,10 @@ from middleware.live.shared import PusherElection, SharedWindowSet, shared_dir, 
 from middleware.live.windows import SLOTS_PER_WINDOW, WindowSet
 from middleware.metrics.histograms import BucketCounts, bucket_counts
 from middleware.request.breakdown import measured_fields
+from middleware.request.goodput import GoodRequests
 from middleware.request.timeline import Breakdown
 from slo.alert_rules import alert_rules, histogram_quantile, windows_s
-from slo.arithmetic import attainment, budget_remaining, burn_rate, goodput_checks, verdict
+from slo.arithmetic import attainment, budget_remaining, burn_rate, verdict
 from slo.sli import (
     CATALOG,
     LATENCY_FIELDS,
@@ -147,7 +150,7 @@ class TierWindows:
             if not CATALOG[sli].per_token_gap
         ]
         self._itl_start = starts.get("itl")
-        self._goodput_checks = goodput_checks(self.latency_objectives)
+        self._goodput = GoodRequests(spec)
         self._lock = threading.Lock()
         self._pending: list[float] = [0.0] * column  # counts per column since the last flush
         self._pending_since: float | None = None
@@ -160,16 +163,23 @@ class TierWindows:
         outcome: str,
         breakdown: Breakdown | None,
         itl_counts: BucketCounts | None = None,
+        good: bool | None = None,
     ) -> None:
         """Queue one request's counts; they reach the rings in batches (see `_flush`).
 
         `itl_counts`: the breakdown's gaps already counted on the itl buckets
         (`bucket_counts(buckets_for("itl", spec), gaps)`), shared with the Prometheus histogram.
+        `good`: whether it is good for goodput, as the reporter decided
+        (`middleware.request.goodput`); by default decided here from `breakdown`.
         """
         layout = self.layout
+        if good is None:
+            good = self._goodput.good(self.tier.name, outcome, breakdown)
         with self._lock:
             pending = self._pending
             pending[layout.outcome_column[outcome]] += 1
+            if good:
+                pending[layout.goodput_column] += 1
             if outcome == "ok" and breakdown is not None:
                 hotpath.count_in_columns(pending, self._latency_columns, breakdown)
                 itl_start = self._itl_start
@@ -184,11 +194,6 @@ class TierWindows:
                         pending[phase] += value
                     phase += 1
                 pending[phase] += 1
-                for check in self._goodput_checks:
-                    if not check.passes(getattr(breakdown, check.field)):
-                        break
-                else:
-                    pending[layout.goodput_column] += 1
             since = self._pending_since
             if since is None:
                 self._pending_since = since = now_s
@@ -293,12 +298,14 @@ class LiveSLO:
         outcome: str,
         breakdown: Breakdown | None,
         itl_counts: BucketCounts | None = None,
+        good: bool | None = None,
     ) -> None:
         """Count one finished request (`breakdown` for ok requests that produced tokens).
 
-        `itl_counts`, when given, are `bucket_counts(self.itl_bounds, breakdown.itl_s)`.
+        `itl_counts`, when given, are `bucket_counts(self.itl_bounds, breakdown.itl_s)`;
+        `good`, the reporter's goodput decision (by default made from `breakdown`).
         """
-        self.tiers[tier].observe(self.clock.wall_s(), outcome, breakdown, itl_counts)
+        self.tiers[tier].observe(self.clock.wall_s(), outcome, breakdown, itl_counts, good)
 
     def status(self) -> dict[str, Any]:
         now = self.clock.wall_s()

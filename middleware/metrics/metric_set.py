@@ -1,11 +1,12 @@
 """Prometheus metrics, every name, unit, label and bucket taken from the SLI catalog.
 
 Every label child (tier x route x outcome x model for the request counter, tier x route x model
-for the histograms and the token counter) is created at startup, so every series is exported
-at 0 before the first request: Prometheus' `increase()`/`rate()` then count a series' first
-requests too (a series born with its first requests already counted hides them from every
-rule, panel and `slo check --prometheus`). In multiprocess mode a created child is written to
-the worker's file at 0 at once, so the aggregated `/metrics` has them from the first scrape.
+for the histograms, the token counter and the good-requests counter) is created at startup, so
+every series is exported at 0 before the first request: Prometheus' `increase()`/`rate()` then
+count a series' first requests too (a series born with its first requests already counted hides
+them from every rule, panel and `slo check --prometheus`). In multiprocess mode a created child
+is written to the worker's file at 0 at once, so the aggregated `/metrics` has them from the
+first scrape.
 
 Label children are bound once per (tier, route) and outcome. In one process the request
 histograms are our own (`middleware.metrics.prom_export.OwnHistogram`: plain-list bucket counts fed
@@ -42,6 +43,7 @@ from middleware.metrics.headroom import HeadroomCollector
 from middleware.metrics.histograms import BucketCounts, FlushOnCollect, bucket_counts
 from middleware.metrics.instruments import counter, histogram
 from middleware.metrics.prom_export import OwnHistogram
+from middleware.request.goodput import GoodRequests
 from middleware.request.timeline import Breakdown
 from slo.sli import (
     CATALOG,
@@ -83,20 +85,32 @@ PER_REQUEST = (*REQUEST_HISTOGRAMS, "input_tokens", "output_tokens")
 
 
 class _Bound:
-    """One (tier, route)'s label children, bound once, and its pending output tokens.
+    """One (tier, route)'s label children, bound once, and its pending output tokens and good
+    requests.
 
     `plan` has per PER_REQUEST histogram: (child, takes an exemplar); `itl` is the gaps'
     histogram child. In a single process the children are `HistogramSeries` (plain lists, fed
     under the MetricSet's lock); with PROMETHEUS_MULTIPROC_DIR, prometheus_client children.
     """
 
-    __slots__ = ("itl", "output_tokens", "output_tokens_total", "plan")
+    __slots__ = (
+        "good",
+        "good_requests_total",
+        "itl",
+        "output_tokens",
+        "output_tokens_total",
+        "plan",
+    )
 
-    def __init__(self, histograms: dict[str, Any], output_tokens_total: Any) -> None:
+    def __init__(
+        self, histograms: dict[str, Any], output_tokens_total: Any, good_requests_total: Any
+    ) -> None:
         self.plan = [(histograms[name], name in EXEMPLAR_HISTOGRAMS) for name in PER_REQUEST]
         self.itl = histograms["itl"]
         self.output_tokens_total = output_tokens_total
         self.output_tokens = 0  # pending for the counter
+        self.good_requests_total = good_requests_total
+        self.good = 0  # pending for the counter
 
 
 class MetricSet:
@@ -124,6 +138,9 @@ class MetricSet:
             for name in (*PER_REQUEST, "itl")
         }
         self.requests = counter(self.registry, "requests")
+        # Requests that met every latency objective of their tier: goodput's good events.
+        self.good_requests = counter(self.registry, "good_requests")
+        self.goodput = GoodRequests(spec)
         self.output_tokens_total = counter(self.registry, "throughput")
         self.cold_start = histogram(
             self.registry, "cold_start", CATALOG["cold_start"].default_buckets
@@ -161,6 +178,7 @@ class MetricSet:
             bound = self._children[key] = _Bound(
                 {name: metric.labels(**labels) for name, metric in self.histograms.items()},
                 self.output_tokens_total.labels(**labels),
+                self.good_requests.labels(**labels),
             )
         return bound
 
@@ -194,24 +212,31 @@ class MetricSet:
         breakdown: Breakdown | None,
         trace_id: str | None,
         itl_counts: BucketCounts | None = None,
+        good: bool | None = None,
     ) -> None:
         """Count one settled request; with an ok breakdown, observe its latencies and token
-        counts.
+        counts; a good request (goodput) also in the good-requests counter.
 
         The counts wait in plain lists and reach the metrics at the next flush: whenever the
         registry is read, and at most FLUSH_EVERY_S later. `itl_counts` are the breakdown's
         gaps already counted on `itl_bounds` (`bucket_counts`), when the caller has them.
+        `good`: the reporter's decision (`middleware.request.goodput`, which the live windows
+        are given too); by default decided here from `breakdown`.
         """
         tier, route = request.tier, request.route
         key = (tier, route, request.outcome)
         if key not in self._outcomes:  # a label set not created at startup
             self._outcome(*key)
-        bound = None if breakdown is None else self._bound(tier, route)
+        if good is None:
+            good = self.goodput.good(tier, request.outcome, breakdown)
+        bound = None if breakdown is None and not good else self._bound(tier, route)
         with self._lock:
             pending = self._requests_pending
             pending[key] = pending.get(key, 0) + 1
-            if bound is not None and breakdown is not None:
-                self._add(bound, breakdown, request.input_tokens, trace_id, itl_counts)
+            if bound is not None:
+                bound.good += good
+                if breakdown is not None:
+                    self._add(bound, breakdown, request.input_tokens, trace_id, itl_counts)
             now = time.monotonic()
             if now < self._flush_at:
                 return
@@ -260,6 +285,9 @@ class MetricSet:
             if bound.output_tokens:
                 bound.output_tokens_total.inc(bound.output_tokens)
                 bound.output_tokens = 0
+            if bound.good:
+                bound.good_requests_total.inc(bound.good)
+                bound.good = 0
 
     def observe_engine_step(self, stats: Any) -> None:
         """Engine gauges from the bundled engine's `on_step(StepStats)` (`EngineSeries`)."""

@@ -57,13 +57,11 @@ _NOT_PRODUCED: dict[str, Any] = {
 _LIST_FIELDS = tuple(name for name in _BREAKDOWN_FIELDS if name in LIST_FIELDS)  # tuples there
 
 
-def recorded_value(breakdown: Breakdown, produced: bool, field: str) -> Any:
-    """A breakdown field as the request's record keeps it (`record_fields`): what a response
-    that produced no tokens cannot have is left out. Goodput is decided on these values, so
-    the good-requests counter and the live windows judge the request the records judge."""
-    if produced or field not in _NOT_PRODUCED:
-        return getattr(breakdown, field)
-    return _NOT_PRODUCED[field]
+def kept_without_tokens(field: str) -> bool:
+    """Whether the record of a response that produced no tokens keeps this breakdown field
+    (`record_fields`: the timeline's cuts, e2e and the phases). Goodput is decided on what the
+    record keeps, so the good-requests counter and the live windows judge as the records do."""
+    return field not in _NOT_PRODUCED
 
 
 # Every field in the record's order, None until set (the client's view stays None here:

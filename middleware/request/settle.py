@@ -141,8 +141,10 @@ class Reporter:
             if observed is not None and observed.itl_s
             else None
         )
-        self.metrics.observe(request, observed, trace_id, itl_counts)
-        self.live.observe(request.tier, outcome, observed, itl_counts)
+        # Goodput is decided once, on what the record keeps, for the counter and /slo alike.
+        good = self.metrics.goodput.good(request.tier, outcome, breakdown, produced)
+        self.metrics.observe(request, observed, trace_id, itl_counts, good)
+        self.live.observe(request.tier, outcome, observed, itl_counts, good)
         if self.store is not None:
             self.store.add(record_fields(request, breakdown, self.model, trace_id, produced))
         return breakdown.output_tokens

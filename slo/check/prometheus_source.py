@@ -6,8 +6,10 @@ histogram estimate (linear inside the bucket, as `histogram_quantile` does), so 
 threshold the verdict follows the counts: the ratio form. Counts come from `increase()`,
 which Prometheus extrapolates, hence rounded to whole events; every query is evaluated at the
 same instant (the report's `now`), so good and total events come from the same samples.
-Goodput needs per-request records (`--results` or `--db`); from Prometheus it is reported as
-insufficient data.
+Goodput's events are availability's, its good events the increase of the good-requests counter
+(`llm_slo_good_requests_total`, which the middleware counts per request as `slo check` judges
+records); a tier without that series (a middleware that does not export it) is insufficient
+data, with a note, rather than all bad.
 
 The judging is the core's, as for every other judge: verdicts, burn rates and burn-rate
 alerts from `slo.arithmetic` (through `slo.check.evaluate.burn_rates`), the percentile estimate from
@@ -32,6 +34,7 @@ from slo.spec.objectives import Objective
 from slo.units import format_duration
 
 Buckets = list[tuple[float, float]]  # (upper bound, cumulative count), +Inf last
+GOOD_REQUESTS = CATALOG["good_requests"].metric
 
 
 # Where `slo check` finds the CA and the token when no flag names them; the errors name them.
@@ -97,8 +100,13 @@ class PrometheusReader:
         return {labels.get("outcome", ""): value for labels, value in rows}
 
     def total(self, metric: str, tier: str, window_s: float) -> float:
+        found = self.increase(metric, tier, window_s)
+        return 0.0 if found is None else found
+
+    def increase(self, metric: str, tier: str, window_s: float) -> float | None:
+        """The tier's increase of `metric` over the window; None when it has no series."""
         rows = self.query(f'sum(increase({metric}{{tier="{tier}"}}[{format_duration(window_s)}]))')
-        return rows[0][1] if rows else 0.0
+        return rows[0][1] if rows else None
 
 
 def bucket_quantile(buckets: Buckets, target: float) -> float | None:
@@ -128,15 +136,34 @@ def evaluate_prometheus(
     window = window_s or spec.window_s
     if now and reader.at is None:
         reader.at = now  # one instant for every query of the report
-    tiers = [_tier(spec, reader, tier, window) for tier in spec.tiers]
-    requests = sum(tier.requests for tier in tiers)
     notes = ["counts from Prometheus increase() over the window, rounded to whole events"]
+    # Tiers whose goodput Prometheus cannot see: no good-requests series at all.
+    blind = {
+        tier.name
+        for tier in spec.tiers
+        if any(o.kind == "goodput" for o in tier.objectives)
+        and reader.increase(GOOD_REQUESTS, tier.name, window) is None
+    }
+    if blind:
+        notes.append(
+            f"no {GOOD_REQUESTS} series for tier {', '.join(map(repr, sorted(blind)))}: its "
+            "goodput is insufficient data (the middleware exports the counter from 0)"
+        )
+    tiers = [_tier(spec, reader, tier, window, tier.name in blind) for tier in spec.tiers]
+    requests = sum(tier.requests for tier in tiers)
     return EvaluationReport(tiers, window, now, requests, 0, notes)
 
 
-def _tier(spec: SLOSpec, reader: PrometheusReader, tier: Tier, window: float) -> TierResult:
+def _tier(
+    spec: SLOSpec, reader: PrometheusReader, tier: Tier, window: float, blind: bool
+) -> TierResult:
     outcomes = reader.by_outcome(tier.name, window)
-    results = [_objective(spec, reader, tier, o, window, outcomes) for o in tier.objectives]
+    results = [
+        ObjectiveResult(tier.name, o, 0, 0, "insufficient_data")
+        if blind and o.kind == "goodput"
+        else _objective(spec, reader, tier, o, window, outcomes)
+        for o in tier.objectives
+    ]
     ttft = bucket_quantile(reader.buckets(CATALOG["ttft"].metric, tier.name, window), 0.95)
     tpot = bucket_quantile(reader.buckets(CATALOG["tpot"].metric, tier.name, window), 0.95)
     tokens = reader.total(CATALOG["throughput"].metric, tier.name, window)
@@ -157,8 +184,6 @@ def _objective(
     window: float,
     outcomes: dict[str, float],
 ) -> ObjectiveResult:
-    if objective.kind == "goodput":
-        return ObjectiveResult(tier.name, objective, 0, 0, "insufficient_data")
     if objective.kind == "throughput":
         tokens = reader.total(CATALOG["throughput"].metric, tier.name, window)
         rate = tokens / window
@@ -169,18 +194,20 @@ def _objective(
         return ObjectiveResult(tier.name, objective, 0, 0, verdict, tokens_per_s=rate)
 
     def counts(window_s: float) -> tuple[int, int, Any]:
-        if objective.kind == "availability":
-            good, total = _availability_counts(reader.by_outcome(tier.name, window_s))
-            return good, total, None
-        buckets = reader.buckets(CATALOG[objective.sli or ""].metric, tier.name, window_s)
-        return (*_good_and_total(buckets, objective, tier.name), buckets)
+        """(good, events, buckets): a latency objective's from its histogram; availability's
+        and goodput's events are the counted requests, their good ones the ok requests or the
+        good-requests counter's increase."""
+        if objective.kind == "latency":
+            buckets = reader.buckets(CATALOG[objective.sli or ""].metric, tier.name, window_s)
+            return (*_good_and_total(buckets, objective, tier.name), buckets)
+        by_outcome = outcomes if window_s == window else reader.by_outcome(tier.name, window_s)
+        ok, events = _availability_counts(by_outcome)
+        if objective.kind == "goodput":
+            return round(reader.total(GOOD_REQUESTS, tier.name, window_s)), events, None
+        return ok, events, None
 
-    if objective.kind == "availability":
-        good, events = _availability_counts(outcomes)
-        observed = None
-    else:
-        good, events, buckets = counts(window)
-        observed = bucket_quantile(buckets, objective.target)
+    good, events, buckets = counts(window)
+    observed = bucket_quantile(buckets, objective.target) if buckets is not None else None
     by_window = {}
     for window_s in spec.alert_policy.windows_s:
         window_good, window_events, _ = counts(window_s)

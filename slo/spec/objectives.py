@@ -70,6 +70,12 @@ class Objective:
         return f"{self.kind} >= {format_percent(self.target)}"
 
     @property
+    def indicator(self) -> str:
+        """What it judges, as the `sli` label of its records and alerts says: its catalog
+        SLI, or `availability` or `goodput`."""
+        return self.sli or self.kind
+
+    @property
     def percentile(self) -> float:
         """The percentile (0..100) whose value is compared with the threshold."""
         return self.target * 100.0

@@ -18,11 +18,13 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from alerts.records import labels_of, tile_of
 from dashboards.queries import QUANTILES
 from dashboards.service_rows import LATENCY_PANELS
 from slo.alert_rules import budget_objectives
+from slo.arithmetic import good_request, goodput_checks
 from slo.check.evaluate import evaluate
 from slo.promql import prom_duration
 from slo.records import RequestRecord
@@ -225,6 +227,33 @@ def error_rate(known: Known) -> list[Series]:
     ]
 
 
+def goodput(known: Known) -> list[Series]:
+    """Good / counted requests per tier, each record decided as `slo check` decides it (its
+    tier's goodput checks), then each goodput objective's target."""
+    spec = known.spec
+    counted = [
+        r
+        for r in rate_window(known).records
+        if r.outcome not in OUTCOMES_EXCLUDED_FROM_AVAILABILITY
+    ]
+
+    def good(record: RequestRecord) -> bool:
+        checks = goodput_checks(spec.tier(record.tier).latency_objectives)
+        return good_request(record.outcome == "ok", checks, partial(getattr, record))
+
+    shares = {
+        key: Exact(sum(map(good, records)) / len(records))
+        for key, records in _by(counted, _tier).items()
+    }
+    targets = {
+        frozenset(labels_of(tier, o).items()): Exact(o.target)
+        for tier in spec.tiers
+        for o in budget_objectives(tier)
+        if o.kind == "goodput"
+    }
+    return [shares, targets] if targets else [shares]
+
+
 def _tokens_per_s(known: Known, end: float) -> float:
     ok = Window(known, end - RATE_S, end).ok
     return sum(r.output_tokens for r in ok) / RATE_S
@@ -244,6 +273,7 @@ def service_expectations(spec: SLOSpec) -> dict[str, Expectation]:
     table: dict[str, Expectation] = {
         f"Error budget remaining ({window} window)": budget_remaining,
         "Burn rate per tier": burn_rates,
+        "Goodput per tier": goodput,
         "TTFT vs TPOT (mean per request)": ttft_vs_tpot,
         "Latency budget: mean time per phase (stacked)": phase_budget,
         "Request size (tokens)": request_size,

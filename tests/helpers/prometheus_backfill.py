@@ -99,23 +99,21 @@ def needed_rules(rules: Iterable[Rule], exprs: Iterable[str]) -> list[Rule]:
 
 
 def rule_levels(rules: Sequence[Rule]) -> list[list[Rule]]:
-    """The rules by level: level 0 reads no record of `rules`, level n reads records up to
-    level n - 1."""
+    """The rules by level, in the order their groups evaluate them (a rule reads what the
+    rules before it wrote, so one may read another series of its own record's name, as
+    goodput's event count reads availability's): level 0 reads no record of `rules`, level n
+    reads records the rules before it wrote up to level n - 1."""
     records = {rule.record for rule in rules if rule.record}
-    level: dict[str, int] = {}
-
-    def of(record: str, seen: frozenset[str] = frozenset()) -> int:
-        assert record not in seen, f"recording rules read each other in a circle: {record}"
-        if record not in level:
-            reads = {n for rule in rules if rule.record == record for n in _reads(rule, records)}
-            level[record] = 1 + max((of(n, seen | {record}) for n in reads), default=-1)
-        return level[record]
-
+    written: dict[str, int] = {}  # record -> the highest level that wrote it so far
     levels: list[list[Rule]] = []
     for rule in rules:
-        n = of(rule.record or "")
+        reads = _reads(rule, records)
+        early = reads - set(written)
+        assert not early, f"{rule.record} reads {sorted(early)} before a rule writes it"
+        n = 1 + max((written[name] for name in reads), default=-1)
         levels.extend([] for _ in range(n + 1 - len(levels)))
         levels[n].append(rule)
+        written[rule.record or ""] = max(written.get(rule.record or "", -1), n)
     return levels
 
 

@@ -1,10 +1,12 @@
 """Property: the evaluator, the live windows and the generated rules (through promtool) judge
-latency objectives alike, in both forms, and goodput where Prometheus cannot see it.
+latency objectives alike, in both forms, and goodput.
 
 One tier holds availability, a ratio-form latency objective (`90% of requests ttft <= 200ms`),
 a percentile-form one (`p95 e2e <= 1s`) and goodput. Per one-minute step the traffic is counts
 of five kinds of request: ok with TTFT and e2e each good or bad, and server errors (which
-latency objectives leave out and availability and goodput count). Each ok request takes a
+latency objectives leave out and availability and goodput count). Goodput's good requests are
+the ok ones with both good; Prometheus sees them in `llm_slo_good_requests_total`, which the
+middleware counts per request as the live windows do. Each ok request takes a
 (ttft, e2e) pair from a fixed table: values inside different buckets, away from every bound but
 the thresholds themselves (a value equal to an inclusive threshold is good in every judge: the
 `le` bucket holds it), some in the +Inf bucket.
@@ -25,8 +27,8 @@ whole minutes, so every judge's window holds the same events.
 Alerts: the burn-rate alerts of `slo check` and the live windows must be the same; the live
 ones, threshold alerts included (p95 above 2x, p50 above 1x the threshold, over 5m: a
 `histogram_quantile` that only the live windows and Prometheus compute), are what promtool must
-see fire. Goodput is judged from whole requests (records, live windows): Prometheus has no
-goodput series, so promtool checks availability, TTFT and e2e. One promtool run, every example:
+see fire, goodput's burn-rate alerts among them, and the SLO window's records of every
+objective hold the model's counts. One promtool run, every example:
 the explicit ones and examples of the same strategy drawn the same way every run, each judged
 by the evaluator and the live windows first (the promtool test needs no other test to run).
 """
@@ -40,13 +42,17 @@ from typing import Any, NamedTuple
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from alerts.policy_tests import Traffic, availability_series, histogram_series
+from alerts.policy_tests import (
+    Traffic,
+    availability_series,
+    good_requests_series,
+    histogram_series,
+)
 from alerts.rules import Links, shown_annotations
 from middleware.clock import ScriptedClock
 from middleware.live import LiveSLO
 from middleware.request.timeline import Breakdown
 from slo.alert_budget import ALERT_NAME as BUDGET_ALERT
-from slo.alert_rules import AVAILABILITY as AVAILABILITY_SLI
 from slo.alert_rules import AlertRule, alert_rules
 from slo.arithmetic import meets, required_good, verdict, within
 from slo.check.evaluate import evaluate
@@ -230,8 +236,6 @@ def _burn_alerts(objective: str, names: tuple[str, ...]) -> set[AlertKey]:
         for r in RULES
         if r.kind == "burn_rate" and r.objective is not None and r.objective.name == objective
     }
-    if objective == GOODPUT:  # `slo check` reports goodput's burn; no rule alerts on it
-        return set()
     return {by_name[name.split(" ", 1)[1]] for name in names}
 
 
@@ -340,10 +344,8 @@ def _judge(t: Steps) -> list[Check]:
                 assert within(observed, threshold, inclusive) == met, (step, name, observed)
                 assert within(live_observed, threshold, inclusive) == met, (step, name)
             # Burn-rate alerts: the evaluator's and the live ones. Threshold alerts (a histogram
-            # percentile over 5m) are the live windows' and Prometheus' only; goodput has no
-            # alert rule (`slo.alert_rules.budget_objectives`).
-            if name != GOODPUT:
-                assert {a for a in live_alerts if "long_window" in dict(a)} == alerts, (step, name)
+            # percentile over 5m) are the live windows' and Prometheus' only.
+            assert {a for a in live_alerts if "long_window" in dict(a)} == alerts, (step, name)
             firing |= live_alerts
             expected[name] = (good, events)
         checks.append((step, expected, firing))
@@ -365,6 +367,10 @@ for _explicit in EXPLICIT_EXAMPLES:
 def _series(t: Steps) -> list[dict[str, str]]:
     ok = tuple(sum(step[k] for k in OK_KINDS) for step in t.counts)
     series = availability_series(TIER, Traffic(ok, tuple(step[ERR] for step in t.counts)))
+    # What the middleware's good-requests counter holds: per step, the requests good for
+    # goodput (the same per-request decision as the live windows above, GG alone).
+    good = [sum(step[k] for k in _good_kinds(GOODPUT)) for step in t.counts]
+    series.append(good_requests_series(TIER, good))
     for objective in LATENCY:
         sli = OBJECTIVES[objective].sli or ""
         field = CATALOG[sli].record_field or ""
@@ -377,7 +383,7 @@ def _expr_tests(eval_time: str, name: str, good: int, events: int) -> list[dict[
     """The generated SLO-window records, and for latency the percentile PromQL shows."""
     objective = OBJECTIVES[name]
     labels = {"tier": TIER, "objective": name}
-    record_labels = {"tier": TIER, "sli": objective.sli or AVAILABILITY_SLI, "objective": name}
+    record_labels = {"tier": TIER, "sli": objective.indicator, "objective": name}
     window_s = SPEC_OBJ.window_s
     events_record = record_events(window_s)
     tests: list[tuple[str, str, float]] = [
@@ -424,7 +430,7 @@ def _group(index: int, example_: dict[str, Any]) -> dict[str, Any]:
                     ],
                 }
             )
-        for name in (AVAILABILITY, TTFT, E2E):
+        for name in OBJECTIVES:
             good, events = expected[name]
             expr_tests += _expr_tests(eval_time, name, good, events)
     return {
@@ -442,6 +448,13 @@ def test_generated_rules_agree_through_promtool(tmp_path: Path) -> None:
     # Both kinds of check, or promtool would confirm only silence (or only alerts).
     fired = [bool(firing) for example_ in examples for _, _, firing in example_["checks"]]
     assert any(fired) and not all(fired)
+    # Goodput's alerts too: promtool must see them fire somewhere and stay quiet elsewhere.
+    goodput = [
+        any(dict(key)["objective"] == GOODPUT for key in firing)
+        for example_ in examples
+        for _, _, firing in example_["checks"]
+    ]
+    assert any(goodput) and not all(goodput)
     groups = [_group(i, example_) for i, example_ in enumerate(examples)]
     result = promtool_test_rules(
         tmp_path, SPEC_OBJ, LINKS, groups, STEP_S, "test_judges_agree_latency"

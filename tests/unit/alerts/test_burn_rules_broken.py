@@ -2,8 +2,9 @@
 
 `write_alerts` writes the example spec's rules and tests, as `slo generate` does; the
 burn-rate groups pass promtool on those rules, then fail on a copy where, by hand, a page's
-factor is too low, a ticket's too high, two pages swapped their short windows and two others
-their long windows (labels left as they were: a rule that reads right and is wrong). Each
+factor is too low, a ticket's too high, a goodput ticket's too low, two pages swapped their
+short windows and two others their long windows (labels left as they were: a rule that reads
+right and is wrong). Each
 failure names a broken alert, and every difference between what promtool expected and got
 is a broken rule.
 """
@@ -44,6 +45,8 @@ BROKEN = (
     Swap("LLMSLOAvailabilityBudgetBurn", "premium", (("1h", "5m"),), ("> 0.0144",), ("> 0.01",)),
     # standard's TPOT ticket at 4x, not 3x (limit 0.15 of a 5% budget)
     Swap("LLMSLOTPOTBudgetBurn", "standard", (("1d", "2h"),), ("> 0.15",), ("> 0.2",)),
+    # premium's goodput ticket at 2x, not 3x (limit 0.15 of a 5% budget)
+    Swap("LLMSLOGoodputBudgetBurn", "premium", (("1d", "2h"),), ("> 0.15",), ("> 0.1",)),
     # premium's TTFT pages with their short windows swapped: 1h/30m and 6h/5m
     Swap(
         "LLMSLOTTFTBudgetBurn",

@@ -52,6 +52,7 @@ def _expected_zeros() -> list[tuple[str, tuple[tuple[str, str], ...]]]:
                 with_outcome = tuple(sorted({**labels, "outcome": outcome}.items()))
                 keys.append((CATALOG["requests"].metric, with_outcome))
             keys.append((CATALOG["throughput"].metric, tuple(sorted(labels.items()))))
+            keys.append((CATALOG["good_requests"].metric, tuple(sorted(labels.items()))))
             for name in HISTOGRAMS:
                 keys.append((CATALOG[name].metric + "_count", tuple(sorted(labels.items()))))
                 inf = tuple(sorted({**labels, "le": "+Inf"}.items()))

@@ -125,6 +125,8 @@ def assert_batched_equals_observe(
         reference.histograms["input_tokens"].labels(**labels).observe(7)
         reference.histograms["output_tokens"].labels(**labels).observe(observed.output_tokens)
         reference.output_tokens_total.labels(**labels).inc(observed.output_tokens)
+        if reference.goodput.good(tier, outcome, observed):  # the decision observe makes
+            reference.good_requests.labels(**labels).inc()
     expected = registry_samples(reference)
     got = registry_samples(batched)  # reading the registry flushes what is pending
     assert got.keys() == expected.keys()

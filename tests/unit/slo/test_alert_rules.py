@@ -16,6 +16,7 @@ from slo.alert_rules import (
     windows_s,
 )
 from slo.promql import exact, le_matcher, le_value, number, prom_duration
+from slo.sli import PHASES
 from slo.spec import SLOSpec
 
 SHORT = """
@@ -68,11 +69,20 @@ def test_threshold_alerts_carry_factor_times_threshold_and_severity() -> None:
     assert all(r.window_s == 300.0 for r in premium_ttft)
 
 
-def test_goodput_and_throughput_objectives_get_no_prometheus_alert() -> None:
-    rules = alert_rules(SLOSpec.default())
-    objectives = {r.objective.name for r in rules if r.objective is not None}
-    assert "goodput >= 95%" not in objectives
-    assert "availability >= 99.9%" in objectives
+def test_goodput_gets_burn_rate_alerts_and_throughput_none() -> None:
+    spec = SLOSpec.default()
+    rules = alert_rules(spec)
+    goodput = [r for r in rules if r.objective is not None and r.objective.kind == "goodput"]
+    # One per burn-rate rule of the policy, labelled sli="goodput", blaming any phase; no
+    # percentile threshold (goodput has no histogram).
+    assert [(r.kind, r.name, r.tier, r.sli) for r in goodput] == [
+        ("burn_rate", "LLMSLOGoodputBudgetBurn", "premium", "goodput")
+    ] * len(spec.alert_policy.burn_rates)
+    assert [r.factor for r in goodput] == [exact(b.factor) for b in spec.alert_policy.burn_rates]
+    assert all(r.phases == PHASES for r in goodput)
+    assert not any(r.objective.kind == "throughput" for r in rules if r.objective is not None)
+    spec = SLOSpec.from_yaml("tiers:\n- name: t\n  objectives: ['throughput >= 5 tokens/s']\n")
+    assert [r.kind for r in alert_rules(spec)] == ["absent"]
 
 
 def test_alerts_that_could_never_fire_are_left_out_and_explained() -> None:

@@ -116,6 +116,39 @@ def test_goodput_checks_skip_per_gap_slis_and_pass_missing_values() -> None:
         assert ttft.passes(value) == bool(ttft.passes_each(np.array([value]))[0]), index
 
 
+_GOODPUT_CHECKS = arithmetic.goodput_checks(
+    [parse_objective("p95 ttft <= 200ms", 1), parse_objective("p90 e2e < 2s", 2)]
+)
+# On, just above and just below each threshold, missing, and far off.
+_VALUES = st.none() | st.sampled_from([0.2, 0.2000001, 0.1999999, 2.0, 1.9999999, 0.0, 50.0])
+
+
+@given(st.lists(st.tuples(st.booleans(), _VALUES, _VALUES), max_size=20))
+def test_one_request_is_good_exactly_when_its_column_says_so(
+    requests: list[tuple[bool, float | None, float | None]],
+) -> None:
+    """`good_request` (the middleware's counter and live windows, per request) and
+    `good_requests` (the records, per column) decide alike, request by request."""
+    ttft, e2e = _GOODPUT_CHECKS
+    ok = np.array([r[0] for r in requests], dtype=bool)
+    columns = [
+        (check, np.array([np.nan if r[i] is None else r[i] for r in requests], dtype=float))
+        for i, check in ((1, ttft), (2, e2e))
+    ]
+    by_column = arithmetic.good_requests(ok, columns).tolist()
+    one_by_one = [
+        arithmetic.good_request(good, _GOODPUT_CHECKS, {"ttft_s": t, "e2e_s": e}.get)
+        for good, t, e in requests
+    ]
+    assert one_by_one == by_column
+
+
+def test_goodput_alerts_on_its_budget_and_throughput_does_not() -> None:
+    kinds = ["p95 ttft <= 200ms", "availability >= 99%", "goodput >= 95%"]
+    assert all(arithmetic.alerts_on_budget(parse_objective(text, 1)) for text in kinds)
+    assert not arithmetic.alerts_on_budget(parse_objective("throughput >= 5 tokens/s", 1))
+
+
 def test_throughput_meets_at_the_minimum_rate() -> None:
     assert arithmetic.meets_rate(500.0, 500.0)
     assert not arithmetic.meets_rate(499.999, 500.0)
