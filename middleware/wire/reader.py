@@ -32,6 +32,21 @@ from middleware.wire.chunk import NOT_DECODED, Chunk, chunk_has_text, decode_hea
 __all__ = ["WireReader", "chunk_has_text"]
 
 
+_FINISH_KEY = b'"finish_reason"'
+
+
+def _finishes(event: bytes) -> bool:
+    """Whether an event's bytes may hold a finish reason that is not null (any doubt: True)."""
+    at = event.find(_FINISH_KEY)
+    while at >= 0:
+        start = at + len(_FINISH_KEY)
+        value = event[start : start + 16].lstrip(b" :")
+        if not value.startswith(b"null"):
+            return True
+        at = event.find(_FINISH_KEY, at + len(_FINISH_KEY))
+    return False
+
+
 class WireReader:
     """What one response put on the wire: token events, usage, the engine's reports.
 
@@ -107,10 +122,14 @@ class WireReader:
         # Fast path, nearly every chunk of every server: one whole `data: {...}` event.
         if (
             not self._pending
-            and not self.strip_usage
             and data.startswith(b"data: {")
             and data.find(b"\n\n") == len(data) - 2
         ):
+            if self.strip_usage:
+                if self._held_finish is not None or b'"usage"' in data or _finishes(data):
+                    return self._strip_piece(data)
+                # Nothing to take out or hold: counted as a reader that rewrites nothing would.
+                return self.token_events_in(data), data
             if self._head_pending:
                 self._read_head(data[6:-2])
             try:
@@ -118,7 +137,11 @@ class WireReader:
             except NOT_DECODED:
                 return 0, data
             return (1 if self._decoded_has_text(chunk) else 0), data
-        piece = data
+        return self._strip_piece(data) if self.strip_usage else (self._scan(data), data)
+
+    def _joined(self, data: bytes) -> bytes:
+        """The whole events a piece completes: the held start of one before it, `\\n` line
+        ends; the start of an event that continues in the next piece is kept back."""
         if self._pending:
             data = self._pending + data
             self._pending = b""
@@ -129,12 +152,22 @@ class WireReader:
             cut = data.rfind(b"\n\n") + 2 if b"\n\n" in data else 0
             self._pending = data[cut:]
             data = data[:cut]
+        return data
+
+    def _scan(self, data: bytes) -> int:
+        """Token events in a piece passed on as it came (events split across pieces joined)."""
+        data = self._joined(data)
         carried = 0
-        if not self.strip_usage:
-            for event in data.split(b"\n\n"):
-                if event and self._event(event)[0]:
-                    carried += 1
-            return carried, piece
+        for event in data.split(b"\n\n"):
+            if event and self._event(event)[0]:
+                carried += 1
+        return carried
+
+    def _strip_piece(self, data: bytes) -> tuple[int, bytes]:
+        """(token events, the bytes to send on) of a piece of a stream whose usage the client
+        did not ask for: the usage chunk and `"usage":null` taken out, the finish chunk held."""
+        data = self._joined(data)
+        carried = 0
         kept: list[bytes] = []
         for event in data.split(b"\n\n"):
             if event:
