@@ -5,7 +5,9 @@ app above its own: valid for `exchange.send`, ready only while the answer is an 
 plain reply's body is kept for its usage, through `send`) and the server's offer is ready, and
 writing a piece marks and reads it exactly as `Exchange.send` marks and reads a stream chunk
 in the middle of the stream, then hands it to the server's `write`. Its `offer`, what the
-upstream connection calls per piece, is `hotpath.measured_offer`: the same in one call. The
+upstream connection calls per piece, is `hotpath.measured_offer`: the same in one call. A
+stream whose usage the client did not ask for takes that call too for every piece with nothing
+to take out or hold (`WireReader.passes_as_is`), the reader's rewriting for the rest. The
 stream's start and its last message still go through `send`, where the stream is settled.
 """
 
@@ -26,7 +28,8 @@ def measured_direct_body(exchange: Exchange, below: DirectBody) -> DirectBody:
         return exchange.is_stream and ready_below()
 
     if exchange.strip_usage:
-        feed = wire.feed
+        feed, passes_as_is = wire.feed, wire.passes_as_is
+        offer_as_is = hotpath.measured_offer(exchange, below.offer)
 
         def write(body: bytes) -> None:
             started = now_ns()
@@ -36,7 +39,16 @@ def measured_direct_body(exchange: Exchange, below: DirectBody) -> DirectBody:
             if not carried:
                 exchange.quiet_piece_sent()
 
-        return DirectBody(exchange.send, ready, write)
+        def offer(body: bytes) -> bool:
+            # Nearly every piece has nothing to take out or hold: the one-call offer takes it.
+            if passes_as_is(body):
+                return offer_as_is(body)
+            if not ready():
+                return False
+            write(body)
+            return True
+
+        return DirectBody(exchange.send, ready, write, offer)
 
     token_events_in = wire.token_events_in
 

@@ -139,6 +139,19 @@ class WireReader:
             return (1 if self._decoded_has_text(chunk) else 0), data
         return self._strip_piece(data) if self.strip_usage else (self._scan(data), data)
 
+    def passes_as_is(self, data: bytes) -> bool:
+        """Whether `feed` would send this piece on unchanged and read it as `token_events_in`
+        does: one whole data event, and, when stripping, nothing in it to take out or hold."""
+        return (
+            not self._pending
+            and data.startswith(b"data: {")
+            and data.find(b"\n\n") == len(data) - 2
+            and (
+                not self.strip_usage
+                or (self._held_finish is None and b'"usage"' not in data and not _finishes(data))
+            )
+        )
+
     def _joined(self, data: bytes) -> bytes:
         """The whole events a piece completes: the held start of one before it, `\\n` line
         ends; the start of an event that continues in the next piece is kept back."""

@@ -167,3 +167,21 @@ def test_any_split_of_the_bytes_reads_the_same(cuts: list[int], strip: bool) -> 
         assert out == whole
     else:
         assert b'"usage"' not in out and out.count(b"data: ") == len(VLLM_STREAM) - 1
+
+
+def test_a_piece_that_passes_as_is_is_sent_on_unchanged() -> None:
+    """`passes_as_is` (the one-call offer's test) never lets through a piece `feed` would
+    rewrite or hold: usage, a finish reason (spaced or not), a held finish chunk."""
+    spaced = b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
+    for strip in (False, True):
+        reader = WireReader(strip_usage=strip)
+        passed = []
+        for piece in [*VLLM_STREAM[:4], spaced, delta(content="late"), *VLLM_STREAM[4:]]:
+            if reader.passes_as_is(piece):
+                passed.append(piece)
+                assert reader.feed(piece)[1] == piece
+            else:
+                reader.feed(piece)
+        # Every data event as it came; stripping, the four before the first finish chunk (the
+        # chunk after a held finish goes through feed, which sends the held one first).
+        assert len(passed) == (4 if strip else 8), passed
