@@ -22,7 +22,8 @@ tracing off and with everything on (5%: what the identical pair reads on this ma
 beside it).
 
 test_proxy_before_after: `slo proxy` of each checkout in front of the same upstream, both
-pinned to one core, the loads of test_proxy_overhead.py (1 stream, 64 steady streams), rounds
+pinned to one core, both with `--inject-usage` (today's default; the earlier proxy has the
+flag, off by default), the loads of test_proxy_overhead.py (1 stream, 64 steady streams), rounds
 interleaved. Goals: CPU per SSE event at most 1.05x the earlier proxy's, added TTFT p50 at most
 the earlier one's + max(5%, 0.1 ms).
 
@@ -53,6 +54,9 @@ from tests.helpers.servers import wait_until_ready
 
 ROUNDS = int(os.environ.get("LLM_SLO_BENCH_ROUNDS", "15"))
 PROXY_ROUNDS = int(os.environ.get("LLM_SLO_BENCH_PROXY_ROUNDS", "3"))
+# Both proxies do the same work: today's default, exact counts by asking for usage (a flag the
+# earlier proxy has too, off by default there: issue 43 turned it on).
+PROXY_FLAG = "--inject-usage"
 COST_LIMIT = 1.05
 WORKER = Path(__file__).with_name("middleware_worker.py")
 VARIANTS = ("bare", "tracing off", "all on")
@@ -164,6 +168,7 @@ def proxies(trees: dict[str, Path], tmp: Path, core: int, other: int) -> Iterato
             port = free_port()
             command = [sys.executable, "-m", "slo.cli", "proxy", "--upstream", up_url]
             command += ["--port", str(port), "--store", f"sqlite:///{tmp / f'{side}.db'}"]
+            command.append(PROXY_FLAG)
             env = {**os.environ, "PYTHONPATH": str(tree)}
             which = subprocess.run(
                 [sys.executable, "-c", "import slo; print(slo.__file__)"],
@@ -236,7 +241,8 @@ def test_proxy_before_after(trees: dict[str, Path], tmp_path: Path) -> None:
     text = "\n\n".join([
         "## `slo proxy`: now against before",
         stamp(load_at_start),
-        f"Both proxies pinned to one core, the upstream and the clients on the other; medians "
+        f"Both proxies run with `{PROXY_FLAG}` (the same work: today's default), pinned to one "
+        "core, the upstream and the clients on the other; medians "
         f"over {PROXY_ROUNDS} interleaved rounds. Earlier commit: `{BEFORE}`. Command: `python "
         "-m pytest tests/benchmarks/test_before_after.py -k proxy -o addopts=\"\" -s`.",
         table(["load", "goal", "measured", "limit", "met"], rows),
