@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from alerts.culprits import NOBODY
 from alerts.policy_tests import Traffic, firing, histogram_series
 from alerts.rules import Links, shown_annotations
 from slo.alert_rules import AlertRule, alert_rules
@@ -39,6 +40,11 @@ USUAL: dict[str, float] = {
 }
 SLOWDOWNS: tuple[tuple[str, float], ...] = (("prefill", 2.0), ("queue", 5.0))
 SLOW_FOR_S = 3000.0
+# The queue case is a flood of another tier: the engine blames most of the tier's queue time
+# on it (seconds per step, by culprit: the flood's tier, the tier itself, nobody), and the page
+# names it. The prefill case has no blame (any engine but the bundled one): the page says so.
+FLOODED = "queue"
+FLOOD_BLAME = (0.9, 0.06, 0.04)
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,34 @@ def _series(case: PhaseCase, spec: SLOSpec, tier: str, steps: int, slow_from: in
     series += _sum_count(CATALOG["e2e"].metric, tier, [sum(m.values()) for m in means])
     ttft = [[sum(m.get(p, 0.0) for p in BEFORE_FIRST_TOKEN)] * REQUESTS_PER_STEP for m in means]
     series += histogram_series(CATALOG["ttft"].metric, tier, buckets_for("ttft", spec), ttft)
+    if case.phase == FLOODED:
+        for culprit, seconds in flood_blame(spec, tier).items():
+            labels = f'tier="{tier}", model="{_MODEL}", culprit_tier="{culprit}", cause="queue"'
+            series.append(
+                {
+                    "series": f"{CATALOG['delay_caused'].metric}{{{labels}}}",
+                    "values": f"0+{seconds!r}x{steps}",
+                }
+            )
     return series
+
+
+def flood_blame(spec: SLOSpec, tier: str) -> dict[str, float]:
+    """The queue seconds per step the engine blames, by culprit tier: the flood's (the last
+    other tier of the spec), the tier's own, nobody's; a one-tier spec floods itself."""
+    others = [t.name for t in spec.tiers if t.name != tier]
+    if not others:
+        return {tier: FLOOD_BLAME[0] + FLOOD_BLAME[1], NOBODY: FLOOD_BLAME[2]}
+    return dict(zip((others[-1], tier, NOBODY), FLOOD_BLAME, strict=True))
+
+
+def _culprit(case: PhaseCase, spec: SLOSpec, tier: str) -> tuple[str, str, float] | None:
+    """What the page names in the flooded case: the culprit tier, its cause, its share."""
+    if case.phase != FLOODED:
+        return None
+    blame = flood_blame(spec, tier)
+    culprit = max((t for t in blame if t != NOBODY), key=blame.__getitem__)
+    return culprit, "queue", blame[culprit] / sum(blame.values())
 
 
 def phase_groups(
@@ -119,7 +152,9 @@ def phase_groups(
                         "exp_alerts": [
                             {
                                 "exp_labels": r.labels_with_phase(phase),
-                                "exp_annotations": shown_annotations(r, spec, links, phase, shares),
+                                "exp_annotations": shown_annotations(
+                                    r, spec, links, phase, shares, _culprit(case, spec, tier)
+                                ),
                             }
                             for r in fired
                         ],
@@ -131,17 +166,19 @@ def phase_groups(
 
 
 def example_alert(spec: SLOSpec, links: Links) -> str:
-    """The first TTFT page of the prefill case, as Alertmanager shows it (YAML-ish text): the
-    README's example, which the generated promtool test proves Prometheus sends."""
+    """The first TTFT page of the flooded case (the queue slower, another tier to blame), as
+    Alertmanager shows it (YAML-ish text): the README's example, which the generated promtool
+    test proves Prometheus sends."""
     rules = [r for r in alert_rules(spec) if r.kind == "burn_rate" and r.sli == "ttft"]
     rule = rules[0]
     assert rule.objective is not None and rule.objective.threshold_s is not None
-    phase, factor = SLOWDOWNS[0]
+    phase, factor = next(slowdown for slowdown in SLOWDOWNS if slowdown[0] == FLOODED)
     case = _case(phase, factor, rule.objective.threshold_s)
     shares = (case.share(True), case.share(False))
+    culprit = _culprit(case, spec, rule.tier or "")
     lines = ["labels:", f"  alertname: {rule.name}"]
     lines += [f"  {key}: {value}" for key, value in rule.labels_with_phase(phase).items()]
     lines.append("annotations:")
-    annotations = shown_annotations(rule, spec, links, phase, shares)
+    annotations = shown_annotations(rule, spec, links, phase, shares, culprit)
     lines += [f"  {key}: {value}" for key, value in annotations.items()]
     return "\n".join(lines)

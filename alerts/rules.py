@@ -16,6 +16,7 @@ from typing import Any
 
 from alerts.anomalies import anomaly_alerts, anomaly_records, signal_quantiles
 from alerts.budget_alert import budget_alerts
+from alerts.culprits import culprit_annotation, culprit_records, culprit_text
 from alerts.phases import phase_annotation, phase_records, phase_text, with_phase
 from alerts.quantiles import bucket_rate_records, quantile_expr, threshold_quantiles
 from alerts.records import (
@@ -120,10 +121,12 @@ def _burn_expr(rule: AlertRule) -> str:
 
 def alert_annotations(rule: AlertRule, spec: SLOSpec, links: Links) -> dict[str, str]:
     """summary, description, runbook_url, dashboard_url, and for a latency alert `phase`: a
-    template reading the blamed phase's share of e2e now and before (`alerts.phases`)."""
+    template reading the blamed phase's share of e2e now and before (`alerts.phases`), and
+    `culprit`: the tier that caused most of the wait (`alerts.culprits`)."""
     annotations = _static_annotations(rule, spec, links)
     if rule.phases:
         annotations["phase"] = phase_annotation()
+        annotations["culprit"] = culprit_annotation()
     return annotations
 
 
@@ -133,12 +136,15 @@ def shown_annotations(
     links: Links,
     phase: str = UNATTRIBUTED,
     shares: tuple[float, float] | None = None,
+    culprit: tuple[str, str, float] | None = None,
 ) -> dict[str, str]:
     """The annotations as Alertmanager shows them, for `phase` whose share of the mean e2e
-    was shares[0] now and shares[1] before (promtool tests expect these)."""
+    was shares[0] now and shares[1] before, and the (tier, cause, share) that caused most of
+    the wait (promtool tests expect these)."""
     annotations = _static_annotations(rule, spec, links)
     if rule.phases:
         annotations["phase"] = phase_text(phase, shares)
+        annotations["culprit"] = culprit_text(culprit)
     return annotations
 
 
@@ -247,7 +253,7 @@ def rule_groups(
         records = objective_records(
             tier, fast_windows, every_window, constants=False, tiles=tiles, derive=derive
         )
-        records += phase_records(tier)
+        records += phase_records(tier) + culprit_records(tier)
         groups.append(
             Group(f"llm-slo-{tier.name}", records + [_alert(r, spec, links) for r in fast])
         )

@@ -119,6 +119,10 @@ PHASE_SHARE_BASELINE_RECORD = f"{PHASE_LEVEL}:e2e_share:baseline"
 PHASE_GROWTH_RECORD = f"{PHASE_LEVEL}:mean_growth:seconds"
 BLAMED_PHASE_RECORD = f"{RECORD_LEVEL}:blamed_phase:growth_seconds"
 E2E_MEAN_RECORD = f"{RECORD_LEVEL}:e2e_mean_seconds:rate5m"
+# Who made the tier wait (alerts/culprits.py): each culprit tier's blamed delay per second, by
+# cause, and its share of the delay the engine blamed for the tier's requests, over 5 minutes.
+CULPRIT_RATE_RECORD = f"{RECORD_LEVEL}:delay_caused:rate5m"
+CULPRIT_SHARE_RECORD = f"{RECORD_LEVEL}:delay_caused:share5m"
 
 
 # Anomaly bands (alerts/anomalies.py): per tier and signal (label `anomaly`), each signal read

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from alerts import ANOMALY_TEST_FILE, routes
+from alerts.budget_alert import ALERT_NAME as BUDGET_ALERT
 from dashboards import OVERVIEW_UID, panel_queries, substitute
 from dashboards.genai_row import TITLE as GENAI_TITLE
 from slo.alert_rules import alert_rules
@@ -136,12 +137,15 @@ def test_rules_numbers_are_exact_and_annotated(generated: tuple[SLOSpec, Path]) 
             "tpot_p95",
             "e2e_p95",
         )
+        # Who made the tier wait: on the SLO's own latency alerts, not the bands or the budget.
+        culprit = latency and "anomaly" not in labels and alert["alert"] != BUDGET_ALERT
         assert set(alert["annotations"]) == {
             "summary",
             "description",
             "runbook_url",
             "dashboard_url",
             *(["phase"] if latency else []),
+            *(["culprit"] if culprit else []),
         }
         assert (out / "runbooks" / f"{alert['alert']}.md").is_file()
     # Raw metrics only (recording rules are `level:metric:operation`, with colons).
