@@ -226,6 +226,8 @@ class RequestTracer:
         finally:
             if self._ids is not None:
                 self._ids.preset(None, None)
+        if timeline.delay_blame:
+            add_blame_events(server, timeline.delay_blame, end + offset)
         context = trace.set_span_in_context(server)
         for phase_name, begin, finish in phase_intervals(timeline, breakdown):
             # Named after its phase, and nothing more: an attribute repeating the name cost a
@@ -344,4 +346,24 @@ def add_detokenize_events(span: Any, marks: list[int], offset: int) -> None:
             "detokenized",
             {"llm_slo.detokenize.duration_s": (ended - started) * 1e-9},
             timestamp=started + offset,
+        )
+
+
+BLAME_EVENT = "llm_slo.delay_caused"
+
+
+def add_blame_events(span: Any, blame: dict[str, Any], at_ns: int) -> None:
+    """Who made the request wait, on its server span: one event per culprit tier and cause of
+    the record's `delay_blame` (bounded by the spec's tiers and the three causes), at the
+    request's end, when the engine hands the blame over."""
+    for entry in blame.get("by_tier", ()):
+        span.add_event(
+            BLAME_EVENT,
+            {
+                "llm_slo.delay.cause": entry["cause"],
+                "llm_slo.delay.culprit_tier": entry["tier"],
+                "llm_slo.delay.seconds": entry["s"],
+                "llm_slo.delay.requests": entry["requests"],
+            },
+            timestamp=at_ns,
         )

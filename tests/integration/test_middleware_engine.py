@@ -159,6 +159,23 @@ def test_records_metrics_spans_agree_with_the_client(
         # The phase is the part of that time within decode (the last token's comes after it).
         assert records[server.attributes["llm_slo.request_id"]].detokenize_s <= busy + 1e-9
         assert (detokenize.end_time - detokenize.start_time) / 1e9 >= max(durations)
+        # Who made it wait: one event per culprit tier and cause, as the record holds them.
+        blame = records[server.attributes["llm_slo.request_id"]].delay_blame
+        assert blame is not None
+        blamed = [
+            (
+                e.attributes["llm_slo.delay.cause"],
+                e.attributes["llm_slo.delay.culprit_tier"],
+                e.attributes["llm_slo.delay.seconds"],
+                e.attributes["llm_slo.delay.requests"],
+            )
+            for e in server.events
+            if e.name == "llm_slo.delay_caused"
+        ]
+        assert blamed and blamed == [
+            (b["cause"], b["tier"], b["s"], b["requests"]) for b in blame["by_tier"]
+        ]
+        assert all(e.timestamp == server.end_time for e in server.events)
     assert app.span_drops.dropped == 0
 
 
