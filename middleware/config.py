@@ -150,6 +150,9 @@ class ReportingConfig:
         0.0  # report a moment after the request ends (`middleware.request.later`)
     )
     alertmanager_url: str | None = None  # where the live alerts are pushed
+    # Estimate who made each request wait from what the middleware sees of all of them, where
+    # the engine reports no blame (`middleware.request.estimated_blame`; `slo proxy`'s default).
+    estimate_blame: bool = False
 
     def __post_init__(self) -> None:
         _not_negative("reporting", "report_delay_s", self.report_delay_s)

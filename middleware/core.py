@@ -40,6 +40,7 @@ from middleware.otel.sdk import metrics_wanted
 from middleware.request.arrival import start_at_first_byte
 from middleware.request.bridge import EngineBridge
 from middleware.request.context import reset_current_timeline, set_current_timeline
+from middleware.request.estimated_blame import BlameEstimator
 from middleware.request.exchange import Exchange
 from middleware.request.exchange_direct import measured_direct_body
 from middleware.request.later import Later
@@ -118,6 +119,9 @@ class LatencyMiddleware:
         self.lifespan = Lifespan(
             self.close, before_close=self._later.run_now, on_start=self._attach_intakes
         )
+        self.estimator = BlameEstimator() if config.reporting.estimate_blame else None
+        if self.estimator is not None:
+            self.metrics.engine.bear_estimated()
         self.reporter = self._reporter()
         self._set_up_request_path(routes.traces_path)
         # Read per request: kept here, not looked up through the config each time.
@@ -149,6 +153,7 @@ class LatencyMiddleware:
             tracer=self.tracer,
             span_join=self.span_join,
             capture=self.capture,
+            estimator=self.estimator,
             # perf_counter_ns -> unix ns, for spans; fixed once so every span agrees.
             epoch_offset_ns=time.time_ns() - time.perf_counter_ns(),
         )
@@ -302,6 +307,8 @@ class LatencyMiddleware:
             exchange, timeline, state, tier.name, route, headers, ids, join_keys
         )
         self.bridge.register(timeline)
+        if self.estimator is not None:
+            self.estimator.begin(timeline, tier.name)
         context_token = set_current_timeline(timeline)
         try:
             await self.app(scope, exchange.receive, exchange.send)

@@ -163,11 +163,12 @@ ENGINE_SLIS: tuple[SLI, ...] = (
         "llm_slo_delay_caused_seconds_total",
         "counter",
         "seconds",
-        (*TIER_ENGINE_LABELS, "culprit_tier", "cause"),
+        (*TIER_ENGINE_LABELS, "culprit_tier", "cause", "estimated"),
         (),
-        "Seconds of a tier's requests' waits caused by a tier's requests (the bundled "
-        "engine's exact blame), by cause: " + ", ".join(DELAY_CAUSES) + f"; culprit_tier "
-        f"'{NO_CULPRIT}' is queue time when the engine ran nothing.",
+        "Seconds of a tier's requests' waits caused by a tier's requests, by cause: "
+        + ", ".join(DELAY_CAUSES)
+        + f"; culprit_tier '{NO_CULPRIT}' is queue time nobody caused; estimated 'false': the "
+        "bundled engine's exact blame, 'true': estimated in front of any engine.",
         None,
     ),
 )

@@ -237,7 +237,9 @@ def _is_seconds(value: Any) -> bool:
 def _is_blame(value: Any) -> bool:
     """A `delay_blame` object: its totals in seconds, each tier's share (`by_tier`) and the
     top culprits (`top`, at most TOP_CULPRITS), each naming a cause of DELAY_CAUSES."""
-    if type(value) is not dict or set(value) != {*BLAME_TOTALS, *_BLAME_ENTRY_KEYS}:
+    if type(value) is not dict or set(value) - {"estimated"} != {*BLAME_TOTALS, *_BLAME_ENTRY_KEYS}:
+        return False
+    if type(value.get("estimated", False)) is not bool:  # estimated in front of any engine
         return False
     if not all(_is_seconds(value[total]) for total in BLAME_TOTALS):
         return False

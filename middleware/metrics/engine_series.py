@@ -13,7 +13,7 @@ engine reports). `middleware.metrics.metric_set.MetricSet` owns one, in its regi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from middleware.metrics.instruments import counter, gauge, histogram, label_values
 from slo.engine_slis import DELAY_CAUSES, NO_CULPRIT
 from slo.sli import CATALOG, SHED_REASONS
-from slo.spec import SLOSpec
+from slo.spec import SLOSpec, Tier
 
 ENGINE_GAUGES = ("queue_depth", "running", "batch_size", "kv_usage")
 # Catalog counter -> the StepStats field that feeds it.
@@ -96,20 +96,39 @@ class EngineSeries:
     def _bind_delay_caused(self, registry: CollectorRegistry) -> None:
         """Seconds each tier's requests waited because of each tier's, by cause: a child per
         (tier, culprit tier, cause), born at 0, keyed by priorities (what the engine reports;
-        None: queue time when the engine ran nothing, culprit tier NO_CULPRIT)."""
-        caused = counter(registry, "delay_caused")
-        tiers = self.spec.tiers
+        None: queue time when the engine ran nothing, culprit tier NO_CULPRIT). The exact
+        children (`estimated="false"`) are born now, the estimated ones by `bear_estimated`."""
+        self._caused = counter(registry, "delay_caused")
         self._delay_caused: dict[tuple[int, int | None, str], Any] = {}
-        culprits: list[tuple[int | None, str]] = [(tier.priority, tier.name) for tier in tiers]
+        for tier, culprit, cause, child in self._delay_children("false"):
+            culprit_priority = None if culprit is None else culprit.priority
+            self._delay_caused[(tier.priority, culprit_priority, cause)] = child
+        self._estimated_caused: dict[tuple[str, str, str], Any] = {}
+
+    def _delay_children(self, estimated: str) -> Iterator[tuple[Tier, Tier | None, str, Any]]:
+        """(tier, culprit tier or None for nobody, cause, its child at 0) for every pair."""
+        tiers = self.spec.tiers
         for tier in tiers:
             for cause in DELAY_CAUSES:
-                nobody = [(None, NO_CULPRIT)] if cause == "queue" else []
-                for priority, name in culprits + nobody:
-                    child = caused.labels(
-                        tier=tier.name, model=self.model, culprit_tier=name, cause=cause
+                nobody: list[Tier | None] = [None] if cause == "queue" else []
+                for culprit in [*tiers, *nobody]:
+                    name = NO_CULPRIT if culprit is None else culprit.name
+                    child = self._caused.labels(
+                        tier=tier.name,
+                        model=self.model,
+                        culprit_tier=name,
+                        cause=cause,
+                        estimated=estimated,
                     )
                     child.inc(0)
-                    self._delay_caused[(tier.priority, priority, cause)] = child
+                    yield tier, culprit, cause, child
+
+    def bear_estimated(self) -> None:
+        """The estimated blame's children (`estimated="true"`, docs/blame.md), born at 0: for
+        a middleware that estimates blame (`slo proxy` in front of any engine)."""
+        for tier, culprit, cause, child in self._delay_children("true"):
+            name = NO_CULPRIT if culprit is None else culprit.name
+            self._estimated_caused[(tier.name, name, cause)] = child
 
     def observe_blame(self, blame: Any) -> None:
         """The delays one request's blame names (`engine.blame.RequestBlame`: its priority,
@@ -119,6 +138,14 @@ class EngineSeries:
             child = children.get((blame.priority, culprit, cause))
             if child is not None:
                 child.inc(seconds)
+
+    def observe_estimated(self, tier: str, blame: dict[str, Any]) -> None:
+        """The delays one request's estimated blame names (its record's `delay_blame`)."""
+        children = self._estimated_caused
+        for entry in blame["by_tier"]:
+            child = children.get((tier, entry["tier"], entry["cause"]))
+            if child is not None:
+                child.inc(entry["s"])
 
     def observe_step(self, stats: Any) -> None:
         """Engine gauges, counters and tier isolation from the bundled engine's

@@ -13,6 +13,7 @@ from middleware.intake.propagate import HandedIds
 from middleware.live import LiveSLO
 from middleware.metrics.histograms import bucket_counts
 from middleware.metrics.metric_set import MetricSet
+from middleware.request.estimated_blame import BlameEstimator
 from middleware.request.measured import MeasuredRequest
 from middleware.request.reporting import record_fields, span_attributes
 from middleware.request.timeline import Breakdown
@@ -35,6 +36,7 @@ class Reporter:
         span_join: SpanJoin,
         capture: ContentCapture | None,
         epoch_offset_ns: int,
+        estimator: BlameEstimator | None = None,
     ) -> None:
         self.model = model
         self.metrics = metrics
@@ -44,6 +46,7 @@ class Reporter:
         self.span_join = span_join
         self.capture = capture
         self.epoch_offset_ns = epoch_offset_ns  # perf_counter_ns -> unix ns, for spans
+        self.estimator = estimator  # who made each request wait, where the engine says not
         self.requests_seen = 0
         # One timer for all the waits: they end in the order they began (one wait length), so
         # the next to end is always the oldest. A timer per request would re-arm itself after
@@ -127,6 +130,8 @@ class Reporter:
         breakdown = timeline.breakdown()
         outcome = request.outcome
         produced = request.status < 400 and breakdown.output_tokens > 0
+        if self.estimator is not None:
+            self._estimate_blame(request, breakdown, produced and outcome == "ok")
         # Latency histograms (and the live windows on the same buckets) count ok requests only,
         # as `slo check` and the generated rules do; the record keeps what was produced.
         observed = breakdown if produced and outcome == "ok" else None
@@ -148,6 +153,16 @@ class Reporter:
         if self.store is not None:
             self.store.add(record_fields(request, breakdown, self.model, trace_id, produced))
         return breakdown.output_tokens
+
+    def _estimate_blame(self, request: MeasuredRequest, breakdown: Breakdown, ok: bool) -> None:
+        """The request's estimated blame, where the engine gave none (`estimated_blame`), on its
+        timeline (record, span events) and the delay counters; it leaves the in-flight set."""
+        timeline = request.timeline
+        wanted = ok and timeline.delay_blame is None
+        blame = self.estimator.estimate(timeline, breakdown, wanted)  # type: ignore[union-attr]
+        if blame is not None:
+            timeline.delay_blame = blame
+            self.metrics.engine.observe_estimated(request.tier, blame)
 
     def _emit_span(
         self, request: MeasuredRequest, breakdown: Breakdown, trace_id: str | None

@@ -18,6 +18,7 @@ FLAG_FIELDS = {
     "api_keys": "auth",
     "provider_name": "provider_name",
     "inject_usage": "inject_usage",
+    "estimate_blame": "estimate_blame",
     "engine_spans": "expect",
     "engine_span_wait": "wait_s",
     "otlp_grpc": "otlp_grpc",

@@ -80,6 +80,14 @@ def _add_upstream_flags(parser: argparse.ArgumentParser) -> None:
         "(default: on; --no-inject-usage for an engine that refuses stream_options, and the "
         "count is the token chunks)",
     )
+    parser.add_argument(
+        "--estimate-blame",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="estimate who made each request wait (queue behind requests in flight, slow "
+        "token gaps beside other requests' prefill), by tier, in the records' delay_blame and "
+        'llm_slo_delay_caused_seconds_total{estimated="true"} (default: on; docs/blame.md)',
+    )
 
 
 def _add_engine_telemetry_flags(parser: argparse.ArgumentParser) -> None:

@@ -115,7 +115,10 @@ def test_slo_proxy_flags_become_the_config() -> None:
     )
     config = middleware_config(args, report_delay_s=0.001)
     assert config.reporting == ReportingConfig(
-        inject_usage=True, report_delay_s=0.001, alertmanager_url="http://127.0.0.1:9093"
+        inject_usage=True,
+        report_delay_s=0.001,
+        alertmanager_url="http://127.0.0.1:9093",
+        estimate_blame=True,  # the proxy's default
     )
     assert config.engine_spans == EngineSpansConfig(expect="always", wait_s=3.0)
     assert config.telemetry.provider_name == "vllm"
