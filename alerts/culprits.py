@@ -21,8 +21,8 @@ from slo.spec import Tier
 WINDOW_S = 300.0
 NOBODY = "none"  # the culprit tier of queue time that nobody caused (an idle engine)
 NO_CULPRIT = (
-    "No delay blamed on another request over the last 5m: the engine reports no blame "
-    "(only the bundled engine does), or the tier waited for nobody."
+    "No delay blamed on another request over the last 5m: the engine reports no blame and "
+    "nothing estimates it (slo proxy does), or the tier waited for nobody."
 )
 
 
