@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 
+from middleware.live.blame_share import Caused, delay_caused, tier_blame
 from middleware.live.burn_table import burn_table
 from middleware.live.windows import SLOTS_PER_WINDOW
 from slo.alert_rules import histogram_quantile
@@ -58,7 +59,9 @@ def respond(
     status = live.status()
     if view == "status":
         return 200, "application/json", json.dumps(status, indent=2).encode()
-    data = page_data(live, status, range_s, engine_now(metrics) if metrics is not None else None)
+    engine = engine_now(metrics) if metrics is not None else None
+    caused = delay_caused(metrics) if metrics is not None else {}
+    data = page_data(live, status, range_s, engine, caused)
     if as_html:
         return 200, "text/html; charset=utf-8", render_page(data).encode()
     return 200, "application/json", json.dumps(data, allow_nan=False).encode()
@@ -133,14 +136,23 @@ def _shed_counts(metrics: Any) -> dict[str, dict[str, float]]:
 
 
 def page_data(
-    live: LiveSLO, status: dict[str, Any], range_s: float, engine: dict[str, Any] | None
+    live: LiveSLO,
+    status: dict[str, Any],
+    range_s: float,
+    engine: dict[str, Any] | None,
+    caused: dict[str, Caused] | None = None,
 ) -> dict[str, Any]:
+    """The page's JSON; `caused`: each tier's blamed seconds since start (`delay_caused`)."""
     now = status["evaluated_at"]
     alerts = [_alert(a) for a in status["alerts"]]
     tiers = [
         _tier(live, live.tiers[tier["tier"]], tier, range_s, now, status["alerts"], engine)
         for tier in status["tiers"]
     ]
+    for row in tiers:
+        objectives = live.tiers[row["tier"]].tier.objectives
+        headline = next((o for o in objectives if o.name == row["headline"]), None)
+        row["blame"] = tier_blame((caused or {}).get(row["tier"], {}), headline)
     tiers.sort(key=_worst_first)
     overview = [row for tier in tiers for row in tier["objectives"]]
     overview.sort(key=_worst_first)

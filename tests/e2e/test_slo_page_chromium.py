@@ -230,6 +230,9 @@ def test_the_on_call_page_healthy_then_burning(
         assert page.evaluate("document.querySelector('.burn td[data-state=firing]') !== null")
         requests = page.evaluate("document.querySelector('#tiers section h3').textContent")
         assert "20 requests" in requests, requests  # 8 healthy + 12 slow, all counted
+        # The burst's requests waited for each other: premium's blame names premium.
+        blame = page.evaluate("document.querySelector('#tiers section .blame').textContent")
+        assert blame.startswith("who made it wait since start: ") and "premium" in blame, blame
         keep(page.screenshot(LAPTOP), "slo-page-burning.png")
 
         # A phone-sized window: nothing wider than the screen (tables scroll in their box).
