@@ -45,7 +45,7 @@ def test_the_demo_runs_end_to_end_and_says_where_everything_went(tmp_path: Path)
         assert path.exists(), path
         line = next((line for line in printed.splitlines() if str(path) in line), "")
         assert description in line, (path, printed[-2000:])
-    assert (out / "report.html").read_text().count("<svg") == 6
+    assert (out / "report.html").read_text().count("<svg") == 7
     assert (out / "prometheus" / "rules.yml").is_file()
     assert list((out / "grafana").glob("*.json"))
     assert "llm_slo_requests_total" in (out / "metrics.prom").read_text()

@@ -190,4 +190,4 @@ def test_check_and_report_read_what_bench_wrote(served: str, tmp_path: Path) -> 
         spec.write_text(every_tier_spec(tiers, objectives))
         assert main(["check", "--spec", str(spec), "--results", str(run)]) == verdict, objectives
     assert main(["report", "--results", str(run), "--out", str(page)]) == 0
-    assert page.read_text().count("<svg") == 6
+    assert page.read_text().count("<svg") == 7  # the blame chart too (no blame: it says so)

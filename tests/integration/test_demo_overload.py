@@ -2,7 +2,8 @@
 processes, the side-by-side report in the terminal and as HTML, each act's server records, and
 the demo's story: under fifo the flood takes premium's p95 TTFT past its objective; under the
 default flags, where the spec's objectives choose the slo policy (as /health says), premium is
-faster and its burn-rate alert stays quiet."""
+faster and its burn-rate alert stays quiet; and in both, the engine's blame names batch for
+premium's waits."""
 
 from __future__ import annotations
 
@@ -52,6 +53,11 @@ def test_overload_demo_runs_both_acts_and_writes_the_report(tmp_path: Path) -> N
     assert fifo_ttft > 100.0, f"fifo never hurt premium:\n{result.stdout}"
     assert slo_ttft < fifo_ttft, f"slo did not spare premium:\n{result.stdout}"
     assert act_values(lines, "premium burn-rate alert")[1] == "quiet", result.stdout
+    # Who made premium wait, by the engine's exact blame in the server's records: under the
+    # flood, at least 90% of premium's queue and interference blame that names a tier names
+    # batch, in both acts.
+    shares = [float(v.removesuffix("%")) for v in act_values(lines, "premium's wait named batch")]
+    assert all(share >= 90 for share in shares), result.stdout
     failures = next(line for line in lines if line.startswith("batch failures")).split()[-2:]
     assert failures == ["0", "0"]
     assert "queue" in result.stdout and "decode" in result.stdout

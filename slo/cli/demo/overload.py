@@ -44,6 +44,8 @@ class Act:
     alert_fired_at_s: float | None = None  # seconds into the flood
     alert_names: list[str] = field(default_factory=list)
     phases_ms: dict[str, float] = field(default_factory=dict)  # premium mean per phase
+    # Of premium's queue and interference blame that names a tier, the share naming batch.
+    batch_blame_share: float | None = None
     errors: dict[str, int] = field(default_factory=dict)  # batch responses by status / error
 
 
@@ -138,20 +140,33 @@ def _policy_running(base_url: str) -> str:
     return str(httpx.get(base_url + "/health", timeout=10).json()["scheduling"]["policy"])
 
 
-def _premium_phases(store_url: str) -> dict[str, float]:
+def _premium_records(store_url: str) -> list[dict[str, Any]]:
+    """The server's records of premium's ok requests."""
     from slo.store import RecordStore
 
     store = RecordStore(store_url)
     try:
-        rows = [r for r in store.iter_dicts(tier="premium") if r.get("outcome") == "ok"]
+        return [r for r in store.iter_dicts(tier="premium") if r.get("outcome") == "ok"]
     finally:
         store.close()
+
+
+def _premium_phases(rows: list[dict[str, Any]]) -> dict[str, float]:
     if not rows:
         return {}
     return {
         phase: 1000 * sum(r.get(f"{phase}_s") or 0.0 for r in rows) / len(rows)
         for phase in SPLIT_PHASES
     }
+
+
+def _batch_blame_share(rows: list[dict[str, Any]]) -> float | None:
+    """Of premium's queue and interference blame that names a tier (the engine's exact
+    blame, docs/blame.md), the share that names batch."""
+    from slo.blame_shares import blame_by_tier, named_share
+
+    premium = blame_by_tier(rows).get("premium")
+    return None if premium is None else named_share(premium, "batch", ("queue", "interference"))
 
 
 def _p(values: list[float], q: float) -> float:
@@ -183,6 +198,10 @@ def render(acts: list[Act]) -> str:
             f"fired at +{a.alert_fired_at_s:.0f}s" if a.alert_fired_at_s is not None else "quiet"
             for a in acts
         ],
+    )
+    row(
+        "premium's wait named batch",
+        [f"{a.batch_blame_share:.0%}" if a.batch_blame_share is not None else "-" for a in acts],
     )
     lines.append("where a premium request's time went (server records, mean):")
     for phase in SPLIT_PHASES:
@@ -228,7 +247,9 @@ def run_overload(args: argparse.Namespace) -> int:
         ) as base_url:
             act.policy = _policy_running(base_url)  # the server's word, not ours
             asyncio.run(_traffic(base_url, act, args.calm, args.flood, args.flood_clients))
-        act.phases_ms = _premium_phases(f"sqlite:///{store}")
+        premium = _premium_records(f"sqlite:///{store}")
+        act.phases_ms = _premium_phases(premium)
+        act.batch_blame_share = _batch_blame_share(premium)
         acts.append(act)
     report = render(acts)
     print("\n" + report)

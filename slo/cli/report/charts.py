@@ -6,13 +6,15 @@ saw) and the server's otherwise, the same choice `slo check` makes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from slo.check.evaluate import EvaluationReport, nearest_rank
 from slo.check.summary import PHASE_COLUMNS, sli_values
+from slo.cli.report.blame_chart import blame_chart
 from slo.cli.report.figures import PALETTE, new_figure, no_data, to_svg
 from slo.cli.report.industry_chart import industry_chart
 from slo.spec import SLOSpec
@@ -281,9 +283,13 @@ def over_time_chart(spec: SLOSpec, columns: RecordColumns) -> str:
 
 
 def all_charts(
-    spec: SLOSpec, columns: RecordColumns, report: EvaluationReport
+    spec: SLOSpec,
+    columns: RecordColumns,
+    report: EvaluationReport,
+    rows: Sequence[Mapping[str, Any]] = (),
 ) -> Sequence[tuple[str, str, str]]:
-    """(id, caption, svg) of every chart, in page order."""
+    """(id, caption, svg) of every chart, in page order; `rows`: the records as read (the
+    blame chart reads their `delay_blame`)."""
     colors = tier_colors(spec, columns)
     return (
         (
@@ -313,5 +319,11 @@ def all_charts(
             "industry",
             "Where each tier sits among the industry's performance tiers.",
             industry_chart(report, colors),
+        ),
+        (
+            "blame",
+            "Who made each tier wait: its blamed seconds by culprit tier (colour) and cause "
+            "(hatch), exact from the bundled engine, estimated by slo proxy.",
+            blame_chart(rows, colors),
         ),
     )

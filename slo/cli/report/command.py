@@ -122,7 +122,7 @@ def render_report(spec: Any, rows: Sequence[Mapping[str, Any]], title: str) -> s
     report = evaluate(spec, columns)
     charts = "\n".join(
         f'<figure id="{chart_id}">{svg}<figcaption>{html.escape(caption)}</figcaption></figure>'
-        for chart_id, caption, svg in all_charts(spec, columns, report)
+        for chart_id, caption, svg in all_charts(spec, columns, report, rows)
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

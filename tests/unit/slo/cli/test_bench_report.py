@@ -1,4 +1,4 @@
-"""`slo report`: one offline HTML page with the verdicts, the tables and six charts."""
+"""`slo report`: one offline HTML page with the verdicts, the tables and seven charts."""
 
 from __future__ import annotations
 
